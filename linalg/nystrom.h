@@ -1,0 +1,42 @@
+// Streaming Nyström factor estimation (DESIGN §2).
+//
+// Every rank sketches Y += aᵀ(aΩ) in the same basis Ω, so sketches sum
+// across ranks and nodes; the owner turns Σ Y into top-r eigenpairs with the
+// numerically stable reconstruction (Tropp et al. 2017): shift
+// ν = √d · eps · ‖Y‖_F, Y_ν = Y + νΩ, B = Ωᵀ Y_ν (symmetrised),
+// C = chol(B) (upper), F = Y_ν C⁻¹, thin SVD F = Û Σ Vᵀ, λ = max(Σ² − ν, 0).
+//
+//   Eigen::MatrixXd omega = MakeTestMatrix(d, r + 16, &prev_u, seed);
+//   ... Y = Σ aᵀ(aΩ) / count ...
+//   ASSIGN_OR_RETURN(EigenPairs e, NystromEigenpairs(y, omega, r));
+//
+// Thread safety: pure functions.
+#ifndef GIFT_LINALG_NYSTROM_H_
+#define GIFT_LINALG_NYSTROM_H_
+
+#include <cstdint>
+
+#include <Eigen/Dense>
+
+#include "absl/status/statusor.h"
+#include "linalg/eigen_pairs.h"
+
+namespace gift::linalg {
+
+// Ω = orthonormalised [U_prev | G] (d × k): U_prev (d × r_prev, nullable or
+// empty before the first factor) followed by k − r_prev Gaussian columns
+// from `seed` (a portable generator: the same seed gives the same Ω on every
+// machine). Orthonormalised by Householder QR. REQUIRES: k <= d,
+// r_prev <= k.
+Eigen::MatrixXd MakeTestMatrix(int64_t d, int64_t k,
+                               const Eigen::MatrixXd* u_prev, uint64_t seed);
+
+// Top-r eigenpairs of the PSD matrix A from Y = A Ω. REQUIRES: y and omega
+// d × k, r <= k. INVALID_ARGUMENT on shape errors or non-finite input.
+absl::StatusOr<EigenPairs> NystromEigenpairs(const Eigen::MatrixXd& y,
+                                             const Eigen::MatrixXd& omega,
+                                             int r);
+
+}  // namespace gift::linalg
+
+#endif  // GIFT_LINALG_NYSTROM_H_
