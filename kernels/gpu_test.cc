@@ -11,7 +11,9 @@ namespace {
 
 TEST(GpuRuntimeTest, DeviceCountNeverNegative) {
   EXPECT_GE(DeviceCount(), 0);
-  if (!BuiltWithCuda()) EXPECT_EQ(DeviceCount(), 0);
+  if (!BuiltWithCuda()) {
+    EXPECT_EQ(DeviceCount(), 0);
+  }
 }
 
 TEST(GpuRuntimeTest, CreateWithoutDeviceIsUnavailable) {

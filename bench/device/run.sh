@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# The device check for a lent GPU machine (one H200): build with CUDA for
+# sm_90 only, run every GPU-labelled test, run the GPU benchmarks, and print a
+# short table last. Finishes in well under 8 minutes on 16 cores.
+# Usage (repository root): bash bench/device/run.sh   [OUT=dir for results]
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+out=${OUT:-/tmp/gift-device}
+mkdir -p "$out"
+build=build-device
+start=$(date +%s)
+
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader \
+  | tee "$out/gpu.txt" || echo "no nvidia-smi"
+
+scripts/install-deps.sh >"$out/deps.log" 2>&1 || { echo "install-deps failed"; tail "$out/deps.log"; }
+cmake -S . -B "$build" -DGIFT_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+  -DPython3_EXECUTABLE=/usr/bin/python3 >"$out/configure.log" 2>&1 \
+  || { echo "configure failed"; tail -30 "$out/configure.log"; exit 1; }
+cmake --build "$build" -j "$(nproc)" >"$out/build.log" 2>&1 \
+  || { echo "build failed"; grep -E 'error' "$out/build.log" | head -30; exit 1; }
+echo "build: $(( $(date +%s) - start )) s"
+
+ctest --test-dir "$build" -L gpu --output-on-failure -j 4 --timeout 300 \
+  >"$out/gpu-tests.log" 2>&1
+gpu_rc=$?
+tail -15 "$out/gpu-tests.log"
+
+timeout 240 "$build/bench/kernels_gpu_bench" --benchmark_min_time=0.1 \
+  --benchmark_out="$out/kernels_gpu_bench.json" --benchmark_out_format=json \
+  >"$out/kernels_gpu_bench.txt" 2>&1
+cat "$out/kernels_gpu_bench.txt" | tail -40
+
+echo
+echo "=== device summary ==="
+printf '%-28s %s\n' "gpu" "$(head -1 "$out/gpu.txt" 2>/dev/null)"
+printf '%-28s %s\n' "gpu tests" "$(grep -E 'tests passed|tests failed' "$out/gpu-tests.log" | tail -1)"
+/usr/bin/python3 - "$out/kernels_gpu_bench.json" <<'PY' || true
+import json, sys
+try:
+    runs = json.load(open(sys.argv[1]))["benchmarks"]
+except Exception as e:
+    print("no benchmark json:", e); sys.exit(0)
+for r in runs:
+    gbs = r.get("bytes_per_second", 0) / 1e9
+    extra = {k: v for k, v in r.items() if k.startswith("ratio")}
+    print(f"{r['name']:<44} {r.get('real_time', 0):10.1f} {r.get('time_unit','')}"
+          f"  {gbs:8.1f} GB/s  " + " ".join(f"{k}={v:.3f}" for k, v in extra.items()))
+PY
+echo "total: $(( $(date +%s) - start )) s"
+exit $gpu_rc
