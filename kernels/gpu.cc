@@ -26,8 +26,8 @@ int DeviceCount() {
 absl::StatusOr<std::unique_ptr<Context>> Context::Create(int device) {
   const int n = DeviceCount();
   if (device < 0 || device >= n) {
-    return absl::UnavailableError(absl::StrCat(
-        "no CUDA device ", device, " (", n, " device(s) visible)"));
+    return absl::UnavailableError(absl::StrCat("no CUDA device ", device, " (",
+                                               n, " device(s) visible)"));
   }
   std::unique_ptr<Context> ctx(new Context());
   ctx->device_ = device;
@@ -79,12 +79,18 @@ absl::Status RawDeviceBuffer::Upload(const void* host, size_t bytes) {
   if (bytes == 0) return absl::OkStatus();
   GIFT_CUDA_RETURN_IF_ERROR(
       cudaMemcpy(ptr_, host, bytes, cudaMemcpyHostToDevice));
+  // A pageable upload may still be in flight when cudaMemcpy returns, and
+  // the contexts' streams are non-blocking: wait, so that a kernel queued
+  // next on any stream sees the data.
+  GIFT_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
   return absl::OkStatus();
 }
 
 absl::Status RawDeviceBuffer::Download(void* host, size_t bytes) const {
   if (bytes > bytes_) return absl::OutOfRangeError("download past buffer end");
   if (bytes == 0) return absl::OkStatus();
+  // Kernels run on non-blocking streams the legacy stream does not wait for.
+  GIFT_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
   GIFT_CUDA_RETURN_IF_ERROR(
       cudaMemcpy(host, ptr_, bytes, cudaMemcpyDeviceToHost));
   return absl::OkStatus();
@@ -93,6 +99,7 @@ absl::Status RawDeviceBuffer::Download(void* host, size_t bytes) const {
 absl::Status RawDeviceBuffer::Fill(int byte_value) {
   if (bytes_ == 0) return absl::OkStatus();
   GIFT_CUDA_RETURN_IF_ERROR(cudaMemset(ptr_, byte_value, bytes_));
+  GIFT_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());  // see Upload
   return absl::OkStatus();
 }
 
@@ -125,7 +132,8 @@ absl::Status RawDeviceBuffer::Fill(int) {
 #endif  // GIFT_HAVE_CUDA
 
 RawDeviceBuffer::RawDeviceBuffer(RawDeviceBuffer&& o) noexcept
-    : ptr_(std::exchange(o.ptr_, nullptr)), bytes_(std::exchange(o.bytes_, 0)) {}
+    : ptr_(std::exchange(o.ptr_, nullptr)),
+      bytes_(std::exchange(o.bytes_, 0)) {}
 
 RawDeviceBuffer& RawDeviceBuffer::operator=(RawDeviceBuffer&& o) noexcept {
   if (this != &o) {

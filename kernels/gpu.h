@@ -57,7 +57,8 @@ class Context {
   void* cusolver_ = nullptr;
 };
 
-// Untyped device allocation (cudaMalloc) with synchronous copies; for tests,
+// Untyped device allocation (cudaMalloc) with copies that are synchronous
+// with the host and with every stream of the device; for tests,
 // benchmarks and setup code, not for the per-step hot path.
 class RawDeviceBuffer {
  public:
@@ -82,9 +83,16 @@ template <typename T>
 class DeviceBuffer {
  public:
   DeviceBuffer() = default;
-  absl::Status Allocate(size_t n) { n_ = n; return raw_.Allocate(n * sizeof(T)); }
-  absl::Status Upload(const T* host, size_t n) { return raw_.Upload(host, n * sizeof(T)); }
-  absl::Status Download(T* host, size_t n) const { return raw_.Download(host, n * sizeof(T)); }
+  absl::Status Allocate(size_t n) {
+    n_ = n;
+    return raw_.Allocate(n * sizeof(T));
+  }
+  absl::Status Upload(const T* host, size_t n) {
+    return raw_.Upload(host, n * sizeof(T));
+  }
+  absl::Status Download(T* host, size_t n) const {
+    return raw_.Download(host, n * sizeof(T));
+  }
   absl::Status Fill(int byte_value) { return raw_.Fill(byte_value); }
   T* get() const { return static_cast<T*>(raw_.get()); }
   size_t size() const { return n_; }

@@ -10,9 +10,14 @@
 // the scales, so every x̂ of the block (and every sum it enters) is NaN, as
 // the FP32 result would be non-finite. It is counted in stats, never hidden.
 //
-// Telemetry per call (QuantizeStats): n; upper = elements whose code is
-// +-fmax; lower = non-zero elements whose code is +-0 or the smallest
-// subnormal; nonfinite = NaN/Inf inputs; over finite elements only:
+// In a non-finite block the codes are still those of the finite scale
+// (amax over the block's finite elements; NaN encodes to 0x7F, +-Inf to
+// +-max), and so are the residuals of its finite elements and the telemetry:
+// only the transmitted scale carries the flag.
+//
+// Telemetry per call (QuantizeStats): n = all elements; nonfinite = NaN/Inf
+// inputs; over finite elements only: upper = elements whose code is +-fmax,
+// lower = non-zero elements whose code is +-0 or the smallest subnormal,
 // err_sq = Σ(x̂−x)², x_sq = Σx², xhat_x = Σx̂·x (accumulated in double).
 //
 // Error feedback: when `residual` is non-null, residual[i] = x[i] − x̂[i]
@@ -63,6 +68,11 @@ struct QuantizeStats {
 // Number of scales for n elements: ceil(n / block_size), or 1 when
 // block_size == 0 (also for n == 0).
 int64_t NumScales(int64_t n, int64_t block_size);
+
+// The scale of a block whose finite amax is `amax` (>= 0): amax / fmax, 1 for
+// amax == 0, the smallest positive float (denormal) when amax / fmax
+// underflows to 0.
+float ScaleForAmax(float amax, Fp8Format f);
 
 // REQUIRES: n >= 0; codes has n entries, scales NumScales(n, block) entries.
 // stats (nullable) is overwritten, not merged.

@@ -26,9 +26,9 @@ class Context;
 namespace gift::kernels {
 
 struct SketchAccumulator {
-  float* y = nullptr;         // d × k (sketch) or d × d (second moment)
-  double* trace = nullptr;    // one value
-  int64_t* count = nullptr;   // one value
+  float* y = nullptr;        // d × k (sketch) or d × d (second moment)
+  double* trace = nullptr;   // one value
+  int64_t* count = nullptr;  // one value
 };
 
 // Floats of scratch SketchAccumulate needs: rows·k.
@@ -41,6 +41,18 @@ absl::Status SketchAccumulate(const float* a, int64_t rows, int64_t d,
 
 absl::Status SecondMomentAccumulate(const float* a, int64_t rows, int64_t d,
                                     const SketchAccumulator& acc);
+
+namespace internal {
+// Argument checks shared by the CPU and CUDA launchers (no data is read):
+// INVALID_ARGUMENT for rows < 0, d <= 0, k <= 0 or a null pointer where data
+// is needed.
+absl::Status CheckSketchArgs(const float* a, int64_t rows, int64_t d,
+                             const float* omega, int64_t k,
+                             const SketchAccumulator& acc,
+                             const float* workspace);
+absl::Status CheckSecondMomentArgs(const float* a, int64_t rows, int64_t d,
+                                   const SketchAccumulator& acc);
+}  // namespace internal
 
 namespace cuda {
 // Device pointers (acc's y, trace and count too); queued on ctx's stream.

@@ -42,7 +42,9 @@ struct LowRankView {
 };
 
 // Floats of scratch that ApplyLowRank / ReprojectResidual need for `rows`
-// rows: rows·r for ApplyLowRank, rows·d + rows·r for ReprojectResidual.
+// rows: rows·r for ApplyLowRank, rows·d + rows·r for ReprojectResidual. The
+// value returned, rows·(d + r), is enough for either; for ReprojectResidual
+// pass r = max(old_inverse.r, new_forward.r). 0 for negative arguments.
 int64_t WhitenWorkspaceFloats(int64_t rows, int64_t d, int64_t r);
 
 // out (rows × d) = x + ((x U) diag(c)) Uᵀ + add. out may alias x or add.
@@ -50,8 +52,8 @@ absl::Status ApplyLowRank(const float* x, int64_t rows, const LowRankView& f,
                           const float* add, float* out, float* workspace);
 
 // out (rows × d) = x T + add, T d × d row-major. out must not alias x.
-absl::Status ApplyDense(const float* x, int64_t rows, int64_t d,
-                        const float* t, const float* add, float* out);
+absl::Status ApplyDense(const float* x, int64_t rows, int64_t d, const float* t,
+                        const float* add, float* out);
 
 // residual (rows × d) ← (residual T_old⁻¹) T_new, where old_inverse carries
 // c⁻ of the old factor and new_forward c of the new one.
@@ -60,16 +62,32 @@ absl::Status ReprojectResidual(float* residual, int64_t rows,
                                const LowRankView& new_forward,
                                float* workspace);
 
+namespace internal {
+// Argument checks shared by the CPU and CUDA launchers: INVALID_ARGUMENT for
+// negative sizes, r > d, a null pointer where data is needed, or (dense) out
+// aliasing x. They read no data, so device pointers are fine.
+absl::Status CheckLowRankArgs(const float* x, int64_t rows,
+                              const LowRankView& f, const float* out,
+                              const float* workspace);
+absl::Status CheckDenseArgs(const float* x, int64_t rows, int64_t d,
+                            const float* t, const float* out);
+absl::Status CheckReprojectArgs(const float* residual, int64_t rows,
+                                const LowRankView& old_inverse,
+                                const LowRankView& new_forward,
+                                const float* workspace);
+}  // namespace internal
+
 namespace cuda {
-// Device pointers; queued on ctx's stream (cuBLAS bound to it).
+// Device pointers; queued on ctx's stream (cuBLAS bound to it). Same
+// contracts and workspace sizes as the CPU functions above.
 absl::Status ApplyLowRank(gpu::Context& ctx, const float* x, int64_t rows,
                           const LowRankView& f, const float* add, float* out,
                           float* workspace);
 absl::Status ApplyDense(gpu::Context& ctx, const float* x, int64_t rows,
                         int64_t d, const float* t, const float* add,
                         float* out);
-absl::Status ReprojectResidual(gpu::Context& ctx, float* residual,
-                               int64_t rows, const LowRankView& old_inverse,
+absl::Status ReprojectResidual(gpu::Context& ctx, float* residual, int64_t rows,
+                               const LowRankView& old_inverse,
                                const LowRankView& new_forward,
                                float* workspace);
 }  // namespace cuda
