@@ -16,7 +16,8 @@ namespace gift::linalg {
 
 // (A + shift·I)^power for symmetric A via its eigen-decomposition.
 // INVALID_ARGUMENT if A + shift·I has an eigenvalue <= 0 and power < 0, or
-// < 0 and power is fractional.
+// < 0 and power is fractional. Eigenvalues within d·eps·max|μ| of zero count
+// as zero (so a rank-deficient PSD matrix has a square root but no inverse).
 absl::StatusOr<Eigen::MatrixXd> SymmetricPower(const Eigen::MatrixXd& a,
                                                double shift, double power);
 

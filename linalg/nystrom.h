@@ -14,9 +14,8 @@
 #ifndef GIFT_LINALG_NYSTROM_H_
 #define GIFT_LINALG_NYSTROM_H_
 
-#include <cstdint>
-
 #include <Eigen/Dense>
+#include <cstdint>
 
 #include "absl/status/statusor.h"
 #include "linalg/eigen_pairs.h"
@@ -26,13 +25,18 @@ namespace gift::linalg {
 // Ω = orthonormalised [U_prev | G] (d × k): U_prev (d × r_prev, nullable or
 // empty before the first factor) followed by k − r_prev Gaussian columns
 // from `seed` (a portable generator: the same seed gives the same Ω on every
-// machine). Orthonormalised by Householder QR. REQUIRES: k <= d,
-// r_prev <= k.
+// machine). Orthonormalised by Householder QR with a non-negative R
+// diagonal, so the first r_prev columns equal an orthonormal U_prev up to
+// rounding. REQUIRES: 1 <= k <= d, r_prev <= k, U_prev d rows; returns an
+// empty matrix otherwise (which NystromEigenpairs rejects).
 Eigen::MatrixXd MakeTestMatrix(int64_t d, int64_t k,
                                const Eigen::MatrixXd* u_prev, uint64_t seed);
 
 // Top-r eigenpairs of the PSD matrix A from Y = A Ω. REQUIRES: y and omega
-// d × k, r <= k. INVALID_ARGUMENT on shape errors or non-finite input.
+// d × k, 1 <= r <= k <= d. INVALID_ARGUMENT on shape errors or non-finite
+// input, and when Ωᵀ Y_ν stays indefinite after retrying with shifts up to
+// 10⁸ ν (Y is then not the sketch of a PSD matrix). Y = 0 gives λ = 0 and
+// the first r columns of Ω.
 absl::StatusOr<EigenPairs> NystromEigenpairs(const Eigen::MatrixXd& y,
                                              const Eigen::MatrixXd& omega,
                                              int r);
