@@ -1,0 +1,176 @@
+#include "client/fp8_round.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "common/status_macros.h"
+#include "kernels/accumulate.h"
+
+namespace gift::client {
+namespace {
+
+kernels::QuantizeSpec SpecOf(const LayerSpec& l) {
+  return {l.format, l.block_size};
+}
+
+float* ScalesOf(uint8_t* chunk, const ChunkLayout& c, const Segment& s) {
+  return reinterpret_cast<float*>(chunk + c.scales_byte_offset()) +
+         s.scale_offset;
+}
+
+// Payload bytes of a chunk that belong to GIFT layers.
+uint64_t GiftBytes(const ChunkLayout& c, const std::vector<LayerIo>& io) {
+  uint64_t b = 0;
+  for (const Segment& s : c.segments) {
+    if (io[s.layer].gift) b += s.count + 4 * s.num_scales;
+  }
+  return b;
+}
+
+}  // namespace
+
+void RoundOutcome::Reset(size_t layers) {
+  stats.assign(layers, kernels::QuantizeStats());
+  nonfinite.assign(layers, false);
+  bytes_euclid = bytes_gift = 0;
+}
+
+absl::Status Fp8Round::Pack(const BucketPlan& plan, const PieceLayout& piece,
+                            const std::vector<LayerIo>& io,
+                            RoundOutcome* outcome) {
+  const int w = comm_->world_size();
+  offsets_.assign(w + 1, 0);
+  for (int j = 0; j < w; ++j) {
+    offsets_[j + 1] = offsets_[j] + piece.chunks[j].wire_bytes();
+  }
+  send_.assign(offsets_[w], 0);
+  for (int j = 0; j < w; ++j) {
+    const ChunkLayout& c = piece.chunks[j];
+    uint8_t* chunk = send_.data() + offsets_[j];
+    for (const Segment& s : c.segments) {
+      const LayerSpec& l = plan.layers()[s.layer];
+      const LayerIo& x = io[s.layer];
+      kernels::QuantizeStats st;
+      float* res = x.worker_residual == nullptr
+                       ? nullptr
+                       : x.worker_residual + s.layer_begin;
+      RETURN_IF_ERROR(kernels::Quantize(x.src + s.layer_begin, s.count,
+                                        SpecOf(l), chunk + s.code_offset,
+                                        ScalesOf(chunk, c, s), res, &st));
+      outcome->stats[s.layer].Merge(st);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Fp8Round::Reduce(const BucketPlan& plan, const ChunkLayout& mine,
+                              const std::vector<LayerIo>& io,
+                              float* owner_residual) {
+  const int w = comm_->world_size();
+  const size_t bytes = mine.wire_bytes();
+  acc_.resize(mine.packed.size());
+  gather_send_.assign(bytes, 0);
+  std::vector<kernels::Fp8Source> sources(w);
+  for (const Segment& s : mine.segments) {
+    const LayerSpec& l = plan.layers()[s.layer];
+    for (int p = 0; p < w; ++p) {
+      uint8_t* chunk = recv_.data() + p * bytes;
+      sources[p] = {chunk + s.code_offset, ScalesOf(chunk, mine, s)};
+    }
+    float* acc = acc_.data() + s.code_offset;
+    RETURN_IF_ERROR(kernels::DequantizeAccumulate(sources.data(), w, s.count,
+                                                  SpecOf(l), true, acc));
+    float* res = nullptr;
+    if (io[s.layer].owner_feedback && owner_residual != nullptr) {
+      res = owner_residual + s.code_offset;
+      if (io[s.layer].reset_owner_residual) {
+        std::memset(res, 0, s.count * sizeof(float));
+      }
+      for (int64_t i = 0; i < s.count; ++i) acc[i] = acc[i] + res[i];
+    }
+    RETURN_IF_ERROR(kernels::Quantize(
+        acc, s.count, SpecOf(l), gather_send_.data() + s.code_offset,
+        ScalesOf(gather_send_.data(), mine, s), res, nullptr));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Fp8Round::Unpack(const BucketPlan& plan, const PieceLayout& piece,
+                              const std::vector<LayerIo>& io,
+                              RoundOutcome* outcome) {
+  const float w = static_cast<float>(comm_->world_size());
+  for (size_t j = 0; j < piece.chunks.size(); ++j) {
+    const ChunkLayout& c = piece.chunks[j];
+    uint8_t* chunk = gather_recv_.data() + offsets_[j];
+    for (const Segment& s : c.segments) {
+      const LayerSpec& l = plan.layers()[s.layer];
+      const float* scales = ScalesOf(chunk, c, s);
+      for (int64_t k = 0; k < s.num_scales; ++k) {
+        if (!std::isfinite(scales[k])) outcome->nonfinite[s.layer] = true;
+      }
+      float* out = io[s.layer].dst + s.layer_begin;
+      RETURN_IF_ERROR(kernels::Dequantize(chunk + s.code_offset, scales,
+                                          s.count, SpecOf(l), out));
+      for (int64_t i = 0; i < s.count; ++i) out[i] = out[i] / w;
+    }
+  }
+  return absl::OkStatus();
+}
+
+void Fp8Round::CountBytes(const BucketPlan& plan, const PieceLayout& piece,
+                          const std::vector<LayerIo>& io, uint64_t a2a_bytes,
+                          uint64_t gather_bytes, RoundOutcome* outcome) const {
+  (void)plan;
+  const int me = comm_->rank();
+  // Phase 1: what went to each peer; phase 2: the share of the whole piece.
+  uint64_t a2a_total = 0, a2a_gift = 0, all_total = 0, all_gift = 0;
+  for (size_t j = 0; j < piece.chunks.size(); ++j) {
+    const uint64_t wire = piece.chunks[j].wire_bytes();
+    const uint64_t gift = GiftBytes(piece.chunks[j], io);
+    all_total += wire;
+    all_gift += gift;
+    if (static_cast<int>(j) == me) continue;
+    a2a_total += wire;
+    a2a_gift += gift;
+  }
+  auto share = [](uint64_t bytes, uint64_t part, uint64_t whole) -> uint64_t {
+    if (whole == 0) return 0;
+    return static_cast<uint64_t>(static_cast<long double>(bytes) * part /
+                                 whole);
+  };
+  const uint64_t gift = share(a2a_bytes, a2a_gift, a2a_total) +
+                        share(gather_bytes, all_gift, all_total);
+  outcome->bytes_gift += gift;
+  outcome->bytes_euclid += a2a_bytes + gather_bytes - gift;
+}
+
+absl::Status Fp8Round::Run(const BucketPlan& plan, const PieceLayout& piece,
+                           const std::vector<LayerIo>& io,
+                           float* owner_residual, RoundOutcome* outcome) {
+  const int w = comm_->world_size(), me = comm_->rank();
+  RETURN_IF_ERROR(Pack(plan, piece, io, outcome));
+  const ChunkLayout& mine = piece.chunks[me];
+  const size_t bytes = mine.wire_bytes();
+  std::vector<size_t> send_sizes(w), send_offsets(w), recv_sizes(w, bytes),
+      recv_offsets(w), gather_sizes(w);
+  for (int p = 0; p < w; ++p) {
+    send_sizes[p] = offsets_[p + 1] - offsets_[p];
+    send_offsets[p] = offsets_[p];
+    recv_offsets[p] = p * bytes;
+    gather_sizes[p] = send_sizes[p];
+  }
+  recv_.resize(w * bytes);
+  const BytesSent before = comm_->bytes_sent();
+  RETURN_IF_ERROR(comm_->AllToAllV(send_.data(), send_sizes, send_offsets,
+                                   recv_.data(), recv_sizes, recv_offsets));
+  RETURN_IF_ERROR(Reduce(plan, mine, io, owner_residual));
+  gather_recv_.resize(offsets_[w]);
+  RETURN_IF_ERROR(comm_->AllGatherV(gather_send_.data(), bytes,
+                                    gather_recv_.data(), gather_sizes));
+  const BytesSent after = comm_->bytes_sent();
+  CountBytes(plan, piece, io, after.all_to_all - before.all_to_all,
+             after.all_gather - before.all_gather, outcome);
+  return Unpack(plan, piece, io, outcome);
+}
+
+}  // namespace gift::client

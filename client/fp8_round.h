@@ -1,0 +1,87 @@
+// One two-phase FP8 round over one piece of a bucket (DESIGN §3): the engine
+// under QuantizedAllReduce's `fp8` mode.
+//
+// Phase 1 (reduce-scatter as all-to-all): this rank quantizes every segment
+// of every chunk with its own local scale(s) (worker error feedback on the
+// GIFT path: the Quantize residual output) and sends chunk j to rank j in
+// the wire format of chunking.h — one AllToAllV of packed [codes | scales].
+// Phase 2: as owner of chunk `rank`, it dequantizes the W incoming copies and
+// sums them in FP32 in rank order (DequantizeAccumulate: bit-reproducible),
+// adds its owner residual on segments with owner feedback, re-quantizes with
+// fresh scales (updating that residual) and all-gathers the FP8 chunk with
+// its scales (one AllGatherV). Every rank then dequantizes every chunk and
+// divides by W once, in FP32, into the layers' destinations.
+//
+// A NaN/Inf anywhere in a block on any rank makes the owner's sum and thus
+// its re-quantized scale NaN; every rank sees that scale after the gather
+// and reports the layer as non-finite (the caller marks the whole layer).
+//
+// Thread safety: not thread-safe (reuses its buffers).
+#ifndef GIFT_CLIENT_FP8_ROUND_H_
+#define GIFT_CLIENT_FP8_ROUND_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "client/chunking.h"
+#include "client/communicator.h"
+#include "kernels/quantize.h"
+
+namespace gift::client {
+
+// Where one layer's elements come from and go to in this round.
+struct LayerIo {
+  const float* src = nullptr;  // the layer's elements to send
+  float* dst = nullptr;        // the averaged result (may equal src)
+  // Worker residual over the whole layer (GIFT error feedback), or null.
+  float* worker_residual = nullptr;
+  // The owner keeps a residual for this layer's segments.
+  bool owner_feedback = false;
+  // Zero the owner residual of this layer's segments before use (factor
+  // switch or first use).
+  bool reset_owner_residual = false;
+  bool gift = false;
+};
+
+// What a round adds to the step's telemetry.
+struct RoundOutcome {
+  std::vector<kernels::QuantizeStats> stats;  // per layer, merged
+  std::vector<bool> nonfinite;                // per layer, or-ed
+  uint64_t bytes_euclid = 0;
+  uint64_t bytes_gift = 0;
+
+  void Reset(size_t layers);
+};
+
+class Fp8Round {
+ public:
+  explicit Fp8Round(Communicator* comm) : comm_(comm) {}
+
+  // Runs the round over `piece`. io has one entry per plan layer.
+  // owner_residual: chunk-sized FP32 residual of this rank's chunk, or null
+  // when no segment uses owner feedback.
+  absl::Status Run(const BucketPlan& plan, const PieceLayout& piece,
+                   const std::vector<LayerIo>& io, float* owner_residual,
+                   RoundOutcome* outcome);
+
+ private:
+  absl::Status Pack(const BucketPlan& plan, const PieceLayout& piece,
+                    const std::vector<LayerIo>& io, RoundOutcome* outcome);
+  absl::Status Reduce(const BucketPlan& plan, const ChunkLayout& mine,
+                      const std::vector<LayerIo>& io, float* owner_residual);
+  absl::Status Unpack(const BucketPlan& plan, const PieceLayout& piece,
+                      const std::vector<LayerIo>& io, RoundOutcome* outcome);
+  void CountBytes(const BucketPlan& plan, const PieceLayout& piece,
+                  const std::vector<LayerIo>& io, uint64_t a2a_bytes,
+                  uint64_t gather_bytes, RoundOutcome* outcome) const;
+
+  Communicator* const comm_;
+  std::vector<uint8_t> send_, recv_, gather_send_, gather_recv_;
+  std::vector<float> acc_;
+  std::vector<size_t> offsets_;
+};
+
+}  // namespace gift::client
+
+#endif  // GIFT_CLIENT_FP8_ROUND_H_

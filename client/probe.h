@@ -1,0 +1,36 @@
+// The live benefit measurement of DESIGN §2: on probe steps, for a layer that
+// could take the GIFT path, the local FP8 round-trip error of both paths on
+// this rank's own gradient, with no communication. The layer selector keeps
+// a layer on the GIFT path only while the GIFT error is clearly lower.
+//
+//   ProbeResult p;
+//   RETURN_IF_ERROR(ProbeLayer(grad, spec, factor, &transformer, &p));
+//   double gain = 1 - p.gift_rel_l2 / p.euclid_rel_l2;
+//
+// Thread safety: pure apart from the transformer's scratch.
+#ifndef GIFT_CLIENT_PROBE_H_
+#define GIFT_CLIENT_PROBE_H_
+
+#include "absl/status/status.h"
+#include "client/bucket_plan.h"
+#include "client/gift_transform.h"
+#include "client/versioned_factors.h"
+
+namespace gift::client {
+
+struct ProbeResult {
+  double euclid_rel_l2 = 0;
+  double gift_rel_l2 = 0;
+};
+
+// grad is the layer's d_out × d_in gradient. Euclidean: quantize with the
+// layer's format and granularity (over the whole layer). GIFT: W T,
+// quantize, dequantize, · T⁻¹, compared with W. RelL2 = ‖Ŵ − W‖ / ‖W‖
+// (0 for an all-zero W). REQUIRES: factor.d_in == layer.d_in().
+absl::Status ProbeLayer(const float* grad, const LayerSpec& layer,
+                        const GiftFactor& factor, GiftTransformer* transformer,
+                        ProbeResult* result);
+
+}  // namespace gift::client
+
+#endif  // GIFT_CLIENT_PROBE_H_

@@ -1,0 +1,153 @@
+// The per-step gradient allreduce of libgift over one fused bucket
+// (DESIGN §3, §4): averages a bucket of FP32 gradients across the ranks of a
+// Communicator, by default with the two-phase FP8 algorithm, GIFT whitening
+// and error feedback on the plan's GIFT layers, and the per-step agreement
+// on plan epoch and factor versions.
+//
+// Modes:
+//   fp8       two-phase FP8 (fp8_round.h): local per-segment scales, FP32
+//             accumulation by the chunk owner, re-quantization, FP8
+//             all-gather. GIFT layers: Ũ = W T + R (worker residual R),
+//             quantize, R = Ũ − deq(q); after: Ŵ = Û T⁻¹. The owner keeps its
+//             own residual for the re-quantization of GIFT segments.
+//   fp32      Communicator::AllReduce SUM in FP32, then / W.
+//   bf16      the same in bfloat16 (every partial sum rounded), then / W.
+//   nccl-fp8  the paper's path (global MAX-reduced scale, W-fold headroom,
+//             NCCL's FP8 sum): needs the NCCL backend on sm_90; not yet
+//             implemented (FAILED_PRECONDITION on Gloo, UNIMPLEMENTED on NCCL).
+// Averaging (÷ W) is done once, in FP32, in every mode.
+//
+// Factor switch (a layer's agreed version changes from v to v′): the worker
+// residual moves with it, R ← (R T_v⁻¹) T_v′. The owner residual of that
+// layer's segments is reset to zero instead: an owner holds arbitrary slices
+// of rows, so re-projecting would need the full rows of other owners (a
+// collective), and what is dropped is one rounding of one step's sum, once
+// per refresh (K = 50 steps by default) — the worker residual, which carries
+// the accumulated error of every rank, is kept exactly.
+//
+// The transform of a GIFT layer is that of the agreed factor (GiftFactor::
+// kind); LayerSpec::transform tells the daemon which kind to build.
+//
+// Non-finite gradients: a NaN/Inf in a layer on any rank makes that whole
+// layer NaN on every rank (the NaN scale of its block marks it; every rank
+// then fills the layer), as an FP32 allreduce would mark the step; counted in
+// StepTelemetry. Gaps between layers are neither sent nor written.
+//
+//   QuantizedAllReduceOptions options;  // fp8
+//   ASSIGN_OR_RETURN(auto ar, QuantizedAllReduce::Create(comm.get(), plan,
+//                                                        options));
+//   VersionedFactors factors;  // filled from the daemon's factor slots
+//   StepTelemetry t;
+//   RETURN_IF_ERROR(ar->Run(bucket.data(), factors, &t));
+//
+// Memory: host memory (Gloo). A device-memory communicator is rejected with
+// FAILED_PRECONDITION until the CUDA pipeline lands.
+// Thread safety: not thread-safe; one Run at a time, and the communicator
+// must not be used concurrently by anything else.
+#ifndef GIFT_CLIENT_QUANTIZED_ALLREDUCE_H_
+#define GIFT_CLIENT_QUANTIZED_ALLREDUCE_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "client/bucket_plan.h"
+#include "client/communicator.h"
+#include "client/fp8_round.h"
+#include "client/gift_transform.h"
+#include "client/telemetry.h"
+#include "client/versioned_factors.h"
+
+namespace gift::client {
+
+enum class AllReduceMode { kFp8, kFp32, kBf16, kNcclFp8 };
+
+// "fp8", "fp32", "bf16", "nccl-fp8".
+absl::string_view AllReduceModeName(AllReduceMode mode);
+absl::StatusOr<AllReduceMode> ParseAllReduceMode(absl::string_view name);
+
+struct QuantizedAllReduceOptions {
+  // Default: fp8.
+  AllReduceMode mode = AllReduceMode::kFp8;
+  // Buckets whose FP32 payload exceeds this are processed in pieces, each a
+  // full two-phase round (bounds the staging buffers). Default: 256 MiB.
+  // REQUIRES: >= 4 (one float).
+  int64_t piece_bytes = int64_t{256} << 20;
+  // Probe steps every this many Run calls (step 0 is one); 0 = never.
+  // Default: 10. REQUIRES: >= 0.
+  int probe_interval = 10;
+  // Worker and owner error feedback on GIFT layers. Default: true.
+  bool error_feedback = true;
+};
+
+class QuantizedAllReduce {
+ public:
+  // Collective: checks the plan across ranks (FAILED_PRECONDITION "bucket
+  // plan mismatch across ranks ..." on every rank when they differ), and the
+  // mode against the backend. REQUIRES: comm not null, outlives this.
+  static absl::StatusOr<std::unique_ptr<QuantizedAllReduce>> Create(
+      Communicator* comm, BucketPlan plan,
+      const QuantizedAllReduceOptions& options);
+
+  // Local (not collective): makes a newer plan epoch available; the job
+  // switches to it in the first step in which every rank holds it. Keeps the
+  // two newest epochs. INVALID_ARGUMENT unless plan.epoch() is above every
+  // held epoch and the layout (bucket size, names, shapes, offsets) matches.
+  absl::Status AddPlan(BucketPlan plan);
+
+  // Averages `bucket` (plan.bucket_elements() floats, host memory) in place
+  // across the ranks. Collective. `factors` supplies the GIFT layers'
+  // factors by layer name; the agreed version of each is used. telemetry is
+  // nullable. On a communication error (DEADLINE_EXCEEDED / UNAVAILABLE, or
+  // FAILED_PRECONDITION once the communicator is broken) the bucket holds
+  // partial results.
+  absl::Status Run(float* bucket, const VersionedFactors& factors,
+                   StepTelemetry* telemetry);
+
+  const QuantizedAllReduceOptions& options() const { return options_; }
+  // The epoch used by the last Run (the creation plan's before the first).
+  int64_t current_epoch() const { return current_epoch_; }
+
+ private:
+  // Per-layer GIFT state that lives across steps.
+  struct GiftState {
+    std::vector<float> residual;  // worker residual, whitened coordinates
+    std::unique_ptr<GiftFactor> factor;  // the factor the residual is in
+    int64_t owner_version = kNoVersion;  // owner residual's version
+  };
+
+  QuantizedAllReduce(Communicator* comm, BucketPlan plan,
+                     const QuantizedAllReduceOptions& options);
+
+  absl::Status RunPlain(float* bucket, const BucketPlan& plan);
+  absl::Status RunFp8(float* bucket, const VersionedFactors& factors,
+                      StepTelemetry* t);
+  absl::StatusOr<const BucketPlan*> AgreeOnStep(const VersionedFactors& factors,
+                                                std::vector<int64_t>* versions);
+  absl::Status PrepareGiftLayer(int i, const BucketPlan& plan,
+                                const GiftFactor& f, const float* grad,
+                                LayerIo* io);
+  absl::Status Probe(const BucketPlan& plan, const float* bucket,
+                     const VersionedFactors& factors,
+                     const std::vector<int64_t>& versions, StepTelemetry* t);
+
+  Communicator* const comm_;
+  const QuantizedAllReduceOptions options_;
+  std::map<int64_t, BucketPlan> plans_;  // by epoch, at most two
+  int64_t current_epoch_;
+  int64_t step_ = 0;
+  std::map<std::string, GiftState> gift_;
+  std::vector<std::vector<float>> whitened_;        // per layer, GIFT only
+  std::vector<std::vector<float>> owner_residual_;  // per piece
+  Fp8Round round_;
+  GiftTransformer transformer_;
+};
+
+}  // namespace gift::client
+
+#endif  // GIFT_CLIENT_QUANTIZED_ALLREDUCE_H_

@@ -1,0 +1,235 @@
+#include "client/quantized_allreduce.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "client/synthetic_testutil.h"
+#include "client/thread_ranks_testutil.h"
+#include "common/status_matchers.h"
+#include "kernels/quantize.h"
+
+namespace gift::client {
+namespace {
+
+using ::gift::testing::StatusIs;
+using ::testing::HasSubstr;
+
+// a: 1-D Euclidean; gap; g: GIFT 6 × 16; b: Euclidean E5M2 blocks of 8.
+BucketPlan Plan(int64_t epoch = 1, LayerPath g_path = LayerPath::kGift) {
+  return *BucketPlan::Create(
+      epoch, 200,
+      {{.name = "a", .shape = {37}, .offset = 0},
+       {.name = "g", .shape = {6, 16}, .offset = 40, .path = g_path},
+       {.name = "b",
+        .shape = {3, 21},
+        .offset = 136,
+        .format = kernels::Fp8Format::kE5M2,
+        .block_size = 8}});
+}
+
+std::vector<float> Bucket(int rank) {
+  std::vector<float> x(200);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = SyntheticValue(rank + 1, i);
+  return x;
+}
+
+TEST(QuantizedAllReduceTest, ParsesModes) {
+  EXPECT_EQ(*ParseAllReduceMode("FP8"), AllReduceMode::kFp8);
+  EXPECT_EQ(*ParseAllReduceMode("nccl-fp8"), AllReduceMode::kNcclFp8);
+  EXPECT_EQ(AllReduceModeName(AllReduceMode::kBf16), "bf16");
+  EXPECT_THAT(ParseAllReduceMode("fp16"),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST(QuantizedAllReduceTest, RejectsNcclFp8OnGlooAndBadOptions) {
+  RunThreadRanks(1, [](Communicator& comm) {
+    QuantizedAllReduceOptions o;
+    o.mode = AllReduceMode::kNcclFp8;
+    absl::StatusOr<std::unique_ptr<QuantizedAllReduce>> nccl =
+        QuantizedAllReduce::Create(&comm, Plan(), o);
+    EXPECT_THAT(nccl, StatusIs(absl::StatusCode::kFailedPrecondition));
+    EXPECT_THAT(nccl.status().message(),
+                HasSubstr("nccl-fp8 needs the NCCL backend on sm_90"));
+    o.mode = AllReduceMode::kFp8;
+    o.piece_bytes = 2;
+    EXPECT_THAT(QuantizedAllReduce::Create(&comm, Plan(), o),
+                StatusIs(absl::StatusCode::kInvalidArgument));
+    EXPECT_THAT(QuantizedAllReduce::Create(nullptr, Plan(), {}),
+                StatusIs(absl::StatusCode::kInvalidArgument));
+    auto ar = QuantizedAllReduce::Create(&comm, Plan(), {});
+    ASSERT_OK(ar);
+    EXPECT_THAT((*ar)->Run(nullptr, VersionedFactors(), nullptr),
+                StatusIs(absl::StatusCode::kInvalidArgument));
+  });
+}
+
+TEST(QuantizedAllReduceTest, PlainModesAverageExactlyAndLeaveGapsAlone) {
+  for (AllReduceMode mode : {AllReduceMode::kFp32, AllReduceMode::kBf16}) {
+    RunThreadRanks(3, [mode](Communicator& comm) {
+      QuantizedAllReduceOptions o;
+      o.mode = mode;
+      auto ar = QuantizedAllReduce::Create(&comm, Plan(), o);
+      ASSERT_OK(ar);
+      // Small integers: every partial sum is exact in bfloat16 too.
+      auto value = [](int r, int i) { return float((r + i) % 7 - 3); };
+      std::vector<float> x(200);
+      for (int i = 0; i < 200; ++i) x[i] = value(comm.rank(), i);
+      StepTelemetry t;
+      ASSERT_OK((*ar)->Run(x.data(), VersionedFactors(), &t));
+      for (int i = 0; i < 200; ++i) {
+        const bool gap = (i >= 37 && i < 40) || i >= 199;
+        const float sum = value(0, i) + value(1, i) + value(2, i);
+        EXPECT_EQ(x[i], gap ? value(comm.rank(), i) : sum / 3.0f) << i;
+      }
+      EXPECT_GT(t.bytes_euclid, 0u);
+      EXPECT_EQ(t.bytes_gift, 0u);
+    });
+  }
+}
+
+TEST(QuantizedAllReduceTest, SingleRankFp8IsTheSegmentRoundTrip) {
+  RunThreadRanks(1, [](Communicator& comm) {
+    auto ar =
+        QuantizedAllReduce::Create(&comm, Plan(1, LayerPath::kEuclid), {});
+    ASSERT_OK(ar);
+    std::vector<float> x = Bucket(0), in = x;
+    StepTelemetry t;
+    ASSERT_OK((*ar)->Run(x.data(), VersionedFactors(), &t));
+    const BucketPlan plan = Plan();
+    for (const LayerSpec& l : plan.layers()) {
+      const kernels::QuantizeSpec spec{l.format, l.block_size};
+      std::vector<uint8_t> q(l.size());
+      std::vector<float> s(kernels::NumScales(l.size(), l.block_size)),
+          want(l.size());
+      ASSERT_OK(kernels::Quantize(in.data() + l.offset, l.size(), spec,
+                                  q.data(), s.data(), nullptr, nullptr));
+      ASSERT_OK(
+          kernels::Dequantize(q.data(), s.data(), l.size(), spec, want.data()));
+      for (int64_t i = 0; i < l.size(); ++i) {
+        EXPECT_EQ(x[l.offset + i], want[i]) << l.name << " " << i;
+      }
+    }
+    EXPECT_EQ(x[38], in[38]);  // gap untouched
+    EXPECT_NE(x[0], in[0]);    // quantized (these values are not FP8 grid)
+    EXPECT_EQ(t.layers[0].local.n, 37);
+    EXPECT_GT(t.layers[0].local.err_sq, 0.0);
+  });
+}
+
+TEST(QuantizedAllReduceTest, MoreRanksThanElementsAndEmptyBuckets) {
+  RunThreadRanks(3, [](Communicator& comm) {
+    // Two one-element layers around an empty one: chunk 2 is empty.
+    const BucketPlan tiny =
+        *BucketPlan::Create(0, 3,
+                            {{.name = "x", .shape = {1}, .offset = 0},
+                             {.name = "none", .shape = {0, 4}, .offset = 1},
+                             {.name = "y", .shape = {1, 1}, .offset = 2}});
+    auto ar = QuantizedAllReduce::Create(&comm, tiny, {});
+    ASSERT_OK(ar);
+    // 1, 2, 3 and their sum 6 are exact in E4M3: the mean 2 comes out exact.
+    const float v = static_cast<float>(comm.rank() + 1);
+    std::vector<float> x = {v, -7.0f, -v};
+    ASSERT_OK((*ar)->Run(x.data(), VersionedFactors(), nullptr));
+    EXPECT_EQ(x, (std::vector<float>{2.0f, -7.0f, -2.0f}));
+    const BucketPlan empty = *BucketPlan::Create(
+        0, 0, {{.name = "none", .shape = {0}, .offset = 0}});
+    auto ar0 = QuantizedAllReduce::Create(&comm, empty, {});
+    ASSERT_OK(ar0);
+    StepTelemetry t;
+    EXPECT_OK((*ar0)->Run(nullptr, VersionedFactors(), &t));
+    EXPECT_EQ(t.bytes_euclid + t.bytes_gift, 0u);
+  });
+}
+
+TEST(QuantizedAllReduceTest, NonFiniteOnOneRankPoisonsTheWholeLayerEverywhere) {
+  for (float bad : {std::nanf(""), INFINITY}) {
+    RunThreadRanks(3, [bad](Communicator& comm) {
+      auto ar = QuantizedAllReduce::Create(&comm, Plan(), {});
+      ASSERT_OK(ar);
+      VersionedFactors f;
+      ASSERT_OK(f.Put("g", SyntheticLowRank(1, 16, 4, 5)));
+      std::vector<float> x = Bucket(comm.rank());
+      if (comm.rank() == 1) x[2] = bad;  // layer a, chunk 0 only
+      StepTelemetry t;
+      ASSERT_OK((*ar)->Run(x.data(), f, &t));
+      for (int i = 0; i < 37; ++i) EXPECT_TRUE(std::isnan(x[i])) << i;
+      for (int i = 40; i < 199; ++i) EXPECT_TRUE(std::isfinite(x[i])) << i;
+      EXPECT_EQ(t.nonfinite_layers, 1);
+      EXPECT_TRUE(t.layers[0].nonfinite_result);
+      EXPECT_EQ(t.layers[0].local.nonfinite, comm.rank() == 1 ? 1 : 0);
+      // The next step is clean again.
+      x = Bucket(comm.rank());
+      ASSERT_OK((*ar)->Run(x.data(), f, &t));
+      EXPECT_EQ(t.nonfinite_layers, 0);
+      for (int i = 0; i < 199; ++i) EXPECT_TRUE(std::isfinite(x[i])) << i;
+    });
+  }
+}
+
+TEST(QuantizedAllReduceTest, TelemetryReportsPathsProbesAndBytes) {
+  RunThreadRanks(2, [](Communicator& comm) {
+    QuantizedAllReduceOptions o;
+    o.probe_interval = 2;
+    auto ar = QuantizedAllReduce::Create(&comm, Plan(), o);
+    ASSERT_OK(ar);
+    VersionedFactors f;
+    ASSERT_OK(f.Put("g", SyntheticLowRank(7, 16, 4, 5)));
+    for (int step = 0; step < 3; ++step) {
+      std::vector<float> x = Bucket(comm.rank());
+      StepTelemetry t;
+      const uint64_t before = comm.bytes_sent().Total();
+      ASSERT_OK((*ar)->Run(x.data(), f, &t));
+      EXPECT_EQ(t.bytes_euclid + t.bytes_gift + t.bytes_control,
+                comm.bytes_sent().Total() - before);
+      EXPECT_EQ(t.step, step);
+      EXPECT_EQ(t.probe_step, step % 2 == 0);
+      EXPECT_EQ(t.plan_epoch, 1);
+      ASSERT_EQ(t.layers.size(), 3u);
+      EXPECT_EQ(t.layers[1].path, LayerPath::kGift);
+      EXPECT_EQ(t.layers[1].factor_version, 7);
+      EXPECT_EQ(t.layers[0].path, LayerPath::kEuclid);
+      EXPECT_EQ(t.layers[1].probed, step % 2 == 0);
+      EXPECT_FALSE(t.layers[0].probed);  // 1-D: not a candidate
+      if (step % 2 == 0) {
+        EXPECT_GT(t.layers[1].probe_euclid_rel_l2, 0.0);
+        EXPECT_GT(t.layers[1].probe_gift_rel_l2, 0.0);
+      }
+      EXPECT_EQ(t.layers[1].local.n, 96);
+      EXPECT_GT(t.bytes_gift, 0u);
+      EXPECT_GT(t.bytes_euclid, 0u);
+      EXPECT_GT(t.bytes_control, 0u);  // the agreement vector
+    }
+  });
+}
+
+TEST(QuantizedAllReduceTest, NewPlanEpochIsUsedOnlyOnceEveryRankHasIt) {
+  RunThreadRanks(2, [](Communicator& comm) {
+    auto ar = QuantizedAllReduce::Create(&comm, Plan(1), {});
+    ASSERT_OK(ar);
+    VersionedFactors f;
+    ASSERT_OK(f.Put("g", SyntheticLowRank(1, 16, 4, 5)));
+    EXPECT_THAT((*ar)->AddPlan(Plan(1)),
+                StatusIs(absl::StatusCode::kInvalidArgument));
+    // Epoch 2 sends g down the Euclidean path; rank 1 gets it a step later.
+    if (comm.rank() == 0) {
+      ASSERT_OK((*ar)->AddPlan(Plan(2, LayerPath::kEuclid)));
+    }
+    std::vector<float> x = Bucket(comm.rank());
+    StepTelemetry t;
+    ASSERT_OK((*ar)->Run(x.data(), f, &t));
+    EXPECT_EQ(t.plan_epoch, 1);
+    EXPECT_EQ(t.layers[1].path, LayerPath::kGift);
+    if (comm.rank() == 1) {
+      ASSERT_OK((*ar)->AddPlan(Plan(2, LayerPath::kEuclid)));
+    }
+    ASSERT_OK((*ar)->Run(x.data(), f, &t));
+    EXPECT_EQ(t.plan_epoch, 2);
+    EXPECT_EQ((*ar)->current_epoch(), 2);
+    EXPECT_EQ(t.layers[1].path, LayerPath::kEuclid);
+  });
+}
+
+}  // namespace
+}  // namespace gift::client

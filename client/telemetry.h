@@ -1,0 +1,65 @@
+// What one QuantizedAllReduce::Run reports (DESIGN §2, §6): per layer the
+// path it took, the local quantization telemetry (boundary hits, round-trip
+// error sums, non-finite inputs), whether its result was marked non-finite,
+// and on probe steps the local Euclidean-vs-GIFT round-trip RelL2; per step
+// the payload bytes this rank sent, split by path.
+//
+// Plain data, filled by Run and read by the metrics exporter:
+//   StepTelemetry t;
+//   RETURN_IF_ERROR(allreduce->Run(bucket, factors, &t));
+//   for (const LayerTelemetry& l : t.layers) Export(l.name, l.local.upper);
+//
+// Thread safety: plain structs.
+#ifndef GIFT_CLIENT_TELEMETRY_H_
+#define GIFT_CLIENT_TELEMETRY_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "client/agreement.h"
+#include "client/bucket_plan.h"
+#include "kernels/quantize.h"
+
+namespace gift::client {
+
+struct LayerTelemetry {
+  std::string name;
+  // The path actually taken this step (a GIFT layer without an agreed
+  // factor goes Euclidean).
+  LayerPath path = LayerPath::kEuclid;
+  // Factor version used, or kNoVersion.
+  int64_t factor_version = kNoVersion;
+  // This rank's worker-side quantization of the layer (in whitened
+  // coordinates on the GIFT path): n, upper, lower, nonfinite, err_sq, x_sq,
+  // xhat_x.
+  kernels::QuantizeStats local;
+  // Some rank had a NaN/Inf in this layer: its result is NaN on every rank.
+  bool nonfinite_result = false;
+  // Probe steps, candidate layers (2-D, a factor held): local round trip
+  // ‖Ŵ − W‖/‖W‖ of each path, no communication. GIFT: whiten, quantize,
+  // dequantize, un-whiten, with the layer's format and granularity.
+  bool probed = false;
+  double probe_euclid_rel_l2 = 0;
+  double probe_gift_rel_l2 = 0;
+};
+
+struct StepTelemetry {
+  // Run calls so far on this allreduce, 0-based.
+  int64_t step = 0;
+  int64_t plan_epoch = 0;
+  bool probe_step = false;
+  std::vector<LayerTelemetry> layers;  // plan order
+  // Layers whose result was marked non-finite.
+  int64_t nonfinite_layers = 0;
+  // Payload bytes this rank sent (communicator counters): the two phases'
+  // bytes split between the paths in proportion to each path's share of the
+  // payload, and the rest (agreement, plan checks).
+  uint64_t bytes_euclid = 0;
+  uint64_t bytes_gift = 0;
+  uint64_t bytes_control = 0;
+};
+
+}  // namespace gift::client
+
+#endif  // GIFT_CLIENT_TELEMETRY_H_

@@ -1,0 +1,78 @@
+#include "client/versioned_factors.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace gift::client {
+
+absl::Status GiftFactor::Validate(int64_t layer_d_in) const {
+  auto bad = [&](absl::string_view what) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("GIFT factor version ", version, ": ", what));
+  };
+  if (version < 0) return bad("negative version");
+  if (d_in != layer_d_in) {
+    return bad(absl::StrCat("d_in ", d_in, " does not match the layer's ",
+                            layer_d_in));
+  }
+  const size_t d = static_cast<size_t>(d_in);
+  if (kind == GiftTransform::kLowRank) {
+    if (r < 0 || r > d_in) return bad("rank out of [0, d_in]");
+    if (u.size() != d * r || c.size() != static_cast<size_t>(r) ||
+        c_inv.size() != static_cast<size_t>(r)) {
+      return bad("low-rank sizes: need u d_in*r, c and c_inv r floats");
+    }
+    return absl::OkStatus();
+  }
+  if (t.size() != d * d || t_inv.size() != d * d) {
+    return bad("full transform needs t and t_inv of d_in*d_in floats");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status VersionedFactors::Put(const std::string& layer,
+                                   GiftFactor factor) {
+  if (factor.version < 0) {
+    return absl::InvalidArgumentError("GIFT factor: negative version");
+  }
+  if (absl::Status s = factor.Validate(factor.d_in); !s.ok()) return s;
+  std::vector<std::shared_ptr<GiftFactor>>& slots = by_layer_[layer];
+  slots.erase(std::remove_if(
+                  slots.begin(), slots.end(),
+                  [&](const auto& f) { return f->version == factor.version; }),
+              slots.end());
+  slots.push_back(std::make_shared<GiftFactor>(std::move(factor)));
+  std::sort(slots.begin(), slots.end(), [](const auto& a, const auto& b) {
+    return a->version < b->version;
+  });
+  if (slots.size() > kKeep) slots.erase(slots.begin());
+  return absl::OkStatus();
+}
+
+const GiftFactor* VersionedFactors::Find(const std::string& layer,
+                                         int64_t version) const {
+  auto it = by_layer_.find(layer);
+  if (it == by_layer_.end()) return nullptr;
+  for (const auto& f : it->second) {
+    if (f->version == version) return f.get();
+  }
+  return nullptr;
+}
+
+std::vector<int64_t> VersionedFactors::Held(const std::string& layer) const {
+  std::vector<int64_t> v;
+  auto it = by_layer_.find(layer);
+  if (it == by_layer_.end()) return v;
+  for (const auto& f : it->second) v.push_back(f->version);
+  return v;
+}
+
+const GiftFactor* VersionedFactors::Newest(const std::string& layer) const {
+  auto it = by_layer_.find(layer);
+  if (it == by_layer_.end() || it->second.empty()) return nullptr;
+  return it->second.back().get();
+}
+
+}  // namespace gift::client

@@ -1,0 +1,74 @@
+// The whitening factors a client holds for its GIFT layers, by version.
+//
+// DESIGN §4: factors are refreshed by the daemon and switched on every rank
+// in the same step, chosen by the per-step agreement (agreement.h). Ranks
+// see a new version at slightly different times, so each keeps the last two
+// versions of every layer: whatever minimum the job agrees on is then held
+// locally unless a rank is more than one version ahead of the slowest one
+// (the agreement then sends the layer down the Euclidean path on every rank
+// for that step).
+//
+//   VersionedFactors factors;
+//   GiftFactor f = GiftFactor::LowRank(/*version=*/3, d_in, r, u, c, c_inv);
+//   RETURN_IF_ERROR(factors.Put("blocks.0.mlp.fc2", std::move(f)));
+//   const GiftFactor* v3 = factors.Find("blocks.0.mlp.fc2", 3);
+//
+// Thread safety: not thread-safe; the owner serialises Put with readers
+// (the allreduce reads it only inside Run).
+#ifndef GIFT_CLIENT_VERSIONED_FACTORS_H_
+#define GIFT_CLIENT_VERSIONED_FACTORS_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "client/bucket_plan.h"
+
+namespace gift::client {
+
+// One version of the transform of one layer (DESIGN §2), in float32 as the
+// hot path uses it. Low-rank: T = I + U diag(c) Uᵀ, T⁻¹ = I + U diag(c_inv)
+// Uᵀ. Full: dense T and T⁻¹, d_in × d_in row-major.
+struct GiftFactor {
+  // REQUIRES: >= 0; versions of a layer increase with time.
+  int64_t version = 0;
+  GiftTransform kind = GiftTransform::kLowRank;
+  int64_t d_in = 0;
+  int64_t r = 0;
+  std::vector<float> u;  // d_in × r, row-major (low-rank)
+  std::vector<float> c;
+  std::vector<float> c_inv;
+  std::vector<float> t;  // d_in × d_in (full)
+  std::vector<float> t_inv;
+
+  // INVALID_ARGUMENT unless the sizes are consistent and d_in matches.
+  absl::Status Validate(int64_t layer_d_in) const;
+};
+
+class VersionedFactors {
+ public:
+  // Slots kept per layer.
+  static constexpr int kKeep = 2;
+
+  // Adds a version (replacing one with the same number); keeps the kKeep
+  // highest versions. INVALID_ARGUMENT for a negative version or an
+  // inconsistent factor.
+  absl::Status Put(const std::string& layer, GiftFactor factor);
+  // The factor of that version, or nullptr when not held.
+  const GiftFactor* Find(const std::string& layer, int64_t version) const;
+  // Held versions, ascending (empty when none).
+  std::vector<int64_t> Held(const std::string& layer) const;
+  // The highest held version, or nullptr.
+  const GiftFactor* Newest(const std::string& layer) const;
+
+ private:
+  absl::flat_hash_map<std::string, std::vector<std::shared_ptr<GiftFactor>>>
+      by_layer_;
+};
+
+}  // namespace gift::client
+
+#endif  // GIFT_CLIENT_VERSIONED_FACTORS_H_
