@@ -3,14 +3,40 @@
 # they compete for the same cores) and keeps their output under
 # BUILD_DIR/bench-results/. Figures are ratios against a baseline measured in
 # the same process, so they are comparable across noisy machines.
+# allreduce_bench (4 local rank processes) runs on loopback and then, where
+# network namespaces can be made (root, iproute2), again with every rank in a
+# namespace of its own behind a rate-limited veth (scripts/netns.sh), once
+# per egress rate in ALLREDUCE_NETNS_RATES (default: "1gbit 250mbit").
 # Usage: scripts/run-bench.sh BUILD_DIR [benchmark-name ...]
 set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
 build=${1:-build}
 shift || true
 benches=("$@")
 if [[ ${#benches[@]} -eq 0 ]]; then
-  benches=(quantize_bench whiten_bench nystrom_bench)
+  benches=(quantize_bench whiten_bench nystrom_bench allreduce_bench)
 fi
+
+# The bandwidth-limited allreduce runs: one namespace set per rate, removed
+# on exit even when a run fails.
+netns_prefix="giftbench$$"
+allreduce_netns() {
+  local exe=$1 reason rate
+  if ! reason=$("$here/netns.sh" check); then
+    echo "run-bench: skipping the bandwidth-limited allreduce_bench:" \
+      "network namespaces unavailable: $reason"
+    return 0
+  fi
+  trap '"$here/netns.sh" down -p "$netns_prefix"' EXIT
+  for rate in ${ALLREDUCE_NETNS_RATES:-1gbit 250mbit}; do
+    echo "=== allreduce_bench, ranks in network namespaces, egress $rate ==="
+    "$here/netns.sh" up -p "$netns_prefix" -w 4 -r "$rate"
+    "$exe" --netns="$netns_prefix" --label="netns $rate" \
+      --json="$out/allreduce_bench_netns_$rate.json" 2>&1 |
+      tee "$out/allreduce_bench_netns_$rate.txt"
+    "$here/netns.sh" down -p "$netns_prefix"
+  done
+}
 out="$build/bench-results"
 mkdir -p "$out"
 for b in "${benches[@]}"; do
@@ -20,6 +46,11 @@ for b in "${benches[@]}"; do
     exit 1
   fi
   echo "=== $b ==="
+  if [[ "$b" == allreduce_bench ]]; then
+    "$exe" --label=loopback --json="$out/$b.json" 2>&1 | tee "$out/$b.txt"
+    allreduce_netns "$exe"
+    continue
+  fi
   "$exe" --benchmark_min_time=0.2 2>&1 | tee "$out/$b.txt"
 done
 echo "run-bench: results in $out/"
