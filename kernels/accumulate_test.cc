@@ -2,6 +2,9 @@
 
 #include <cmath>
 #include <cstring>
+#if defined(__x86_64__)
+#include <xmmintrin.h>
+#endif
 #include <limits>
 #include <random>
 #include <vector>
@@ -83,6 +86,52 @@ TEST(AccumulateTest, MatchesNaiveLoopBitwise) {
     }
   }
 }
+
+#if defined(__x86_64__)
+// Every code (E4M3 subnormals included) with scales of every kind: normal,
+// tiny, subnormal, too large to pre-scale by 256, NaN; in the default mode
+// and under MXCSR.FTZ/DAZ (set by some frameworks), where the reference
+// loop runs in the same mode.
+TEST(AccumulateTest, MatchesNaiveLoopForAllCodesAndScales) {
+  constexpr int64_t kN = 4099;
+  const float scales[] = {0.37f, 3e-38f, 1e-40f, 1e30f, 1.5e36f, kNaN};
+  for (Fp8Format f : {Fp8Format::kE4M3, Fp8Format::kE5M2}) {
+    for (bool flush : {false, true}) {
+      Sources s;
+      for (int k = 0; k < 3; ++k) {
+        s.codes.emplace_back(kN);
+        for (int64_t i = 0; i < kN; ++i) {
+          s.codes[k][i] = uint8_t(i * (2 * k + 3) + k);
+        }
+      }
+      for (float a : scales) {
+        for (float b : {0.5f, a}) {
+          s.scales = {{a}, {b}, {1.25f}};
+          s.views.clear();
+          for (int k = 0; k < 3; ++k) {
+            s.views.push_back({s.codes[k].data(), s.scales[k].data()});
+          }
+          std::vector<float> acc = RandomData(kN, 3);
+          const unsigned csr = _mm_getcsr();
+          if (flush) _mm_setcsr(csr | 0x8040);  // FTZ | DAZ
+          const auto want = Naive(s, kN, {f, 0}, false, acc);
+          const absl::Status st = DequantizeAccumulate(
+              s.views.data(), 3, kN, {f, 0}, false, acc.data());
+          _mm_setcsr(csr);
+          ASSERT_OK(st);
+          for (int64_t i = 0; i < kN; ++i) {
+            ASSERT_TRUE(SameBits(acc[i], want[i]) ||
+                        (std::isnan(acc[i]) && std::isnan(want[i])))
+                << Fp8FormatName(f) << " flush " << flush << " scales " << a
+                << ", " << b << " at " << i << ": " << acc[i] << " vs "
+                << want[i];
+          }
+        }
+      }
+    }
+  }
+}
+#endif
 
 TEST(AccumulateTest, ZeroFirstOverwritesGarbage) {
   const QuantizeSpec spec{Fp8Format::kE4M3, 16};

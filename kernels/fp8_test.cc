@@ -2,6 +2,9 @@
 
 #include <cmath>
 #include <cstring>
+#if defined(__x86_64__)
+#include <xmmintrin.h>
+#endif
 #include <limits>
 #include <random>
 #include <vector>
@@ -154,6 +157,26 @@ TEST(Fp8Test, BulkMatchesScalar) {
     }
   }
 }
+
+#if defined(__x86_64__)
+// Frameworks may run with MXCSR.FTZ and DAZ set: the bulk decoder (which
+// converts E4M3 subnormal codes through binary16) must not change.
+TEST(Fp8Test, BulkDecodeIsExactUnderFlushToZero) {
+  for (Fp8Format f : {Fp8Format::kE4M3, Fp8Format::kE5M2}) {
+    std::vector<uint8_t> codes(1000);
+    for (size_t i = 0; i < codes.size(); ++i) codes[i] = uint8_t(i * 7 + 3);
+    std::vector<float> got(codes.size());
+    const unsigned csr = _mm_getcsr();
+    _mm_setcsr(csr | 0x8040);  // FTZ | DAZ
+    DecodeFp8(codes.data(), codes.size(), f, got.data());
+    _mm_setcsr(csr);
+    for (size_t i = 0; i < codes.size(); ++i) {
+      const float want = DecodeFp8(codes[i], f);
+      ASSERT_EQ(std::memcmp(&want, &got[i], 4), 0) << int(codes[i]);
+    }
+  }
+}
+#endif
 
 TEST(Fp8Test, RoundsToNearestOnRandomInputs) {
   std::mt19937 rng(11);

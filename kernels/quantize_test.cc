@@ -2,6 +2,9 @@
 
 #include <cmath>
 #include <cstring>
+#if defined(__x86_64__)
+#include <xmmintrin.h>
+#endif
 #include <limits>
 #include <random>
 #include <vector>
@@ -129,6 +132,49 @@ TEST(QuantizeTest, MatchesNaiveReference) {
         const auto x = RandomData(n, uint32_t(n * 31 + block));
         const QuantizeSpec spec{f, block};
         ExpectSame(RunQuantize(x, spec), Naive(x, spec));
+      }
+    }
+  }
+}
+
+// Long enough for the vector loops (and their tails), with the values they
+// must treat specially: +-0, +-max, FP8 subnormals, values that round up to
+// the next binade or to max, float subnormals.
+TEST(QuantizeTest, MatchesNaiveReferenceOnSpecialValues) {
+  std::vector<float> x = RandomData(1000, 11);
+  const float special[] = {0.0f,
+                           -0.0f,
+                           448.0f,
+                           -448.0f,
+                           447.0f,
+                           std::ldexp(1.0f, -9),
+                           -std::ldexp(3.0f, -10),
+                           std::ldexp(1.0f, -10),
+                           std::ldexp(1.0001f, -10),
+                           std::ldexp(15.5f, -4),
+                           -std::ldexp(1.9375f, 3),
+                           1e-40f,
+                           -1e-45f,
+                           std::ldexp(7.5f, -9)};
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (i % 3 == 0) x[i] = special[(i / 3) % std::size(special)];
+  }
+  for (Fp8Format f : {Fp8Format::kE4M3, Fp8Format::kE5M2}) {
+    for (int64_t block : {0, 64, 100}) {
+      SCOPED_TRACE(::testing::Message()
+                   << Fp8FormatName(f) << " block " << block);
+      const QuantizeSpec spec{f, block};
+      ExpectSame(RunQuantize(x, spec), Naive(x, spec));
+      // In place, as error feedback runs.
+      std::vector<float> y = x;
+      std::vector<uint8_t> codes(x.size());
+      std::vector<float> scales(NumScales(x.size(), block));
+      ASSERT_OK(Quantize(y.data(), y.size(), spec, codes.data(), scales.data(),
+                         y.data(), nullptr));
+      const Result want = Naive(x, spec);
+      for (size_t i = 0; i < x.size(); ++i) {
+        ASSERT_EQ(codes[i], want.codes[i]) << i;
+        ASSERT_TRUE(SameBits(y[i], want.residual[i])) << i;
       }
     }
   }
@@ -313,6 +359,35 @@ TEST(QuantizeTest, DequantizeIsCodeTimesScaleForShortAndLongBlocks) {
     }
   }
 }
+
+#if defined(__x86_64__)
+// Under MXCSR.FTZ/DAZ (set by some frameworks) Dequantize still equals
+// DecodeFp8(code) * scale computed in the same mode, for every code and for
+// normal, tiny and subnormal scales.
+TEST(QuantizeTest, DequantizeUnderFlushToZero) {
+  std::vector<uint8_t> codes(4096);
+  for (size_t i = 0; i < codes.size(); ++i) codes[i] = uint8_t(i * 13 + 5);
+  const float scales[] = {0.37f, 3e-38f, 1e-40f, 1e30f, 1.5e36f};
+  for (Fp8Format f : {Fp8Format::kE4M3, Fp8Format::kE5M2}) {
+    for (float s : scales) {
+      std::vector<float> got(codes.size()), want(codes.size());
+      const unsigned csr = _mm_getcsr();
+      _mm_setcsr(csr | 0x8040);  // FTZ | DAZ
+      const absl::Status st =
+          Dequantize(codes.data(), &s, codes.size(), {f, 0}, got.data());
+      for (size_t i = 0; i < codes.size(); ++i) {
+        want[i] = DecodeFp8(codes[i], f) * s;
+      }
+      _mm_setcsr(csr);
+      ASSERT_OK(st);
+      for (size_t i = 0; i < codes.size(); ++i) {
+        ASSERT_TRUE(SameBits(got[i], want[i]))
+            << Fp8FormatName(f) << " s " << s << " code " << int(codes[i]);
+      }
+    }
+  }
+}
+#endif
 
 TEST(QuantizeTest, RejectsBadArguments) {
   float x = 1, s;
