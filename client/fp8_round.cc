@@ -1,8 +1,5 @@
 #include "client/fp8_round.h"
 
-#include <cmath>
-#include <cstring>
-
 #include "common/status_macros.h"
 #include "kernels/accumulate.h"
 
@@ -35,29 +32,37 @@ void RoundOutcome::Reset(size_t layers) {
   bytes_euclid = bytes_gift = 0;
 }
 
+Fp8Round::Fp8Round(Communicator* comm, Fp8Backend* backend)
+    : comm_(comm),
+      backend_(backend),
+      send_(backend->NewBuffer()),
+      recv_(backend->NewBuffer()),
+      gather_send_(backend->NewBuffer()),
+      gather_recv_(backend->NewBuffer()),
+      acc_(backend->NewBuffer()) {}
+
 absl::Status Fp8Round::Pack(const BucketPlan& plan, const PieceLayout& piece,
-                            const std::vector<LayerIo>& io,
-                            RoundOutcome* outcome) {
+                            const std::vector<LayerIo>& io) {
   const int w = comm_->world_size();
   offsets_.assign(w + 1, 0);
   for (int j = 0; j < w; ++j) {
     offsets_[j + 1] = offsets_[j] + piece.chunks[j].wire_bytes();
   }
-  send_.assign(offsets_[w], 0);
+  RETURN_IF_ERROR(send_->Resize(offsets_[w]));
+  RETURN_IF_ERROR(send_->Zero());  // the padding before the scales
+  int slot = 0;  // one statistics slot per segment, in chunk order
   for (int j = 0; j < w; ++j) {
     const ChunkLayout& c = piece.chunks[j];
-    uint8_t* chunk = send_.data() + offsets_[j];
+    uint8_t* chunk = send_->u8() + offsets_[j];
     for (const Segment& s : c.segments) {
       const LayerSpec& l = plan.layers()[s.layer];
       const LayerIo& x = io[s.layer];
-      kernels::QuantizeStats st;
       float* res = x.worker_residual == nullptr
                        ? nullptr
                        : x.worker_residual + s.layer_begin;
-      RETURN_IF_ERROR(kernels::Quantize(x.src + s.layer_begin, s.count,
-                                        SpecOf(l), chunk + s.code_offset,
-                                        ScalesOf(chunk, c, s), res, &st));
-      outcome->stats[s.layer].Merge(st);
+      RETURN_IF_ERROR(backend_->Quantize(x.src + s.layer_begin, s.count,
+                                         SpecOf(l), chunk + s.code_offset,
+                                         ScalesOf(chunk, c, s), res, slot++));
     }
   }
   return absl::OkStatus();
@@ -68,51 +73,68 @@ absl::Status Fp8Round::Reduce(const BucketPlan& plan, const ChunkLayout& mine,
                               float* owner_residual) {
   const int w = comm_->world_size();
   const size_t bytes = mine.wire_bytes();
-  acc_.resize(mine.packed.size());
-  gather_send_.assign(bytes, 0);
+  RETURN_IF_ERROR(acc_->Resize(mine.packed.size() * sizeof(float)));
+  RETURN_IF_ERROR(gather_send_->Resize(bytes));
+  RETURN_IF_ERROR(gather_send_->Zero());
   std::vector<kernels::Fp8Source> sources(w);
   for (const Segment& s : mine.segments) {
     const LayerSpec& l = plan.layers()[s.layer];
     for (int p = 0; p < w; ++p) {
-      uint8_t* chunk = recv_.data() + p * bytes;
+      uint8_t* chunk = recv_->u8() + p * bytes;
       sources[p] = {chunk + s.code_offset, ScalesOf(chunk, mine, s)};
     }
-    float* acc = acc_.data() + s.code_offset;
-    RETURN_IF_ERROR(kernels::DequantizeAccumulate(sources.data(), w, s.count,
-                                                  SpecOf(l), true, acc));
+    float* acc = acc_->floats() + s.code_offset;
+    RETURN_IF_ERROR(
+        backend_->Accumulate(sources.data(), w, s.count, SpecOf(l), acc));
     float* res = nullptr;
     if (io[s.layer].owner_feedback && owner_residual != nullptr) {
       res = owner_residual + s.code_offset;
       if (io[s.layer].reset_owner_residual) {
-        std::memset(res, 0, s.count * sizeof(float));
+        RETURN_IF_ERROR(backend_->Zero(res, s.count * sizeof(float)));
       }
-      for (int64_t i = 0; i < s.count; ++i) acc[i] = acc[i] + res[i];
+      RETURN_IF_ERROR(backend_->AddInPlace(acc, res, s.count));
     }
-    RETURN_IF_ERROR(kernels::Quantize(
-        acc, s.count, SpecOf(l), gather_send_.data() + s.code_offset,
-        ScalesOf(gather_send_.data(), mine, s), res, nullptr));
+    RETURN_IF_ERROR(backend_->Quantize(
+        acc, s.count, SpecOf(l), gather_send_->u8() + s.code_offset,
+        ScalesOf(gather_send_->u8(), mine, s), res, -1));
   }
   return absl::OkStatus();
 }
 
 absl::Status Fp8Round::Unpack(const BucketPlan& plan, const PieceLayout& piece,
-                              const std::vector<LayerIo>& io,
-                              RoundOutcome* outcome) {
+                              const std::vector<LayerIo>& io) {
   const float w = static_cast<float>(comm_->world_size());
   for (size_t j = 0; j < piece.chunks.size(); ++j) {
     const ChunkLayout& c = piece.chunks[j];
-    uint8_t* chunk = gather_recv_.data() + offsets_[j];
+    uint8_t* chunk = gather_recv_->u8() + offsets_[j];
     for (const Segment& s : c.segments) {
       const LayerSpec& l = plan.layers()[s.layer];
       const float* scales = ScalesOf(chunk, c, s);
-      for (int64_t k = 0; k < s.num_scales; ++k) {
-        if (!std::isfinite(scales[k])) outcome->nonfinite[s.layer] = true;
-      }
+      RETURN_IF_ERROR(backend_->FlagNonFinite(scales, s.num_scales, s.layer));
       float* out = io[s.layer].dst + s.layer_begin;
-      RETURN_IF_ERROR(kernels::Dequantize(chunk + s.code_offset, scales,
-                                          s.count, SpecOf(l), out));
-      for (int64_t i = 0; i < s.count; ++i) out[i] = out[i] / w;
+      RETURN_IF_ERROR(backend_->Dequantize(chunk + s.code_offset, scales,
+                                           s.count, SpecOf(l), out));
+      RETURN_IF_ERROR(backend_->Divide(out, s.count, w));
     }
+  }
+  return absl::OkStatus();
+}
+
+// Merges the round's statistics (segment order, as Pack numbered them) and
+// non-finite flags into the outcome.
+absl::Status Fp8Round::Collect(const PieceLayout& piece,
+                               RoundOutcome* outcome) {
+  std::vector<kernels::QuantizeStats> stats;
+  std::vector<uint8_t> flags;
+  RETURN_IF_ERROR(backend_->EndRound(&stats, &flags));
+  size_t slot = 0;
+  for (const ChunkLayout& c : piece.chunks) {
+    for (const Segment& s : c.segments) {
+      outcome->stats[s.layer].Merge(stats[slot++]);
+    }
+  }
+  for (size_t i = 0; i < flags.size(); ++i) {
+    if (flags[i] != 0) outcome->nonfinite[i] = true;
   }
   return absl::OkStatus();
 }
@@ -148,7 +170,10 @@ absl::Status Fp8Round::Run(const BucketPlan& plan, const PieceLayout& piece,
                            const std::vector<LayerIo>& io,
                            float* owner_residual, RoundOutcome* outcome) {
   const int w = comm_->world_size(), me = comm_->rank();
-  RETURN_IF_ERROR(Pack(plan, piece, io, outcome));
+  int segments = 0;
+  for (const ChunkLayout& c : piece.chunks) segments += c.segments.size();
+  RETURN_IF_ERROR(backend_->BeginRound(segments, plan.layers().size()));
+  RETURN_IF_ERROR(Pack(plan, piece, io));
   const ChunkLayout& mine = piece.chunks[me];
   const size_t bytes = mine.wire_bytes();
   std::vector<size_t> send_sizes(w), send_offsets(w), recv_sizes(w, bytes),
@@ -159,18 +184,19 @@ absl::Status Fp8Round::Run(const BucketPlan& plan, const PieceLayout& piece,
     recv_offsets[p] = p * bytes;
     gather_sizes[p] = send_sizes[p];
   }
-  recv_.resize(w * bytes);
+  RETURN_IF_ERROR(recv_->Resize(w * bytes));
   const BytesSent before = comm_->bytes_sent();
-  RETURN_IF_ERROR(comm_->AllToAllV(send_.data(), send_sizes, send_offsets,
-                                   recv_.data(), recv_sizes, recv_offsets));
+  RETURN_IF_ERROR(comm_->AllToAllV(send_->data(), send_sizes, send_offsets,
+                                   recv_->data(), recv_sizes, recv_offsets));
   RETURN_IF_ERROR(Reduce(plan, mine, io, owner_residual));
-  gather_recv_.resize(offsets_[w]);
-  RETURN_IF_ERROR(comm_->AllGatherV(gather_send_.data(), bytes,
-                                    gather_recv_.data(), gather_sizes));
+  RETURN_IF_ERROR(gather_recv_->Resize(offsets_[w]));
+  RETURN_IF_ERROR(comm_->AllGatherV(gather_send_->data(), bytes,
+                                    gather_recv_->data(), gather_sizes));
   const BytesSent after = comm_->bytes_sent();
   CountBytes(plan, piece, io, after.all_to_all - before.all_to_all,
              after.all_gather - before.all_gather, outcome);
-  return Unpack(plan, piece, io, outcome);
+  RETURN_IF_ERROR(Unpack(plan, piece, io));
+  return Collect(piece, outcome);
 }
 
 }  // namespace gift::client

@@ -12,6 +12,10 @@
 // its scales (one AllGatherV). Every rank then dequantizes every chunk and
 // divides by W once, in FP32, into the layers' destinations.
 //
+// The arithmetic and the staging buffers come from an Fp8Backend
+// (fp8_backend.h): host memory with the CPU kernels, or device memory with
+// the CUDA kernels on the communicator's stream; the steps are the same.
+//
 // A NaN/Inf anywhere in a block on any rank makes the owner's sum and thus
 // its re-quantized scale NaN; every rank sees that scale after the gather
 // and reports the layer as non-finite (the caller marks the whole layer).
@@ -21,11 +25,13 @@
 #define GIFT_CLIENT_FP8_ROUND_H_
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "client/chunking.h"
 #include "client/communicator.h"
+#include "client/fp8_backend.h"
 #include "kernels/quantize.h"
 
 namespace gift::client {
@@ -56,9 +62,12 @@ struct RoundOutcome {
 
 class Fp8Round {
  public:
-  explicit Fp8Round(Communicator* comm) : comm_(comm) {}
+  // REQUIRES: comm and backend not null, outlive this; backend's memory kind
+  // is comm's.
+  Fp8Round(Communicator* comm, Fp8Backend* backend);
 
-  // Runs the round over `piece`. io has one entry per plan layer.
+  // Runs the round over `piece`. io has one entry per plan layer; every
+  // pointer is of the backend's memory kind.
   // owner_residual: chunk-sized FP32 residual of this rank's chunk, or null
   // when no segment uses owner feedback.
   absl::Status Run(const BucketPlan& plan, const PieceLayout& piece,
@@ -67,18 +76,19 @@ class Fp8Round {
 
  private:
   absl::Status Pack(const BucketPlan& plan, const PieceLayout& piece,
-                    const std::vector<LayerIo>& io, RoundOutcome* outcome);
+                    const std::vector<LayerIo>& io);
   absl::Status Reduce(const BucketPlan& plan, const ChunkLayout& mine,
                       const std::vector<LayerIo>& io, float* owner_residual);
   absl::Status Unpack(const BucketPlan& plan, const PieceLayout& piece,
-                      const std::vector<LayerIo>& io, RoundOutcome* outcome);
+                      const std::vector<LayerIo>& io);
+  absl::Status Collect(const PieceLayout& piece, RoundOutcome* outcome);
   void CountBytes(const BucketPlan& plan, const PieceLayout& piece,
                   const std::vector<LayerIo>& io, uint64_t a2a_bytes,
                   uint64_t gather_bytes, RoundOutcome* outcome) const;
 
   Communicator* const comm_;
-  std::vector<uint8_t> send_, recv_, gather_send_, gather_recv_;
-  std::vector<float> acc_;
+  Fp8Backend* const backend_;
+  std::unique_ptr<Fp8Buffer> send_, recv_, gather_send_, gather_recv_, acc_;
   std::vector<size_t> offsets_;
 };
 

@@ -15,29 +15,6 @@
 namespace gift::client {
 namespace {
 
-uint16_t ToBf16(float f) {  // round to nearest even; NaN stays NaN
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  if ((u & 0x7FFFFFFFu) > 0x7F800000u)
-    return static_cast<uint16_t>((u >> 16) | 0x40);
-  u += 0x7FFFu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
-}
-
-float FromBf16(uint16_t b) {
-  const uint32_t u = static_cast<uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
-bool AnyNonFinite(const float* x, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    if (!std::isfinite(x[i])) return true;
-  }
-  return false;
-}
-
 // Fingerprint of the options every rank must share.
 uint64_t OptionsFingerprint(const QuantizedAllReduceOptions& o) {
   const int64_t v[3] = {static_cast<int64_t>(o.mode), o.piece_bytes,
@@ -84,13 +61,19 @@ absl::StatusOr<AllReduceMode> ParseAllReduceMode(absl::string_view name) {
       "unknown allreduce mode '", name, "' (fp8, fp32, bf16, nccl-fp8)"));
 }
 
-QuantizedAllReduce::QuantizedAllReduce(Communicator* comm, BucketPlan plan,
-                                       const QuantizedAllReduceOptions& options)
+QuantizedAllReduce::QuantizedAllReduce(
+    Communicator* comm, BucketPlan plan,
+    const QuantizedAllReduceOptions& options,
+    std::unique_ptr<Fp8Backend> backend,
+    std::unique_ptr<NcclFp8AllReduce> nccl_fp8)
     : comm_(comm),
       options_(options),
       current_epoch_(plan.epoch()),
-      round_(comm) {
+      backend_(std::move(backend)),
+      nccl_fp8_(std::move(nccl_fp8)) {
   plans_.emplace(plan.epoch(), std::move(plan));
+  round_ = std::make_unique<Fp8Round>(comm_, backend_.get());
+  bf16_ = backend_->NewBuffer();
 }
 
 absl::StatusOr<std::unique_ptr<QuantizedAllReduce>> QuantizedAllReduce::Create(
@@ -105,23 +88,25 @@ absl::StatusOr<std::unique_ptr<QuantizedAllReduce>> QuantizedAllReduce::Create(
                      options.piece_bytes, ") and probe_interval >= 0 (is ",
                      options.probe_interval, ")"));
   }
+  if (options.mode == AllReduceMode::kNcclFp8 &&
+      comm->backend_name() != "nccl") {
+    return absl::FailedPreconditionError(
+        "nccl-fp8 needs the NCCL backend on sm_90");
+  }
+  // Local checks and set-up first, so that a rank fails before the
+  // collectives rather than inside them.
+  // The backend also carries the control messages (host memory) in every
+  // mode.
+  ASSIGN_OR_RETURN(std::unique_ptr<Fp8Backend> backend, CreateFp8Backend(comm));
+  std::unique_ptr<NcclFp8AllReduce> nccl_fp8;
   if (options.mode == AllReduceMode::kNcclFp8) {
-    if (comm->backend_name() != "nccl") {
-      return absl::FailedPreconditionError(
-          "nccl-fp8 needs the NCCL backend on sm_90");
-    }
-    return absl::UnimplementedError(
-        "nccl-fp8 (global-scale NCCL FP8 sum) is not implemented yet");
+    ASSIGN_OR_RETURN(nccl_fp8, CreateNcclFp8AllReduce(comm));
   }
-  if (comm->memory_kind() != MemoryKind::kHost) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "QuantizedAllReduce works on host memory; the ", comm->backend_name(),
-        " backend uses device memory (the CUDA pipeline is not built yet)"));
-  }
-  RETURN_IF_ERROR(CheckPlanAcrossRanks(*comm, plan));
-  RETURN_IF_ERROR(CheckOptionsAcrossRanks(*comm, options));
-  return std::unique_ptr<QuantizedAllReduce>(
-      new QuantizedAllReduce(comm, std::move(plan), options));
+  RETURN_IF_ERROR(CheckPlanAcrossRanks(*backend->control(), plan));
+  RETURN_IF_ERROR(CheckOptionsAcrossRanks(*backend->control(), options));
+  if (nccl_fp8 != nullptr) RETURN_IF_ERROR(nccl_fp8->Connect());
+  return std::unique_ptr<QuantizedAllReduce>(new QuantizedAllReduce(
+      comm, std::move(plan), options, std::move(backend), std::move(nccl_fp8)));
 }
 
 absl::Status QuantizedAllReduce::AddPlan(BucketPlan plan) {
@@ -149,42 +134,39 @@ absl::Status QuantizedAllReduce::Run(float* bucket,
   *t = StepTelemetry();
   t->step = step_;
   const uint64_t before = comm_->bytes_sent().Total();
-  absl::Status s;
-  if (options_.mode == AllReduceMode::kFp8) {
-    s = RunFp8(bucket, factors, t);
-  } else {
-    const BucketPlan& plan = plans_.at(current_epoch_);
-    t->plan_epoch = plan.epoch();
-    for (const LayerSpec& l : plan.layers()) {
-      LayerTelemetry lt;
-      lt.name = l.name;
-      lt.local.n = l.size();
-      t->layers.push_back(std::move(lt));
-    }
-    s = RunPlain(bucket, plan);
-    if (s.ok()) {
-      for (size_t i = 0; i < plan.layers().size(); ++i) {
-        const LayerSpec& l = plan.layers()[i];
-        t->layers[i].nonfinite_result =
-            AnyNonFinite(bucket + l.offset, l.size());
-        t->nonfinite_layers += t->layers[i].nonfinite_result;
+  auto step = [&]() -> absl::Status {
+    if (nccl_fp8_ != nullptr || options_.mode != AllReduceMode::kFp8) {
+      const BucketPlan& plan = plans_.at(current_epoch_);
+      t->plan_epoch = plan.epoch();
+      for (const LayerSpec& l : plan.layers()) {
+        LayerTelemetry lt;
+        lt.name = l.name;
+        lt.local.n = l.size();
+        t->layers.push_back(std::move(lt));
       }
+      if (nccl_fp8_ != nullptr) return nccl_fp8_->Run(bucket, plan, t);
+      RETURN_IF_ERROR(backend_->BeginStep());
+      RETURN_IF_ERROR(RunPlain(bucket, plan, t));
       t->bytes_euclid = comm_->bytes_sent().Total() - before;
+      return backend_->EndStep();
     }
-  }
+    RETURN_IF_ERROR(backend_->BeginStep());
+    RETURN_IF_ERROR(RunFp8(bucket, factors, t));
+    return backend_->EndStep();
+  };
+  const absl::Status s = step();
   ++step_;
-  if (s.ok()) {
+  if (s.ok() && nccl_fp8_ == nullptr) {
     t->bytes_control =
         comm_->bytes_sent().Total() - before - t->bytes_euclid - t->bytes_gift;
   }
   return s;
 }
 
-absl::Status QuantizedAllReduce::RunPlain(float* bucket,
-                                          const BucketPlan& plan) {
+absl::Status QuantizedAllReduce::RunPlain(float* bucket, const BucketPlan& plan,
+                                          StepTelemetry* t) {
   const float w = static_cast<float>(comm_->world_size());
   const std::vector<LayerSpec>& layers = plan.layers();
-  std::vector<uint16_t> bf;
   for (size_t i = 0; i < layers.size();) {
     // A maximal run of adjacent layers is one call.
     const int64_t begin = layers[i].offset;
@@ -199,13 +181,29 @@ absl::Status QuantizedAllReduce::RunPlain(float* bucket,
       RETURN_IF_ERROR(
           comm_->AllReduce(x, x, n, DataType::kFloat32, ReduceOp::kSum));
     } else {
-      bf.resize(n);
-      for (int64_t k = 0; k < n; ++k) bf[k] = ToBf16(x[k]);
-      RETURN_IF_ERROR(comm_->AllReduce(bf.data(), bf.data(), n,
-                                       DataType::kBFloat16, ReduceOp::kSum));
-      for (int64_t k = 0; k < n; ++k) x[k] = FromBf16(bf[k]);
+      if (bf16_->bytes() < n * sizeof(uint16_t)) {
+        RETURN_IF_ERROR(bf16_->Resize(n * sizeof(uint16_t)));
+      }
+      auto* bf = static_cast<uint16_t*>(bf16_->data());
+      RETURN_IF_ERROR(backend_->ToBf16(x, n, bf));
+      RETURN_IF_ERROR(
+          comm_->AllReduce(bf, bf, n, DataType::kBFloat16, ReduceOp::kSum));
+      RETURN_IF_ERROR(backend_->FromBf16(bf, n, x));
     }
-    for (int64_t k = 0; k < n; ++k) x[k] = x[k] / w;
+    RETURN_IF_ERROR(backend_->Divide(x, n, w));
+  }
+  // Non-finite results, for the telemetry.
+  RETURN_IF_ERROR(backend_->BeginRound(0, layers.size()));
+  for (size_t i = 0; i < layers.size(); ++i) {
+    RETURN_IF_ERROR(backend_->FlagNonFinite(bucket + layers[i].offset,
+                                            layers[i].size(), i));
+  }
+  std::vector<kernels::QuantizeStats> unused;
+  std::vector<uint8_t> flags;
+  RETURN_IF_ERROR(backend_->EndRound(&unused, &flags));
+  for (size_t i = 0; i < layers.size(); ++i) {
+    t->layers[i].nonfinite_result = flags[i] != 0;
+    t->nonfinite_layers += t->layers[i].nonfinite_result;
   }
   return absl::OkStatus();
 }
@@ -226,7 +224,8 @@ absl::StatusOr<const BucketPlan*> QuantizedAllReduce::AgreeOnStep(
       }
     }
   }
-  ASSIGN_OR_RETURN(std::vector<int64_t> agreed, AgreeOnVersions(*comm_, held));
+  ASSIGN_OR_RETURN(std::vector<int64_t> agreed,
+                   AgreeOnVersions(*backend_->control(), held));
   if (agreed[0] == kNoVersion) {
     return absl::FailedPreconditionError(
         "the agreed bucket plan epoch is not held by every rank (a rank is "
@@ -235,7 +234,7 @@ absl::StatusOr<const BucketPlan*> QuantizedAllReduce::AgreeOnStep(
   const BucketPlan& plan = plans_.at(agreed[0]);
   if (plan.epoch() != current_epoch_) {
     // Every rank switches in this same step, so all of them check.
-    RETURN_IF_ERROR(CheckPlanAcrossRanks(*comm_, plan));
+    RETURN_IF_ERROR(CheckPlanAcrossRanks(*backend_->control(), plan));
     owner_residual_.clear();
     for (auto& [name, state] : gift_) state.owner_version = kNoVersion;
     current_epoch_ = plan.epoch();
@@ -254,27 +253,30 @@ absl::Status QuantizedAllReduce::PrepareGiftLayer(int i, const BucketPlan& plan,
                                                   const float* grad,
                                                   LayerIo* io) {
   const LayerSpec& l = plan.layers()[i];
-  const size_t n = l.size();
+  const size_t bytes = l.size() * sizeof(float);
   GiftState& st = gift_[l.name];
   const bool ef = options_.error_feedback;
   if (ef) {
-    if (st.residual.size() != n) {
-      st.residual.assign(n, 0.0f);
+    if (st.residual == nullptr) st.residual = backend_->NewBuffer();
+    if (st.residual->bytes() != bytes || st.residual->data() == nullptr) {
+      RETURN_IF_ERROR(st.residual->Resize(bytes));
+      RETURN_IF_ERROR(st.residual->Zero());
       st.factor.reset();
     } else if (st.factor != nullptr && st.factor->version != f.version) {
       RETURN_IF_ERROR(
-          transformer_.Reproject(*st.factor, f, st.residual.data(), l.d_out()));
+          backend_->Reproject(*st.factor, f, st.residual->floats(), l.d_out()));
     }
     if (st.factor == nullptr || st.factor->version != f.version) {
       st.factor = std::make_unique<GiftFactor>(f);
     }
   }
-  whitened_[i].resize(n);
-  RETURN_IF_ERROR(transformer_.Forward(f, grad, l.d_out(),
-                                       ef ? st.residual.data() : nullptr,
-                                       whitened_[i].data()));
-  io->src = io->dst = whitened_[i].data();
-  io->worker_residual = ef ? st.residual.data() : nullptr;
+  if (whitened_[i] == nullptr) whitened_[i] = backend_->NewBuffer();
+  RETURN_IF_ERROR(whitened_[i]->Resize(bytes));
+  float* whitened = whitened_[i]->floats();
+  float* residual = ef ? st.residual->floats() : nullptr;
+  RETURN_IF_ERROR(backend_->Forward(f, grad, l.d_out(), residual, whitened));
+  io->src = io->dst = whitened;
+  io->worker_residual = residual;
   io->owner_feedback = ef;
   io->reset_owner_residual = st.owner_version != f.version;
   st.owner_version = f.version;
@@ -297,7 +299,7 @@ absl::Status QuantizedAllReduce::Probe(const BucketPlan& plan,
       continue;
     }
     ProbeResult p;
-    RETURN_IF_ERROR(ProbeLayer(bucket + l.offset, l, *f, &transformer_, &p));
+    RETURN_IF_ERROR(backend_->Probe(bucket + l.offset, l, *f, &p));
     t->layers[i].probed = true;
     t->layers[i].probe_euclid_rel_l2 = p.euclid_rel_l2;
     t->layers[i].probe_gift_rel_l2 = p.gift_rel_l2;
@@ -346,16 +348,22 @@ absl::Status QuantizedAllReduce::RunFp8(float* bucket,
   for (size_t k = 0; k < pieces.size(); ++k) {
     const PieceLayout piece =
         LayoutPiece(*plan, pieces[k].begin, pieces[k].end, w);
-    std::vector<float>& owner = owner_residual_[k];
     bool feedback = false;
     for (const Segment& s : piece.chunks[me].segments) {
       feedback |= io[s.layer].owner_feedback;
     }
-    if (feedback && owner.size() != size_t(piece.chunks[me].packed.size())) {
-      owner.assign(piece.chunks[me].packed.size(), 0.0f);
+    float* owner = nullptr;
+    if (feedback) {
+      std::unique_ptr<Fp8Buffer>& b = owner_residual_[k];
+      const size_t bytes = piece.chunks[me].packed.size() * sizeof(float);
+      if (b == nullptr) b = backend_->NewBuffer();
+      if (b->bytes() != bytes || b->data() == nullptr) {
+        RETURN_IF_ERROR(b->Resize(bytes));
+        RETURN_IF_ERROR(b->Zero());
+      }
+      owner = b->floats();
     }
-    RETURN_IF_ERROR(round_.Run(*plan, piece, io,
-                               feedback ? owner.data() : nullptr, &outcome));
+    RETURN_IF_ERROR(round_->Run(*plan, piece, io, owner, &outcome));
   }
   for (size_t i = 0; i < layers.size(); ++i) {
     const LayerSpec& l = layers[i];
@@ -364,12 +372,11 @@ absl::Status QuantizedAllReduce::RunFp8(float* bucket,
     lt.nonfinite_result = outcome.nonfinite[i];
     if (lt.nonfinite_result) {
       ++t->nonfinite_layers;
-      std::fill(bucket + l.offset, bucket + l.offset + l.size(),
-                std::numeric_limits<float>::quiet_NaN());
+      RETURN_IF_ERROR(backend_->FillNaN(bucket + l.offset, l.size()));
     } else if (io[i].gift) {
-      RETURN_IF_ERROR(transformer_.Inverse(*factors.Find(l.name, versions[i]),
-                                           whitened_[i].data(), l.d_out(),
-                                           bucket + l.offset));
+      RETURN_IF_ERROR(backend_->Inverse(*factors.Find(l.name, versions[i]),
+                                        whitened_[i]->floats(), l.d_out(),
+                                        bucket + l.offset));
     }
   }
   t->bytes_euclid = outcome.bytes_euclid;

@@ -12,9 +12,10 @@
 //             own residual for the re-quantization of GIFT segments.
 //   fp32      Communicator::AllReduce SUM in FP32, then / W.
 //   bf16      the same in bfloat16 (every partial sum rounded), then / W.
-//   nccl-fp8  the paper's path (global MAX-reduced scale, W-fold headroom,
-//             NCCL's FP8 sum): needs the NCCL backend on sm_90; not yet
-//             implemented (FAILED_PRECONDITION on Gloo, UNIMPLEMENTED on NCCL).
+//   nccl-fp8  the paper's path (nccl_fp8_allreduce.h: global MAX-reduced
+//             per-layer scale, W-fold headroom, NCCL's FP8 sum): needs the
+//             NCCL backend on sm_90 (FAILED_PRECONDITION otherwise). GIFT
+//             layers go Euclidean; no agreement, no probes.
 // Averaging (÷ W) is done once, in FP32, in every mode.
 //
 // Factor switch (a layer's agreed version changes from v to v′): the worker
@@ -40,8 +41,16 @@
 //   StepTelemetry t;
 //   RETURN_IF_ERROR(ar->Run(bucket.data(), factors, &t));
 //
-// Memory: host memory (Gloo). A device-memory communicator is rejected with
-// FAILED_PRECONDITION until the CUDA pipeline lands.
+// Memory: the communicator's kind (fp8_backend.h): host memory with Gloo,
+// device memory with NCCL. The two share every step above and differ only in
+// the backend's kernels; the FP8 codes, scales, sums and residuals are
+// bit-identical between them, the GIFT transforms agree to GEMM rounding.
+// On the device path every Run points the communicator at the backend's own
+// stream (several allreduces may share a communicator), reads the bucket on
+// it (REQUIRES: the caller's writes to the bucket are complete, e.g. its
+// stream synchronised) and returns with the results complete. The control
+// messages built on the host (plan and option checks, the agreement) travel
+// through a staging wrapper (staging_communicator.h).
 // Thread safety: not thread-safe; one Run at a time, and the communicator
 // must not be used concurrently by anything else.
 #ifndef GIFT_CLIENT_QUANTIZED_ALLREDUCE_H_
@@ -58,8 +67,9 @@
 #include "absl/strings/string_view.h"
 #include "client/bucket_plan.h"
 #include "client/communicator.h"
+#include "client/fp8_backend.h"
 #include "client/fp8_round.h"
-#include "client/gift_transform.h"
+#include "client/nccl_fp8_allreduce.h"
 #include "client/telemetry.h"
 #include "client/versioned_factors.h"
 
@@ -100,7 +110,8 @@ class QuantizedAllReduce {
   // held epoch and the layout (bucket size, names, shapes, offsets) matches.
   absl::Status AddPlan(BucketPlan plan);
 
-  // Averages `bucket` (plan.bucket_elements() floats, host memory) in place
+  // Averages `bucket` (plan.bucket_elements() floats, of the communicator's
+  // memory kind) in place
   // across the ranks. Collective. `factors` supplies the GIFT layers'
   // factors by layer name; the agreed version of each is used. telemetry is
   // nullable. On a communication error (DEADLINE_EXCEEDED / UNAVAILABLE, or
@@ -116,15 +127,20 @@ class QuantizedAllReduce {
  private:
   // Per-layer GIFT state that lives across steps.
   struct GiftState {
-    std::vector<float> residual;  // worker residual, whitened coordinates
+    // Worker residual, whitened coordinates (backend memory); null until the
+    // layer first takes the GIFT path with error feedback.
+    std::unique_ptr<Fp8Buffer> residual;
     std::unique_ptr<GiftFactor> factor;  // the factor the residual is in
     int64_t owner_version = kNoVersion;  // owner residual's version
   };
 
   QuantizedAllReduce(Communicator* comm, BucketPlan plan,
-                     const QuantizedAllReduceOptions& options);
+                     const QuantizedAllReduceOptions& options,
+                     std::unique_ptr<Fp8Backend> backend,
+                     std::unique_ptr<NcclFp8AllReduce> nccl_fp8);
 
-  absl::Status RunPlain(float* bucket, const BucketPlan& plan);
+  absl::Status RunPlain(float* bucket, const BucketPlan& plan,
+                        StepTelemetry* t);
   absl::Status RunFp8(float* bucket, const VersionedFactors& factors,
                       StepTelemetry* t);
   absl::StatusOr<const BucketPlan*> AgreeOnStep(const VersionedFactors& factors,
@@ -142,10 +158,15 @@ class QuantizedAllReduce {
   int64_t current_epoch_;
   int64_t step_ = 0;
   std::map<std::string, GiftState> gift_;
-  std::vector<std::vector<float>> whitened_;        // per layer, GIFT only
-  std::vector<std::vector<float>> owner_residual_;  // per piece
-  Fp8Round round_;
-  GiftTransformer transformer_;
+  // The memory backend (also the control messages' communicator) and the
+  // round on it.
+  std::unique_ptr<Fp8Backend> backend_;
+  std::unique_ptr<Fp8Round> round_;
+  // nccl-fp8 only.
+  std::unique_ptr<NcclFp8AllReduce> nccl_fp8_;
+  std::vector<std::unique_ptr<Fp8Buffer>> whitened_;        // per layer
+  std::vector<std::unique_ptr<Fp8Buffer>> owner_residual_;  // per piece
+  std::unique_ptr<Fp8Buffer> bf16_;
 };
 
 }  // namespace gift::client

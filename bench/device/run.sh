@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The device check for a lent GPU machine (one H200): build with CUDA for
-# sm_90 only, run every GPU-labelled test, run the GPU benchmarks, and print a
-# short table last. Finishes in well under 8 minutes on 16 cores.
+# sm_90 only, run every GPU-labelled test (including the device allreduce
+# against the host path, 1/2/4 ranks on the GPU), run the GPU benchmarks
+# (kernels, then the allreduce modes), and print a short table last. Finishes in well under 8 minutes on 16 cores.
 # Usage (repository root): bash bench/device/run.sh   [OUT=dir for results]
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -31,6 +32,13 @@ timeout 240 "$build/bench/kernels_gpu_bench" --benchmark_min_time=0.1 \
   >"$out/kernels_gpu_bench.txt" 2>&1
 cat "$out/kernels_gpu_bench.txt" | tail -40
 
+# QuantizedAllReduce on NCCL (fp8 / fp32 / bf16 / nccl-fp8), 4 rank processes
+# on the one GPU, or 1 when NCCL refuses several ranks per GPU (it says so).
+timeout 180 "$build/bench/allreduce_gpu_bench" --world=4 --steps=10 \
+  >"$out/allreduce_gpu_bench.txt" 2>&1
+echo "allreduce_gpu_bench exit: $?" >>"$out/allreduce_gpu_bench.txt"
+cat "$out/allreduce_gpu_bench.txt"
+
 echo
 echo "=== device summary ==="
 printf '%-28s %s\n' "gpu" "$(head -1 "$out/gpu.txt" 2>/dev/null)"
@@ -47,5 +55,7 @@ for r in runs:
     print(f"{r['name']:<44} {r.get('real_time', 0):10.1f} {r.get('time_unit','')}"
           f"  {gbs:8.1f} GB/s  " + " ".join(f"{k}={v:.3f}" for k, v in extra.items()))
 PY
+echo "--- allreduce_gpu_bench (ratios vs fp32) ---"
+grep -E '^(fp8|fp32|bf16|nccl-fp8|W =|NCCL)' "$out/allreduce_gpu_bench.txt" || true
 echo "total: $(( $(date +%s) - start )) s"
 exit $gpu_rc

@@ -1,0 +1,158 @@
+#include "client/host_fp8_backend.h"
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+
+namespace gift::client {
+namespace {
+
+class HostBuffer : public Fp8Buffer {
+ public:
+  absl::Status Resize(size_t bytes) override {
+    if (bytes != bytes_) data_.resize((bytes + 3) / 4);
+    bytes_ = bytes;
+    return absl::OkStatus();
+  }
+  absl::Status Zero() override {
+    std::fill(data_.begin(), data_.end(), 0.0f);
+    return absl::OkStatus();
+  }
+  void* data() override { return data_.data(); }
+  size_t bytes() const override { return bytes_; }
+
+ private:
+  std::vector<float> data_;  // floats keep the buffer 4-byte aligned
+  size_t bytes_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Fp8Buffer> HostFp8Backend::NewBuffer() {
+  return std::make_unique<HostBuffer>();
+}
+
+absl::Status HostFp8Backend::BeginRound(int stat_slots, int flags) {
+  stats_.assign(stat_slots, kernels::QuantizeStats());
+  flags_.assign(flags, 0);
+  return absl::OkStatus();
+}
+
+absl::Status HostFp8Backend::Quantize(const float* x, int64_t n,
+                                      const kernels::QuantizeSpec& spec,
+                                      uint8_t* codes, float* scales,
+                                      float* residual, int stat_slot) {
+  if (stat_slot >= static_cast<int>(stats_.size())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Quantize: stat slot ", stat_slot, " of ", stats_.size()));
+  }
+  return kernels::Quantize(x, n, spec, codes, scales, residual,
+                           stat_slot < 0 ? nullptr : &stats_[stat_slot]);
+}
+
+absl::Status HostFp8Backend::Dequantize(const uint8_t* codes,
+                                        const float* scales, int64_t n,
+                                        const kernels::QuantizeSpec& spec,
+                                        float* out) {
+  return kernels::Dequantize(codes, scales, n, spec, out);
+}
+
+absl::Status HostFp8Backend::Accumulate(const kernels::Fp8Source* sources,
+                                        int num_sources, int64_t n,
+                                        const kernels::QuantizeSpec& spec,
+                                        float* acc) {
+  return kernels::DequantizeAccumulate(sources, num_sources, n, spec, true,
+                                       acc);
+}
+
+absl::Status HostFp8Backend::AddInPlace(float* acc, const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) acc[i] = acc[i] + x[i];
+  return absl::OkStatus();
+}
+
+absl::Status HostFp8Backend::Divide(float* x, int64_t n, float w) {
+  for (int64_t i = 0; i < n; ++i) x[i] = x[i] / w;
+  return absl::OkStatus();
+}
+
+absl::Status HostFp8Backend::FlagNonFinite(const float* x, int64_t n,
+                                           int flag) {
+  if (flag < 0 || flag >= static_cast<int>(flags_.size())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("FlagNonFinite: flag ", flag, " of ", flags_.size()));
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    if (!std::isfinite(x[i])) {
+      flags_[flag] = 1;
+      break;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status HostFp8Backend::EndRound(
+    std::vector<kernels::QuantizeStats>* stats, std::vector<uint8_t>* flags) {
+  *stats = stats_;
+  *flags = flags_;
+  return absl::OkStatus();
+}
+
+absl::Status HostFp8Backend::Zero(void* p, size_t bytes) {
+  if (bytes > 0) std::memset(p, 0, bytes);
+  return absl::OkStatus();
+}
+
+absl::Status HostFp8Backend::FillNaN(float* x, int64_t n) {
+  std::fill(x, x + n, std::numeric_limits<float>::quiet_NaN());
+  return absl::OkStatus();
+}
+
+absl::Status HostFp8Backend::ToBf16(const float* x, int64_t n, uint16_t* out) {
+  for (int64_t k = 0; k < n; ++k) {
+    uint32_t u;
+    std::memcpy(&u, &x[k], 4);
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u) {
+      out[k] = static_cast<uint16_t>((u >> 16) | 0x40);
+      continue;
+    }
+    u += 0x7FFFu + ((u >> 16) & 1u);
+    out[k] = static_cast<uint16_t>(u >> 16);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status HostFp8Backend::FromBf16(const uint16_t* x, int64_t n,
+                                      float* out) {
+  for (int64_t k = 0; k < n; ++k) {
+    const uint32_t u = static_cast<uint32_t>(x[k]) << 16;
+    std::memcpy(&out[k], &u, 4);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status HostFp8Backend::Forward(const GiftFactor& f, const float* x,
+                                     int64_t rows, const float* add,
+                                     float* out) {
+  return transformer_.Forward(f, x, rows, add, out);
+}
+
+absl::Status HostFp8Backend::Inverse(const GiftFactor& f, const float* x,
+                                     int64_t rows, float* out) {
+  return transformer_.Inverse(f, x, rows, out);
+}
+
+absl::Status HostFp8Backend::Reproject(const GiftFactor& old_f,
+                                       const GiftFactor& new_f, float* residual,
+                                       int64_t rows) {
+  return transformer_.Reproject(old_f, new_f, residual, rows);
+}
+
+absl::Status HostFp8Backend::Probe(const float* grad, const LayerSpec& layer,
+                                   const GiftFactor& factor,
+                                   ProbeResult* result) {
+  return ProbeLayer(grad, layer, factor, &transformer_, result);
+}
+
+}  // namespace gift::client

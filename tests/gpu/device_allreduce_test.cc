@@ -1,0 +1,338 @@
+// The device path of QuantizedAllReduce (fp8_backend.h, nccl_fp8_allreduce.h)
+// on one GPU:
+//  * the device backend's primitives against the host backend's on seeded
+//    random data with NaN/Inf/subnormals (bitwise where the contract says
+//    so, every output element written), in process with a one-rank NCCL
+//    communicator;
+//  * device_allreduce_worker as 1, 2 and 4 rank processes on device 0: each
+//    rank checks its device results against the host (Gloo) path and the
+//    FP32 bounds itself; here the exit codes and the cross-rank bitwise
+//    identity of the device results (hashes) are checked. NCCL refuses two
+//    ranks of one communicator on one GPU ("Duplicate GPU detected", NCCL
+//    2.5+): the multi-rank cases then skip and say so, the one-rank case
+//    always runs.
+// Every test skips without a CUDA device. Registered from
+// client/CMakeLists.txt (label gpu).
+#include <cuda_runtime.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <memory>
+#include <random>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "absl/strings/str_split.h"
+#include "client/communicator_factory.h"
+#include "client/fp8_backend.h"
+#include "client/host_fp8_backend.h"
+#include "client/synthetic_testutil.h"
+#include "common/status_matchers.h"
+#include "kernels/gpu.h"
+#include "tests/multiprocess/harness.h"
+
+namespace gift::client {
+namespace {
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// Seeded values over many binades, with specials sprinkled in; never zeros.
+std::vector<float> RandomData(int64_t n, uint32_t seed, bool specials) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  std::uniform_int_distribution<int> ex(-30, 30);
+  std::vector<float> x(n);
+  for (float& v : x) v = std::ldexp(g(rng), ex(rng));
+  if (specials && n > 8) {
+    x[1] = kNaN;
+    x[3] = kInf;
+    x[5] = -kInf;
+    x[7] = 1e-40f;  // subnormal
+  }
+  return x;
+}
+
+// The copies below are synchronous with every stream (the backend queues on
+// a non-blocking stream of its own).
+template <typename T>
+std::vector<T> Download(Fp8Buffer& b, size_t n) {
+  std::vector<T> h(n);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(
+      cudaMemcpy(h.data(), b.data(), n * sizeof(T), cudaMemcpyDeviceToHost),
+      cudaSuccess);
+  return h;
+}
+
+template <typename T>
+void Upload(Fp8Buffer& b, const std::vector<T>& h) {
+  ASSERT_OK(b.Resize(h.size() * sizeof(T)));
+  ASSERT_EQ(cudaMemcpy(b.data(), h.data(), h.size() * sizeof(T),
+                       cudaMemcpyHostToDevice),
+            cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+}
+
+// Elements whose bits differ. NaN equals NaN whatever its payload: the GPU
+// produces the canonical NaN where the CPU propagates an operand's (the
+// kernels' contract, as in quantize_gpu_test).
+template <typename T>
+int64_t BitDiffs(const std::vector<T>& a, const std::vector<T>& b) {
+  if (a.size() != b.size()) return -1;
+  int64_t bad = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (std::isnan(a[i]) && std::isnan(b[i])) continue;
+    }
+    bad += std::memcmp(&a[i], &b[i], sizeof(T)) != 0;
+  }
+  return bad;
+}
+
+class DeviceBackendTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!gpu::Available()) GTEST_SKIP() << "no GPU";
+    char tmpl[] = "/tmp/gift_dev_backend_XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    auto store = FileStore::Create(dir_);
+    ASSERT_OK(store);
+    store_ = std::move(*store);
+    CommunicatorOptions o;
+    o.backend = "nccl";
+    o.rank = 0;
+    o.world_size = 1;
+    o.store = store_.get();
+    o.timeout = absl::Seconds(30);
+    auto comm = CreateCommunicator(o);
+    ASSERT_OK(comm);
+    comm_ = std::move(*comm);
+    auto b = CreateFp8Backend(comm_.get());
+    ASSERT_OK(b);
+    dev_ = std::move(*b);
+    ASSERT_EQ(dev_->memory_kind(), MemoryKind::kDevice);
+  }
+  void TearDown() override {
+    dev_.reset();
+    comm_.reset();
+    if (!dir_.empty()) std::filesystem::remove_all(dir_);
+  }
+
+  // A device buffer holding `fill` bytes everywhere (to see unwritten
+  // outputs).
+  std::unique_ptr<Fp8Buffer> Sentinel(size_t bytes, int fill) {
+    std::unique_ptr<Fp8Buffer> b = dev_->NewBuffer();
+    EXPECT_OK(b->Resize(bytes));
+    EXPECT_EQ(cudaMemset(b->data(), fill, bytes), cudaSuccess);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    return b;
+  }
+
+  std::string dir_;
+  std::unique_ptr<FileStore> store_;
+  std::unique_ptr<Communicator> comm_;
+  std::unique_ptr<Fp8Backend> dev_;
+  HostFp8Backend host_{nullptr};  // its control() is not used here
+};
+
+TEST_F(DeviceBackendTest, ElementwiseOpsMatchHostBitwise) {
+  constexpr int64_t kN = 300007;
+  const std::vector<float> x = RandomData(kN, 1, true);
+  const std::vector<float> y = RandomData(kN, 2, true);
+  auto dx = dev_->NewBuffer(), dy = dev_->NewBuffer();
+  Upload(*dx, x);
+  Upload(*dy, y);
+
+  std::vector<float> h = x;  // acc + y, then / 3
+  ASSERT_OK(host_.AddInPlace(h.data(), y.data(), kN));
+  ASSERT_OK(host_.Divide(h.data(), kN, 3.0f));
+  ASSERT_OK(dev_->AddInPlace(dx->floats(), dy->floats(), kN));
+  ASSERT_OK(dev_->Divide(dx->floats(), kN, 3.0f));
+  EXPECT_EQ(BitDiffs(Download<float>(*dx, kN), h), 0) << "add + divide";
+
+  std::vector<uint16_t> hb(kN);
+  std::vector<float> hf(kN);
+  ASSERT_OK(host_.ToBf16(y.data(), kN, hb.data()));
+  ASSERT_OK(host_.FromBf16(hb.data(), kN, hf.data()));
+  auto db = Sentinel(kN * 2, 0xA5), df = Sentinel(kN * 4, 0xA5);
+  ASSERT_OK(dev_->ToBf16(dy->floats(), kN, static_cast<uint16_t*>(db->data())));
+  ASSERT_OK(
+      dev_->FromBf16(static_cast<uint16_t*>(db->data()), kN, df->floats()));
+  EXPECT_EQ(BitDiffs(Download<uint16_t>(*db, kN), hb), 0) << "to bf16";
+  EXPECT_EQ(BitDiffs(Download<float>(*df, kN), hf), 0) << "from bf16";
+
+  auto dn = Sentinel(kN * 4, 0);
+  ASSERT_OK(dev_->FillNaN(dn->floats(), kN));
+  std::vector<float> hn(kN);
+  ASSERT_OK(host_.FillNaN(hn.data(), kN));
+  EXPECT_EQ(BitDiffs(Download<float>(*dn, kN), hn), 0) << "fill NaN";
+}
+
+TEST_F(DeviceBackendTest, RoundPrimitivesMatchHost) {
+  constexpr int64_t kN = 65537;
+  const kernels::QuantizeSpec spec{kernels::Fp8Format::kE4M3, 1000};
+  const int64_t ns = kernels::NumScales(kN, spec.block_size);
+  std::vector<float> x = RandomData(kN, 3, false);
+  x[12345] = kNaN;  // a flagged block
+  std::vector<uint8_t> hq(kN);
+  std::vector<float> hs(ns), hr(kN), hacc(kN);
+  ASSERT_OK(host_.BeginRound(2, 3));
+  ASSERT_OK(
+      host_.Quantize(x.data(), kN, spec, hq.data(), hs.data(), hr.data(), 1));
+  const kernels::Fp8Source hsrc[2] = {{hq.data(), hs.data()},
+                                      {hq.data(), hs.data()}};
+  ASSERT_OK(host_.Accumulate(hsrc, 2, kN, spec, hacc.data()));
+  ASSERT_OK(host_.FlagNonFinite(hs.data(), ns, 2));
+  ASSERT_OK(host_.FlagNonFinite(hr.data(), kN, 0));
+  std::vector<kernels::QuantizeStats> hst, dst;
+  std::vector<uint8_t> hfl, dfl;
+  ASSERT_OK(host_.EndRound(&hst, &hfl));
+
+  auto dx = dev_->NewBuffer();
+  Upload(*dx, x);
+  auto dq = Sentinel(kN, 0x55), ds = Sentinel(ns * 4, 0x55),
+       dr = Sentinel(kN * 4, 0x55), dacc = Sentinel(kN * 4, 0x55);
+  ASSERT_OK(dev_->BeginRound(2, 3));
+  ASSERT_OK(dev_->Quantize(dx->floats(), kN, spec, dq->u8(), ds->floats(),
+                           dr->floats(), 1));
+  const kernels::Fp8Source dsrc[2] = {{dq->u8(), ds->floats()},
+                                      {dq->u8(), ds->floats()}};
+  ASSERT_OK(dev_->Accumulate(dsrc, 2, kN, spec, dacc->floats()));
+  ASSERT_OK(dev_->FlagNonFinite(ds->floats(), ns, 2));
+  ASSERT_OK(dev_->FlagNonFinite(dr->floats(), kN, 0));
+  ASSERT_OK(dev_->EndRound(&dst, &dfl));
+
+  EXPECT_EQ(BitDiffs(Download<uint8_t>(*dq, kN), hq), 0) << "codes";
+  EXPECT_EQ(BitDiffs(Download<float>(*ds, ns), hs), 0) << "scales";
+  EXPECT_EQ(BitDiffs(Download<float>(*dr, kN), hr), 0) << "residuals";
+  EXPECT_EQ(BitDiffs(Download<float>(*dacc, kN), hacc), 0) << "sums";
+  EXPECT_EQ(dfl, hfl) << "flags";
+  EXPECT_EQ(dfl, (std::vector<uint8_t>{0, 0, 1}));
+  ASSERT_EQ(dst.size(), 2u);
+  EXPECT_EQ(dst[0].n, 0) << "slot 0 was never written: must stay clear";
+  EXPECT_EQ(dst[1].n, hst[1].n);
+  EXPECT_EQ(dst[1].upper, hst[1].upper);
+  EXPECT_EQ(dst[1].lower, hst[1].lower);
+  EXPECT_EQ(dst[1].nonfinite, 1);
+  EXPECT_NEAR(dst[1].err_sq, hst[1].err_sq, 1e-9 * hst[1].err_sq);
+}
+
+TEST_F(DeviceBackendTest, GiftTransformsAndProbeMatchHost) {
+  constexpr int64_t kRows = 96, kD = 128;
+  const GiftFactor low1 = SyntheticLowRank(1, kD, 16, 5);
+  const GiftFactor low2 = SyntheticLowRank(2, kD, 16, 6);
+  const GiftFactor full = SyntheticFull(3, kD, 7);
+  const std::vector<float> x = RandomData(kRows * kD, 8, false);
+  const std::vector<float> add = RandomData(kRows * kD, 9, false);
+  auto dx = dev_->NewBuffer(), dadd = dev_->NewBuffer();
+  Upload(*dx, x);
+  Upload(*dadd, add);
+  auto rel = [](const std::vector<float>& a, const std::vector<float>& b) {
+    double e = 0, r = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      e += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+      r += double(b[i]) * b[i];
+    }
+    return std::sqrt(e / r);
+  };
+  for (const GiftFactor* f : {&low1, &full}) {
+    SCOPED_TRACE(f->kind == GiftTransform::kFull ? "full" : "low-rank");
+    std::vector<float> h(x.size()), hi(x.size());
+    ASSERT_OK(host_.Forward(*f, x.data(), kRows, add.data(), h.data()));
+    ASSERT_OK(host_.Inverse(*f, h.data(), kRows, hi.data()));
+    auto d = Sentinel(x.size() * 4, 0x7F), di = Sentinel(x.size() * 4, 0x7F);
+    ASSERT_OK(
+        dev_->Forward(*f, dx->floats(), kRows, dadd->floats(), d->floats()));
+    ASSERT_OK(dev_->Inverse(*f, d->floats(), kRows, di->floats()));
+    EXPECT_LT(rel(Download<float>(*d, x.size()), h), 1e-5);
+    EXPECT_LT(rel(Download<float>(*di, x.size()), hi), 1e-5);
+  }
+  // Re-projection low → low (fused kernel) and low → full (two products).
+  for (const GiftFactor* next : {&low2, &full}) {
+    std::vector<float> h = add;
+    ASSERT_OK(host_.Reproject(low1, *next, h.data(), kRows));
+    auto d = dev_->NewBuffer();
+    Upload(*d, add);
+    ASSERT_OK(dev_->Reproject(low1, *next, d->floats(), kRows));
+    EXPECT_LT(rel(Download<float>(*d, x.size()), h), 1e-5);
+  }
+  LayerSpec layer{.name = "w", .shape = {kRows, kD}};
+  ProbeResult hp, dp;
+  ASSERT_OK(host_.Probe(x.data(), layer, low1, &hp));
+  ASSERT_OK(dev_->Probe(dx->floats(), layer, low1, &dp));
+  EXPECT_GT(hp.euclid_rel_l2, 0.0);
+  EXPECT_NEAR(dp.euclid_rel_l2, hp.euclid_rel_l2, 1e-9);
+  EXPECT_NEAR(dp.gift_rel_l2, hp.gift_rel_l2, 1e-3 * hp.gift_rel_l2);
+}
+
+TEST_F(DeviceBackendTest, ControlCommunicatorStagesHostBuffers) {
+  Communicator* control = dev_->control();
+  ASSERT_NE(control, nullptr);
+  EXPECT_EQ(control->memory_kind(), MemoryKind::kHost);
+  std::vector<int64_t> v = {7, -3, int64_t{1} << 40};
+  const std::vector<int64_t> want = v;
+  ASSERT_OK(control->AllReduce(v.data(), v.data(), v.size(), DataType::kInt64,
+                               ReduceOp::kMin));
+  EXPECT_EQ(v, want);
+  std::vector<uint8_t> bytes = {1, 2, 3, 4, 5, 6, 7, 8}, got(8, 0xEE);
+  const std::vector<size_t> n = {5}, so = {2}, ro = {1};
+  ASSERT_OK(control->AllToAllV(bytes.data(), n, so, got.data(), n, ro));
+  EXPECT_EQ(got, (std::vector<uint8_t>{0xEE, 3, 4, 5, 6, 7, 0xEE, 0xEE}));
+  std::vector<uint8_t> gathered(8, 0);
+  const std::vector<size_t> sizes = {8};
+  ASSERT_OK(control->AllGatherV(bytes.data(), 8, gathered.data(), sizes));
+  EXPECT_EQ(gathered, bytes);
+  ASSERT_OK(control->Broadcast(bytes.data(), 8, 0));
+  ASSERT_OK(control->Barrier());
+  EXPECT_FALSE(control->SetStream(reinterpret_cast<void*>(1)).ok());
+}
+
+// ---- multi-process: device_allreduce_worker ----
+
+constexpr int kExitDuplicateGpu = 3;
+
+void RunWorker(int world_size) {
+  if (!gpu::Available()) GTEST_SKIP() << "no GPU";
+  multiprocess::LaunchOptions launch;
+  launch.binary = GIFT_DEVICE_ALLREDUCE_WORKER;
+  launch.world_size = world_size;
+  launch.deadline = absl::Seconds(240);
+  absl::StatusOr<multiprocess::RunResult> run = multiprocess::RunRanks(launch);
+  ASSERT_OK(run);
+  const std::string what = multiprocess::Describe(*run);
+  if (world_size > 1 && run->ranks[0].exit_code == kExitDuplicateGpu) {
+    GTEST_SKIP() << "NCCL refuses " << world_size
+                 << " ranks on one GPU: " << run->ranks[0].report;
+  }
+  std::string hashes;
+  for (const multiprocess::RankResult& r : run->ranks) {
+    ASSERT_EQ(r.exit_code, 0)
+        << "rank " << r.rank << " failed (1: a check, see its stderr above; "
+        << "2: setup; 3: duplicate GPU): " << what;
+    ASSERT_THAT(r.report, ::testing::StartsWith("hash=")) << what;
+    // fp8 x4, fp32, bf16, and nccl-fp8 on sm_90.
+    EXPECT_GE(std::vector<std::string>(
+                  absl::StrSplit(r.report, ',', absl::SkipEmpty()))
+                  .size(),
+              6u)
+        << r.report;
+    if (r.rank == 0) hashes = r.report;
+    EXPECT_EQ(r.report, hashes)
+        << "rank " << r.rank << " device results differ from rank 0's";
+  }
+}
+
+TEST(DeviceAllReduceRanks, OneRankMatchesHostPath) { RunWorker(1); }
+TEST(DeviceAllReduceRanks, TwoRanksOnOneGpu) { RunWorker(2); }
+TEST(DeviceAllReduceRanks, FourRanksOnOneGpu) { RunWorker(4); }
+
+}  // namespace
+}  // namespace gift::client
