@@ -10,38 +10,16 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/cuda_check.h"
+#include "common/nccl_check.h"
 #include "common/status_macros.h"
 
 namespace gift::client {
 namespace {
 
+using ::gift::internal::NcclError;
+
 constexpr char kUniqueIdKey[] = "nccl_unique_id";
 constexpr absl::Duration kPoll = absl::Microseconds(50);
-
-// The one place an ncclResult_t becomes a Status. ncclInProgress is not an
-// error: non-blocking communicators return it for work still being set up.
-absl::Status NcclError(ncclResult_t r, const char* call, const char* file,
-                       int line) {
-  const std::string msg = absl::StrCat(file, ":", line, ": ", call,
-                                       " failed: ", ncclGetErrorString(r));
-  switch (r) {
-    case ncclInvalidArgument:
-    case ncclInvalidUsage:
-      return absl::InvalidArgumentError(msg);
-    case ncclSystemError:
-    case ncclRemoteError:
-      return absl::UnavailableError(msg);
-    default:
-      return absl::InternalError(msg);
-  }
-}
-
-#define GIFT_NCCL_RETURN_IF_ERROR(call)                                \
-  do {                                                                 \
-    ncclResult_t gift_nccl_r_ = (call);                                \
-    if (gift_nccl_r_ != ncclSuccess && gift_nccl_r_ != ncclInProgress) \
-      return NcclError(gift_nccl_r_, #call, __FILE__, __LINE__);       \
-  } while (0)
 
 ncclDataType_t NcclType(DataType type) {
   switch (type) {

@@ -12,6 +12,7 @@
 #include "absl/time/clock.h"
 #include "client/device_ops.h"
 #include "common/cuda_check.h"
+#include "common/nccl_check.h"
 #include "common/status_macros.h"
 #include "kernels/gpu.h"
 
@@ -22,31 +23,10 @@
 namespace gift::client {
 namespace {
 
+using ::gift::internal::NcclError;
+
 constexpr int kMinNcclVersion = 22400;  // first NCCL with FP8 reductions
 constexpr absl::Duration kPoll = absl::Microseconds(50);
-
-absl::Status NcclError(ncclResult_t r, const char* call, const char* file,
-                       int line) {
-  const std::string msg = absl::StrCat(file, ":", line, ": ", call,
-                                       " failed: ", ncclGetErrorString(r));
-  switch (r) {
-    case ncclInvalidArgument:
-    case ncclInvalidUsage:
-      return absl::InvalidArgumentError(msg);
-    case ncclSystemError:
-    case ncclRemoteError:
-      return absl::UnavailableError(msg);
-    default:
-      return absl::InternalError(msg);
-  }
-}
-
-#define GIFT_NCCL_RETURN_IF_ERROR(call)                                \
-  do {                                                                 \
-    ncclResult_t gift_nccl_r_ = (call);                                \
-    if (gift_nccl_r_ != ncclSuccess && gift_nccl_r_ != ncclInProgress) \
-      return NcclError(gift_nccl_r_, #call, __FILE__, __LINE__);       \
-  } while (0)
 
 ncclDataType_t NcclFp8Type(kernels::Fp8Format f) {
   return f == kernels::Fp8Format::kE4M3 ? ncclFloat8e4m3 : ncclFloat8e5m2;
