@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/cuda_check.h"
 #include "common/status_macros.h"
+#include "linalg/matrix_function.h"
 
 namespace gift::linalg::cuda {
 namespace {
@@ -331,23 +332,9 @@ absl::StatusOr<Eigen::MatrixXd> SymmetricPower(gpu::Context& ctx,
   Eigen::VectorXd mu(n);
   RETURN_IF_ERROR(Download(ctx, mu.data(), d_w.get(), n));
   RETURN_IF_ERROR(ctx.Synchronize());
-  mu.array() += shift;
   // Same zero tolerance and domain rules as the CPU version.
-  const double zero_tol = static_cast<double>(n) *
-                          std::numeric_limits<double>::epsilon() *
-                          mu.cwiseAbs().maxCoeff();
-  for (double& m : mu) {
-    if (std::abs(m) <= zero_tol) m = 0.0;
-  }
-  const double min_mu = mu.minCoeff();
-  const bool fractional = power != std::floor(power);
-  if ((power < 0 && min_mu <= 0) || (fractional && min_mu < 0)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("SymmetricPower: A + shift·I has eigenvalue ", min_mu,
-                     ", not allowed with power ", power));
-  }
-  const Eigen::VectorXd f =
-      mu.unaryExpr([power](double m) { return std::pow(m, power); });
+  ASSIGN_OR_RETURN(const Eigen::VectorXd f,
+                   internal::ShiftedEigenvaluePower(mu, shift, power));
   RETURN_IF_ERROR(Upload(ctx, d_w.get(), f.data(), n));
   // out = (U diag(f)) Uᵀ.
   GIFT_CUBLAS_RETURN_IF_ERROR(cublasDdgmm(Blas(ctx), CUBLAS_SIDE_RIGHT, n, n,

@@ -28,21 +28,13 @@ absl::Status CheckSquareFinite(const Eigen::MatrixXd& a, const char* who) {
 
 }  // namespace
 
-absl::StatusOr<Eigen::MatrixXd> SymmetricPower(const Eigen::MatrixXd& a,
-                                               double shift, double power) {
-  if (absl::Status s = CheckSquareFinite(a, "SymmetricPower"); !s.ok()) {
-    return s;
-  }
-  if (!std::isfinite(shift) || !std::isfinite(power)) {
-    return absl::InvalidArgumentError(
-        "SymmetricPower: non-finite shift or power");
-  }
-  absl::StatusOr<EigenPairs> e = AllEigenpairs(a);
-  if (!e.ok()) return e.status();
-  Eigen::VectorXd mu = e->lambda.array() + shift;
-  // Eigenvalues within rounding of zero are zero: a rank-deficient PSD A
-  // must keep its square root instead of failing on a −1e-17.
-  const double zero_tol = static_cast<double>(a.rows()) *
+namespace internal {
+
+absl::StatusOr<Eigen::VectorXd> ShiftedEigenvaluePower(Eigen::VectorXd lambda,
+                                                       double shift,
+                                                       double power) {
+  Eigen::VectorXd mu = lambda.array() + shift;
+  const double zero_tol = static_cast<double>(mu.size()) *
                           std::numeric_limits<double>::epsilon() *
                           mu.cwiseAbs().maxCoeff();
   for (double& m : mu) {
@@ -55,9 +47,26 @@ absl::StatusOr<Eigen::MatrixXd> SymmetricPower(const Eigen::MatrixXd& a,
         absl::StrCat("SymmetricPower: A + shift·I has eigenvalue ", min_mu,
                      ", not allowed with power ", power));
   }
-  const Eigen::VectorXd f =
-      mu.unaryExpr([power](double m) { return std::pow(m, power); });
-  Eigen::MatrixXd out = (e->u * f.asDiagonal()) * e->u.transpose();
+  return mu.unaryExpr([power](double m) { return std::pow(m, power); }).eval();
+}
+
+}  // namespace internal
+
+absl::StatusOr<Eigen::MatrixXd> SymmetricPower(const Eigen::MatrixXd& a,
+                                               double shift, double power) {
+  if (absl::Status s = CheckSquareFinite(a, "SymmetricPower"); !s.ok()) {
+    return s;
+  }
+  if (!std::isfinite(shift) || !std::isfinite(power)) {
+    return absl::InvalidArgumentError(
+        "SymmetricPower: non-finite shift or power");
+  }
+  absl::StatusOr<EigenPairs> e = AllEigenpairs(a);
+  if (!e.ok()) return e.status();
+  absl::StatusOr<Eigen::VectorXd> f =
+      internal::ShiftedEigenvaluePower(e->lambda, shift, power);
+  if (!f.ok()) return f.status();
+  Eigen::MatrixXd out = (e->u * f->asDiagonal()) * e->u.transpose();
   return (0.5 * (out + out.transpose())).eval();
 }
 

@@ -31,6 +31,17 @@ absl::StatusOr<Eigen::MatrixXd> CholeskyLower(const Eigen::MatrixXd& a,
 // INVALID_ARGUMENT with what failed.
 absl::Status CheckSymmetricPsd(const Eigen::MatrixXd& a, double tol = 1e-6);
 
+namespace internal {
+// f(μ) = μ^power for μ = λ + shift, the spectral step shared by the CPU and
+// GPU SymmetricPower: eigenvalues within d·eps·max|μ| of zero count as zero
+// (a rank-deficient PSD A keeps its square root), and INVALID_ARGUMENT when
+// the power is not defined (μ <= 0 with power < 0, μ < 0 with a fractional
+// power).
+absl::StatusOr<Eigen::VectorXd> ShiftedEigenvaluePower(Eigen::VectorXd lambda,
+                                                       double shift,
+                                                       double power);
+}  // namespace internal
+
 }  // namespace gift::linalg
 
 #endif  // GIFT_LINALG_MATRIX_FUNCTION_H_
