@@ -9,29 +9,14 @@
 #include <random>
 
 #include "common/status_matchers.h"
+#include "linalg/linalg_testutil.h"
 
 namespace gift::linalg {
 namespace {
 
+using ::gift::linalg::testing::Decaying;
+using ::gift::linalg::testing::RandomPsd;
 using ::gift::testing::StatusIs;
-
-// Q diag(spectrum) Qᵀ with a random orthogonal Q.
-Eigen::MatrixXd RandomPsd(const Eigen::VectorXd& spectrum, uint32_t seed) {
-  const Eigen::Index d = spectrum.size();
-  std::mt19937 gen(seed);
-  std::normal_distribution<double> dist;
-  Eigen::MatrixXd g(d, d);
-  for (Eigen::Index i = 0; i < g.size(); ++i) g.data()[i] = dist(gen);
-  Eigen::MatrixXd q = g.householderQr().householderQ();
-  Eigen::MatrixXd a = q * spectrum.asDiagonal() * q.transpose();
-  return 0.5 * (a + a.transpose());
-}
-
-Eigen::VectorXd Decaying(Eigen::Index d, double rate) {
-  Eigen::VectorXd s(d);
-  for (Eigen::Index i = 0; i < d; ++i) s(i) = std::pow(rate, i);
-  return s;
-}
 
 TEST(TopEigenpairsTest, MatchesSelfAdjointEigenSolver) {
   const int d = 70, r = 9;

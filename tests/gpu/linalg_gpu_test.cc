@@ -10,6 +10,7 @@
 #include "kernels/gpu.h"
 #include "linalg/cuda_linalg.h"
 #include "linalg/eigen_pairs.h"
+#include "linalg/linalg_testutil.h"
 #include "linalg/matrix_function.h"
 #include "linalg/nystrom.h"
 
@@ -19,15 +20,8 @@ namespace {
 using ::gift::testing::StatusIs;
 
 Eigen::MatrixXd RandomPsd(Eigen::Index d, double rate, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<double> dist;
-  Eigen::MatrixXd g(d, d);
-  for (Eigen::Index i = 0; i < g.size(); ++i) g.data()[i] = dist(gen);
-  Eigen::MatrixXd q = g.householderQr().householderQ();
-  Eigen::VectorXd s(d);
-  for (Eigen::Index i = 0; i < d; ++i) s(i) = std::pow(rate, i) + 1e-4;
-  Eigen::MatrixXd a = q * s.asDiagonal() * q.transpose();
-  return 0.5 * (a + a.transpose());
+  return testing::RandomPsd(
+      (testing::Decaying(d, rate).array() + 1e-4).matrix(), seed);
 }
 
 // ‖U₁ᵀU₂‖_F² / r: 1 when the two r-dimensional subspaces coincide.
