@@ -10,50 +10,16 @@
 #include "common/status_matchers.h"
 #include "kernels/gpu.h"
 #include "kernels/sketch.h"
+#include "tests/gpu/gpu_testutil.h"
 
 namespace gift::kernels {
 namespace {
 
+using ::gift::gpu_testing::RandomVector;
+using ::gift::gpu_testing::RelErr;
+using ::gift::gpu_testing::ToDevice;
+using ::gift::gpu_testing::ToHost;
 using ::gift::testing::StatusIs;
-
-std::vector<float> RandomVector(int64_t n, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(gen);
-  return v;
-}
-
-double RelErr(const std::vector<float>& got, const std::vector<float>& want) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    const double e = static_cast<double>(got[i]) - want[i];
-    num += e * e;
-    den += static_cast<double>(want[i]) * want[i];
-  }
-  return std::sqrt(num / den);
-}
-
-// DeviceBuffer copies and fills run on the legacy default stream, which a
-// non-blocking Context stream does not wait for: settle them before a kernel
-// on ctx's stream reads the buffers.
-void Settle() { ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess); }
-
-template <typename T>
-gpu::DeviceBuffer<T> ToDevice(const std::vector<T>& h) {
-  gpu::DeviceBuffer<T> d;
-  EXPECT_OK(d.Allocate(h.size()));
-  EXPECT_OK(d.Upload(h.data(), h.size()));
-  Settle();
-  return d;
-}
-
-template <typename T>
-std::vector<T> ToHost(const gpu::DeviceBuffer<T>& d) {
-  std::vector<T> h(d.size());
-  EXPECT_OK(d.Download(h.data(), h.size()));
-  return h;
-}
 
 struct Shape {
   int64_t rows, d, k;
@@ -81,7 +47,6 @@ TEST_P(SketchGpuTest, SketchMatchesCpu) {
   gpu::DeviceBuffer<float> dws;
   ASSERT_OK(dws.Allocate(SketchWorkspaceFloats(rows, k)));
   ASSERT_OK(dws.Fill(0xFF));
-  Settle();
   std::vector<float> ws(SketchWorkspaceFloats(rows, k));
   SketchAccumulator acc{y.data(), trace.data(), count.data()};
   SketchAccumulator dacc{dy.get(), dtrace.get(), dcount.get()};

@@ -11,19 +11,16 @@
 #include "common/status_matchers.h"
 #include "kernels/gpu.h"
 #include "kernels/whiten.h"
+#include "tests/gpu/gpu_testutil.h"
 
 namespace gift::kernels {
 namespace {
 
+using ::gift::gpu_testing::RandomVector;
+using ::gift::gpu_testing::RelErr;
+using ::gift::gpu_testing::ToDevice;
+using ::gift::gpu_testing::ToHost;
 using ::gift::testing::StatusIs;
-
-std::vector<float> RandomVector(int64_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(gen);
-  return v;
-}
 
 std::vector<float> OrthonormalFactor(int64_t d, int64_t r, uint32_t seed) {
   std::vector<float> g = RandomVector(d * r, seed);
@@ -48,34 +45,10 @@ std::vector<float> Coefficients(int64_t r, bool inverse) {
   return c;
 }
 
-double RelErr(const std::vector<float>& got, const std::vector<float>& want) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    const double e = static_cast<double>(got[i]) - want[i];
-    num += e * e;
-    den += static_cast<double>(want[i]) * want[i];
-  }
-  return std::sqrt(num / den);
-}
-
 bool AllFinite(const std::vector<float>& v) {
   for (float x : v)
     if (!std::isfinite(x)) return false;
   return true;
-}
-
-// DeviceBuffer copies and fills run on the legacy default stream, which a
-// non-blocking Context stream does not wait for: settle them before a kernel
-// on ctx's stream reads the buffers.
-void Settle() { ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess); }
-
-// Device copy of a host vector.
-gpu::DeviceBuffer<float> ToDevice(const std::vector<float>& h) {
-  gpu::DeviceBuffer<float> d;
-  EXPECT_OK(d.Allocate(h.size()));
-  EXPECT_OK(d.Upload(h.data(), h.size()));
-  Settle();
-  return d;
 }
 
 // A device buffer of n floats filled with NaN bytes (0xFF), so that any
@@ -84,14 +57,7 @@ gpu::DeviceBuffer<float> Poisoned(size_t n) {
   gpu::DeviceBuffer<float> d;
   EXPECT_OK(d.Allocate(n));
   EXPECT_OK(d.Fill(0xFF));
-  Settle();
   return d;
-}
-
-std::vector<float> ToHost(const gpu::DeviceBuffer<float>& d, size_t n) {
-  std::vector<float> h(n);
-  EXPECT_OK(d.Download(h.data(), n));
-  return h;
 }
 
 struct Shapes {
