@@ -32,6 +32,15 @@ MATCHER_P(StatusIs, code, "has status code " + ::testing::PrintToString(code)) {
   return s.code() == code;
 }
 
+// StatusIs(code, HasSubstr("...")): the code and a matcher on the message.
+MATCHER_P2(StatusIs, code, message,
+           "has status code " + ::testing::PrintToString(code)) {
+  const absl::Status& s = ::gift::testing::GetStatus(arg);
+  *result_listener << "status: " << s;
+  return s.code() == code &&
+         ::testing::Matches(message)(std::string(s.message()));
+}
+
 }  // namespace gift::testing
 
 #define ASSERT_OK(expr) ASSERT_THAT((expr), ::gift::testing::IsOk())

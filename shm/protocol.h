@@ -1,0 +1,163 @@
+// The two sides of the shared-memory protocol of shm/layout.h, as small
+// functions, so that the daemon and the client library cannot disagree on
+// it: plan publication, factor slots, sketch windows and telemetry.
+//
+//   // daemon
+//   PublishPlan(block, plan);
+//   RETURN_IF_ERROR(PublishFactor(Entry(block, i), region, full, factor));
+//   // client
+//   PlanView plan;
+//   if (ReadPlan(block, &plan)) ...;
+//   if (NewestFactorVersion(*Entry(block, i)) > held)
+//     RETURN_IF_ERROR(ReadNewestFactor(*Entry(block, i), *region, full, &f));
+//
+// Thread safety: one writer per field as in layout.h; the functions keep no
+// state.
+#ifndef GIFT_SHM_PROTOCOL_H_
+#define GIFT_SHM_PROTOCOL_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "shm/layout.h"
+#include "shm/region.h"
+
+namespace gift::shm {
+
+// ---- control block -----------------------------------------------------
+
+struct LayerDecl {
+  std::string name;
+  int64_t d_out = 0;
+  int64_t d_in = 0;
+  int32_t r_cap = 0;  // REQUIRES: 1 <= r_cap <= d_in
+};
+
+// Daemon: fills a zeroed control block of ControlBlockBytes(n) bytes: magic,
+// version, ids, layer names/shapes/caps, empty slots (version −1), windows
+// −1. Region descriptors are set by the caller afterwards.
+void InitControlBlock(void* block, const std::string& daemon_instance,
+                      const std::string& session_id, int32_t rank,
+                      int32_t world_size, const std::vector<LayerDecl>& layers);
+
+// Client: INVALID_ARGUMENT "shared memory layout version X, this client
+// speaks Y" / bad magic / size too small for n_layers.
+absl::Status CheckControlBlock(const void* block, uint64_t bytes);
+
+struct PlanView {
+  int64_t plan_epoch = 0;
+  int32_t refresh_interval = 0;
+  int32_t probe_interval = 0;
+  int64_t staleness_limit = 0;
+  uint64_t omega_seed = 0;
+  int32_t sketch_rows = 0;
+  struct Layer {
+    uint8_t path = 0;
+    uint8_t transform = 0;
+    uint8_t format = 0;
+    uint8_t candidate = 0;
+    int32_t rank = 0;
+    int64_t refresh_seq = 0;
+  };
+  std::vector<Layer> layers;  // n_layers entries
+};
+
+// Daemon. REQUIRES: plan.layers.size() == n_layers.
+void PublishPlan(void* block, const PlanView& plan);
+// Client: false when the daemon was writing on every try (keep the old).
+bool ReadPlan(const void* block, PlanView* plan);
+
+// ---- factor slots --------------------------------------------------------
+
+struct FactorData {
+  int64_t version = -1;
+  int32_t kind = 0;  // 0 low-rank, 1 full
+  int32_t r = 0;
+  double sigma2 = 0;
+  double beta = 0;
+  int64_t window = -1;
+  // Low-rank (data region): u d_in × r (row-major), c/c_inv/lambda r, omega
+  // d_in × k_cap (Ω of this version, for the sketch windows that follow).
+  // REQUIRES: 1 <= r <= r_cap for kind 0, 0 <= r <= r_cap for kind 1 (a
+  // full factor may carry a low-rank part too); omega is required for both
+  // kinds (for a full factor the daemon may pass Ω₀).
+  std::vector<float> u, c, c_inv, lambda, omega;
+  // Full (full region): d_in × d_in each. Ignored for kind 0.
+  std::vector<float> t, t_inv;
+};
+
+// Daemon: writes f into the slot that does not hold the newest version
+// (region, and full_region for kind 1), under the slot's seqlock.
+// INVALID_ARGUMENT for sizes that do not fit the entry's caps, a version not
+// above the newest, or kind 1 without a full region.
+absl::Status PublishFactor(LayerEntry* entry, Region* region,
+                           Region* full_region, const FactorData& f);
+// Client: the newest published version, −1 when none.
+int64_t NewestFactorVersion(const LayerEntry& entry);
+// Client: copies the newest factor. NOT_FOUND when none; UNAVAILABLE when
+// the daemon rewrote the slot during every try; FAILED_PRECONDITION when a
+// full factor is published but full_region is null (map it first).
+absl::Status ReadNewestFactor(const LayerEntry& entry, const Region& region,
+                              const Region* full_region, FactorData* f);
+// Client: Ω₀ (d_in × k_cap floats) of the layer.
+absl::Status ReadOmega0(const LayerEntry& entry, const Region& region,
+                        std::vector<float>* omega);
+// Daemon: writes Ω₀.
+absl::Status WriteOmega0(const LayerEntry& entry, Region* region,
+                         const std::vector<float>& omega);
+
+// ---- sketch windows --------------------------------------------------------
+
+// Client: may window w accumulate into buffer w % 2 (the daemon consumed
+// window w − 2 — or the last window closed in that buffer — or w < 2)? If
+// so, zeroes that buffer's sketch y, trace and count (and, when `full`, the
+// full region's accumulator w % 2) and returns true. The client then
+// accumulates into LayerRegionLayout::sketch[w % 2]: y is d_in × k_cap with
+// row stride k_cap, trace a double, count an int64.
+// FAILED_PRECONDITION when `full` and full_region is null.
+absl::StatusOr<bool> BeginWindow(LayerEntry* entry, Region* region,
+                                 Region* full_region, int64_t w, bool full);
+// Client: publishes meta (meta.window = w, meta.k == k_cap) and
+// window_closed = w. REQUIRES: the window's writes into the region are
+// complete (host stores, or device work synchronised — or recorded with
+// Region::SignalWrites, which the daemon's Region::Read waits on).
+void CloseWindow(LayerEntry* entry, const SketchMeta& meta);
+
+struct SketchData {
+  SketchMeta meta;
+  std::vector<float> y;  // d_in × meta.k (row-major, row stride meta.k)
+  double trace = 0;      // from the sketch buffer
+  int64_t count = 0;     // from the sketch buffer
+
+  std::vector<float> a;  // d_in × d_in when meta.full
+};
+// Daemon: the last closed window and its data, or NOT_FOUND when no window
+// newer than window_consumed is closed. DATA_LOSS for inconsistent
+// SketchMeta (window or k out of range); FAILED_PRECONDITION when meta.full
+// and full_region is null.
+absl::Status ReadClosedWindow(const LayerEntry& entry, const Region& region,
+                              const Region* full_region, SketchData* out);
+// Daemon: window w exactly (buffer w % 2, if its meta says w and w is
+// closed). NOT_FOUND otherwise. Used when the local ranks' last closed
+// windows differ by one.
+absl::Status ReadWindow(const LayerEntry& entry, const Region& region,
+                        const Region* full_region, int64_t w, SketchData* out);
+// Daemon: marks window w consumed (buffer w % 2 free again).
+void ConsumeWindow(LayerEntry* entry, int64_t w);
+
+// ---- telemetry ---------------------------------------------------------
+
+// Client (one writer).
+void WriteTelemetry(LayerEntry* entry, const LayerCounters& counters);
+// Daemon: false when torn on every try.
+bool ReadTelemetry(const LayerEntry& entry, LayerCounters* counters);
+// The same for the header's per-step totals.
+void WriteStepCounters(ControlHeader* header, const StepCounters& totals);
+bool ReadStepCounters(const ControlHeader& header, StepCounters* totals);
+
+}  // namespace gift::shm
+
+#endif  // GIFT_SHM_PROTOCOL_H_
