@@ -1,0 +1,312 @@
+#include "daemon/metrics/http_exposer.h"
+
+#include <arpa/inet.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_matchers.h"
+
+namespace gift::metrics {
+namespace {
+
+using ::gift::testing::IsOk;
+using ::gift::testing::StatusIs;
+using ::testing::HasSubstr;
+
+struct HttpResponse {
+  std::string status_line;
+  std::map<std::string, std::string> headers;  // lower-case names
+  std::string body;
+};
+
+int ConnectLocal(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  timeval tv{2, 0};  // a hung server fails the test instead of hanging it
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// A minimal HTTP/1.1 client: one request, "Connection: close", read to EOF.
+absl::StatusOr<HttpResponse> Fetch(int port, const std::string& path,
+                                   const std::string& method = "GET") {
+  int fd = ConnectLocal(port);
+  if (fd < 0) return absl::UnavailableError("connect failed");
+  std::string request = absl::StrCat(method, " ", path,
+                                     " HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                                     "Connection: close\r\n"
+                                     "Content-Length: 0\r\n\r\n");
+  if (write(fd, request.data(), request.size()) !=
+      static_cast<ssize_t>(request.size())) {
+    close(fd);
+    return absl::UnavailableError("write failed");
+  }
+  std::string raw;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fd, buf, sizeof(buf))) > 0) raw.append(buf, n);
+  close(fd);
+  if (n < 0) return absl::DeadlineExceededError("read failed or timed out");
+  size_t end = raw.find("\r\n\r\n");
+  if (end == std::string::npos) return absl::DataLossError("no header end");
+  HttpResponse response;
+  response.body = raw.substr(end + 4);
+  std::istringstream head(raw.substr(0, end));
+  std::getline(head, response.status_line);
+  absl::StripTrailingAsciiWhitespace(&response.status_line);
+  for (std::string line; std::getline(head, line);) {
+    size_t colon = line.find(':');
+    if (colon == std::string::npos) continue;
+    std::string value = line.substr(colon + 1);
+    absl::StripAsciiWhitespace(&value);
+    response.headers[absl::AsciiStrToLower(line.substr(0, colon))] = value;
+  }
+  return response;
+}
+
+TEST(HttpExposerTest, ServesMetricsOnAnyFreePort) {
+  Registry registry;
+  auto& steps = registry.AddCounter("gift_steps_total", "Steps.", {"rank"});
+  steps.WithLabels({"0"}).Increment(3);
+  auto exposer = HttpExposer::Start("127.0.0.1:0", &registry);
+  ASSERT_OK(exposer);
+  ASSERT_GT((*exposer)->port(), 0);
+
+  auto response = Fetch((*exposer)->port(), "/metrics");
+  ASSERT_OK(response);
+  EXPECT_EQ(response->status_line, "HTTP/1.1 200 OK");
+  EXPECT_EQ(response->headers["content-type"],
+            "text/plain; version=0.0.4; charset=utf-8");
+  EXPECT_EQ(response->headers["content-length"],
+            std::to_string(response->body.size()));
+  EXPECT_EQ(response->body, registry.Serialize());
+  EXPECT_THAT(response->body, HasSubstr("gift_steps_total{rank=\"0\"} 3\n"));
+
+  steps.WithLabels({"0"}).Increment();  // every scrape is live
+  response = Fetch((*exposer)->port(), "/metrics");
+  ASSERT_OK(response);
+  EXPECT_THAT(response->body, HasSubstr("gift_steps_total{rank=\"0\"} 4\n"));
+}
+
+TEST(HttpExposerTest, IndexNotFoundAndMethodNotAllowed) {
+  Registry registry;
+  auto exposer = HttpExposer::Start("localhost:0", &registry);
+  ASSERT_OK(exposer);
+  const int port = (*exposer)->port();
+
+  auto index = Fetch(port, "/");
+  ASSERT_OK(index);
+  EXPECT_EQ(index->status_line, "HTTP/1.1 200 OK");
+  EXPECT_THAT(index->body, HasSubstr("/metrics"));
+
+  for (const char* path : {"/nope", "/metrics/x", "/metricsx"}) {
+    auto missing = Fetch(port, path);
+    ASSERT_OK(missing);
+    EXPECT_THAT(missing->status_line, HasSubstr(" 404 ")) << path;
+  }
+  auto post = Fetch(port, "/metrics", "POST");
+  ASSERT_OK(post);
+  EXPECT_THAT(post->status_line, HasSubstr(" 405 "));
+  EXPECT_EQ(post->headers["allow"], "GET");
+}
+
+TEST(HttpExposerTest, PortInUseIsUnavailable) {
+  Registry registry;
+  auto first = HttpExposer::Start("127.0.0.1:0", &registry);
+  ASSERT_OK(first);
+  const std::string taken = absl::StrCat("127.0.0.1:", (*first)->port());
+  auto second = HttpExposer::Start(taken, &registry);
+  EXPECT_THAT(second, StatusIs(absl::StatusCode::kUnavailable));
+  EXPECT_THAT(second.status().message(), HasSubstr(taken));
+  EXPECT_THAT(second.status().message(), HasSubstr("in use"));
+  // The failed start must not disturb the running exposer.
+  EXPECT_OK(Fetch((*first)->port(), "/metrics"));
+}
+
+TEST(HttpExposerTest, MalformedAddressIsInvalidArgument) {
+  Registry registry;
+  for (const char* bad :
+       {"nonsense", "127.0.0.1:", "127.0.0.1:99999", "127.0.0.1:-1",
+        "127.0.0.1:80x", "example.com:80", "[::1:80"}) {
+    EXPECT_THAT(HttpExposer::Start(bad, &registry),
+                StatusIs(absl::StatusCode::kInvalidArgument))
+        << bad;
+  }
+}
+
+TEST(HttpExposerTest, DestructionStopsServing) {
+  Registry registry;
+  for (const char* listen : {"127.0.0.1:0", "0.0.0.0:0"}) {
+    auto exposer = HttpExposer::Start(listen, &registry);
+    ASSERT_OK(exposer);
+    const int port = (*exposer)->port();
+    ASSERT_OK(Fetch(port, "/metrics"));
+    exposer->reset();
+    int fd = ConnectLocal(port);
+    if (fd >= 0) close(fd);
+    EXPECT_LT(fd, 0) << listen << ": port " << port << " still accepts";
+  }
+}
+
+TEST(HttpExposerTest, ConcurrentScrapesWhileUpdating) {
+  Registry registry;
+  Counter& c = registry.AddCounter("c_total", "C.", {}).WithLabels({});
+  auto exposer = HttpExposer::Start("127.0.0.1:0", &registry);
+  ASSERT_OK(exposer);
+  std::atomic<bool> done{false};
+  std::thread writer([&] {
+    while (!done.load()) c.Increment();
+  });
+  std::vector<std::thread> scrapers;
+  std::atomic<int> good{0};
+  for (int t = 0; t < 4; ++t) {
+    scrapers.emplace_back([&] {
+      for (int i = 0; i < 10; ++i) {
+        auto r = Fetch((*exposer)->port(), "/metrics");
+        if (r.ok() && r->status_line == "HTTP/1.1 200 OK" &&
+            r->body.rfind("# HELP c_total C.\n# TYPE c_total counter\nc_total ",
+                          0) == 0) {
+          ++good;
+        }
+      }
+    });
+  }
+  for (auto& s : scrapers) s.join();
+  done.store(true);
+  writer.join();
+  EXPECT_EQ(good.load(), 40);
+}
+
+// --- promtool: the exposition must parse and lint clean. ---
+
+std::string FindPromtool() {
+  std::string path = std::getenv("PATH") ? std::getenv("PATH") : "";
+  std::istringstream dirs(path + ":/usr/bin");
+  for (std::string dir; std::getline(dirs, dir, ':');) {
+    std::string candidate = dir + "/promtool";
+    if (!dir.empty() && access(candidate.c_str(), X_OK) == 0) return candidate;
+  }
+  return "";
+}
+
+struct CheckResult {
+  int exit_code = -1;
+  std::string output;
+};
+
+// Runs `promtool check metrics < text` and returns its exit code and output.
+CheckResult PromtoolCheck(const std::string& promtool, const std::string& text,
+                          const std::string& tag) {
+  const std::string base = ::testing::TempDir() + "gift_promtool_" + tag + "_" +
+                           std::to_string(getpid());
+  std::ofstream(base + ".prom") << text;
+  std::string cmd =
+      promtool + " check metrics < " + base + ".prom > " + base + ".out 2>&1";
+  int status = std::system(cmd.c_str());
+  CheckResult result;
+  if (status != -1 && WIFEXITED(status)) result.exit_code = WEXITSTATUS(status);
+  std::ifstream out(base + ".out");
+  result.output.assign(std::istreambuf_iterator<char>(out), {});
+  std::remove((base + ".prom").c_str());
+  std::remove((base + ".out").c_str());
+  return result;
+}
+
+void FillRealisticRegistry(Registry* registry) {
+  const std::vector<std::string> labels = {"job_id", "node", "rank", "layer",
+                                           "path"};
+  auto& bytes = registry->AddCounter(
+      "gift_bytes_sent_total", "Bytes sent on the wire, by path.", labels);
+  auto& hits = registry->AddCounter(
+      "gift_boundary_hits_total",
+      "FP8 codes at the format's boundary.\nUpper and lower.", labels);
+  auto& rel = registry->AddGauge("gift_quantization_rel_l2",
+                                 "RelL2 of the local round trip.", labels);
+  auto& ranks = registry->AddGauge("gift_ranks_registered",
+                                   "Ranks registered with this daemon.", {});
+  auto& duration = registry->AddHistogram(
+      "gift_collective_duration_seconds", "Collective time (C:\\ escaped).",
+      labels, {0.0005, 0.001, 0.01, 0.1, 1, 10});
+  registry->AddGauge("gift_plan_epoch", "Plan epoch (no children yet).", {});
+  for (int rank = 0; rank < 2; ++rank) {
+    for (const char* layer :
+         {"model.layers.0.mlp.fc2", "odd \"quoted\" \\ x"}) {
+      for (const char* path : {"euclidean", "gift"}) {
+        std::vector<std::string> v = {"job-7", "node\n1", std::to_string(rank),
+                                      layer, path};
+        bytes.WithLabels(v).Increment(1 << 20);
+        hits.WithLabels(v).Increment(17);
+        rel.WithLabels(v).Set(0.0264 / (rank + 1));
+        for (double d : {0.0003, 0.002, 0.05, 3.0}) {
+          duration.WithLabels(v).Observe(d);
+        }
+      }
+    }
+  }
+  ranks.WithLabels({}).Set(2);
+}
+
+TEST(HttpExposerTest, PromtoolAcceptsLiveScrape) {
+  const std::string promtool = FindPromtool();
+  if (promtool.empty())
+    GTEST_SKIP() << "promtool not found (Debian prometheus)";
+  Registry registry;
+  FillRealisticRegistry(&registry);
+  auto exposer = HttpExposer::Start("127.0.0.1:0", &registry);
+  ASSERT_OK(exposer);
+  auto response = Fetch((*exposer)->port(), "/metrics");
+  ASSERT_OK(response);
+  ASSERT_THAT(response->body, HasSubstr("node=\"node\\n1\""));
+  ASSERT_THAT(response->body, HasSubstr("layer=\"odd \\\"quoted\\\" \\\\ x\""));
+
+  CheckResult result = PromtoolCheck(promtool, response->body, "good");
+  EXPECT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_EQ(result.output, "");
+}
+
+TEST(HttpExposerTest, PromtoolRejectsBrokenExposition) {
+  const std::string promtool = FindPromtool();
+  if (promtool.empty())
+    GTEST_SKIP() << "promtool not found (Debian prometheus)";
+  // Lint problem: a counter without _total (the registry forbids this).
+  CheckResult lint = PromtoolCheck(promtool,
+                                   "# HELP gift_steps Steps.\n"
+                                   "# TYPE gift_steps counter\n"
+                                   "gift_steps 1\n",
+                                   "lint");
+  EXPECT_NE(lint.exit_code, 0);
+  EXPECT_THAT(lint.output, HasSubstr("_total"));
+  // Parse error: an unescaped quote inside a label value.
+  CheckResult parse = PromtoolCheck(promtool,
+                                    "# HELP g G.\n# TYPE g gauge\n"
+                                    "g{layer=\"a\"b\"} 1\n",
+                                    "parse");
+  EXPECT_NE(parse.exit_code, 0);
+  EXPECT_NE(parse.output, "");
+}
+
+}  // namespace
+}  // namespace gift::metrics
