@@ -1,0 +1,211 @@
+// The CPU factor builder and the pieces shared with the GPU one
+// (factor_builder.h). All arithmetic in double; inputs and outputs are the
+// FP32 row-major buffers the shared-memory slots hold.
+#include "daemon/factor_builder.h"
+
+#include <Eigen/Dense>
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "linalg/eigen_pairs.h"
+#include "linalg/matrix_function.h"
+#include "linalg/nystrom.h"
+
+namespace gift::daemon {
+namespace {
+
+using RowMajorF =
+    Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+// Σaᵀa is summed in FP32 by the clients: symmetry and the sign of the
+// smallest eigenvalue hold only to float rounding, relative to the scale.
+constexpr double kSymmetryTol = 1e-5;
+constexpr double kPsdTol = 1e-4;
+
+absl::Status Invalid(const std::string& what) {
+  return absl::InvalidArgumentError(absl::StrCat("FactorBuilder: ", what));
+}
+
+bool AllFinite(const std::vector<float>& v) {
+  return std::all_of(v.begin(), v.end(),
+                     [](float x) { return std::isfinite(x); });
+}
+
+absl::Status CheckCommon(double trace, int64_t count, double beta) {
+  if (count <= 0)
+    return Invalid(absl::StrCat("count must be > 0 (got ", count, ")"));
+  if (!(trace > 0) || !std::isfinite(trace)) {
+    return Invalid(
+        absl::StrCat("trace must be finite and > 0 (got ", trace, ")"));
+  }
+  if (!(beta > 0) || !std::isfinite(beta)) {
+    return Invalid(
+        absl::StrCat("beta must be finite and > 0 (got ", beta, ")"));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<float> ToRowMajorFloat(const Eigen::MatrixXd& m) {
+  std::vector<float> out(m.size());
+  Eigen::Map<RowMajorF>(out.data(), m.rows(), m.cols()) = m.cast<float>();
+  return out;
+}
+
+std::vector<float> ToFloat(const Eigen::VectorXd& v) {
+  std::vector<float> out(v.size());
+  Eigen::Map<Eigen::VectorXf>(out.data(), v.size()) = v.cast<float>();
+  return out;
+}
+
+Eigen::MatrixXd FromRowMajor(const std::vector<float>& v, int64_t rows,
+                             int64_t cols) {
+  return Eigen::Map<const RowMajorF>(v.data(), rows, cols).cast<double>();
+}
+
+// f(A + τI) = U diag(f(λ + τ)) Uᵀ from A's eigendecomposition.
+absl::StatusOr<Eigen::MatrixXd> Compose(const linalg::EigenPairs& e, double tau,
+                                        double power) {
+  ASSIGN_OR_RETURN(Eigen::VectorXd f, linalg::internal::ShiftedEigenvaluePower(
+                                          e.lambda, tau, power));
+  return e.u * f.asDiagonal() * e.u.transpose();
+}
+
+class CpuFactorBuilder : public FactorBuilder {
+ public:
+  bool on_device() const override { return false; }
+
+  absl::StatusOr<LowRankFactorData> LowRank(const std::vector<float>& y,
+                                            const std::vector<float>& omega,
+                                            int64_t d, int64_t k, double trace,
+                                            int64_t count, int r, double beta,
+                                            int k_next,
+                                            uint64_t seed) override {
+    RETURN_IF_ERROR(internal::CheckLowRankArgs(y, omega, d, k, trace, count, r,
+                                               beta, k_next));
+    const Eigen::MatrixXd y_mean = FromRowMajor(y, d, k) / count;
+    ASSIGN_OR_RETURN(
+        linalg::EigenPairs e,
+        linalg::NystromEigenpairs(y_mean, FromRowMajor(omega, d, k), r));
+    return internal::FinishLowRank(d, r, e.u.data(), e.lambda.data(),
+                                   trace / count, beta, k_next, seed);
+  }
+
+  absl::StatusOr<FullFactorData> Full(const std::vector<float>& a, int64_t d,
+                                      double trace, int64_t count,
+                                      double beta) override {
+    RETURN_IF_ERROR(internal::CheckFullArgs(a, d, trace, count, beta));
+    Eigen::MatrixXd m = FromRowMajor(a, d, d) / count;
+    m = 0.5 * (m + m.transpose());
+    ASSIGN_OR_RETURN(linalg::EigenPairs e, linalg::AllEigenpairs(m));
+    RETURN_IF_ERROR(
+        internal::CheckFullSpectrum(e.lambda.minCoeff(), e.lambda.maxCoeff()));
+    FullFactorData out;
+    out.d_in = d;
+    out.tau = beta * m.trace() / d;
+    ASSIGN_OR_RETURN(Eigen::MatrixXd t, Compose(e, out.tau, -0.5));
+    ASSIGN_OR_RETURN(Eigen::MatrixXd t_inv, Compose(e, out.tau, 0.5));
+    out.t = ToRowMajorFloat(t);
+    out.t_inv = ToRowMajorFloat(t_inv);
+    return out;
+  }
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<FactorBuilder>> FactorBuilder::Create(
+    int device) {
+  if (device < 0) return std::make_unique<CpuFactorBuilder>();
+#if GIFT_HAVE_CUDA
+  return internal::CreateCudaFactorBuilder(device);
+#else
+  return absl::FailedPreconditionError(absl::StrCat(
+      "FactorBuilder: CUDA device ", device,
+      " requested but this giftd was built without CUDA (GIFT_CUDA=OFF); "
+      "use device -1 for the CPU builder"));
+#endif
+}
+
+std::vector<float> InitialOmega(int64_t d, int64_t k, uint64_t seed) {
+  return ToRowMajorFloat(linalg::MakeTestMatrix(d, k, nullptr, seed));
+}
+
+namespace internal {
+
+absl::Status CheckLowRankArgs(const std::vector<float>& y,
+                              const std::vector<float>& omega, int64_t d,
+                              int64_t k, double trace, int64_t count, int r,
+                              double beta, int k_next) {
+  RETURN_IF_ERROR(CheckCommon(trace, count, beta));
+  if (!(1 <= r && r <= k && k <= d)) {
+    return Invalid(absl::StrCat("need 1 <= r <= k <= d (got r=", r, ", k=", k,
+                                ", d=", d, ")"));
+  }
+  if (k_next < r || k_next > d) {
+    return Invalid(absl::StrCat("k_next must be in [r=", r, ", d=", d,
+                                "] (got ", k_next, ")"));
+  }
+  const size_t n = static_cast<size_t>(d * k);
+  if (y.size() != n || omega.size() != n) {
+    return Invalid(absl::StrCat("y has ", y.size(), " and omega ", omega.size(),
+                                " elements; d x k = ", n));
+  }
+  if (!AllFinite(y)) return Invalid("sketch y has non-finite elements");
+  if (!AllFinite(omega)) return Invalid("omega has non-finite elements");
+  return absl::OkStatus();
+}
+
+absl::Status CheckFullArgs(const std::vector<float>& a, int64_t d, double trace,
+                           int64_t count, double beta) {
+  RETURN_IF_ERROR(CheckCommon(trace, count, beta));
+  if (d < 1 || a.size() != static_cast<size_t>(d * d)) {
+    return Invalid(absl::StrCat("a has ", a.size(),
+                                " elements; d x d with d=", d, " expected"));
+  }
+  if (!AllFinite(a)) return Invalid("a has non-finite elements");
+  const Eigen::Map<const RowMajorF> m(a.data(), d, d);
+  const double scale = m.cwiseAbs().maxCoeff();
+  const double asym = (m - m.transpose()).cwiseAbs().maxCoeff();
+  if (asym > kSymmetryTol * scale) {
+    return Invalid(absl::StrCat("a is not symmetric: max|A - At| = ", asym,
+                                " > ", kSymmetryTol, " * max|A| = ", scale));
+  }
+  if (!(scale > 0)) return Invalid("a is zero");
+  return absl::OkStatus();
+}
+
+absl::Status CheckFullSpectrum(double lambda_min, double lambda_max) {
+  if (lambda_min < -kPsdTol * std::max(lambda_max, 0.0)) {
+    return Invalid(
+        absl::StrCat("a is not positive semi-definite: smallest "
+                     "eigenvalue ",
+                     lambda_min, ", largest ", lambda_max));
+  }
+  return absl::OkStatus();
+}
+
+LowRankFactorData FinishLowRank(int64_t d, int r, const double* u,
+                                const double* lambda, double trace_mean,
+                                double beta, int k_next, uint64_t seed) {
+  linalg::EigenPairs e;
+  e.u = Eigen::Map<const Eigen::MatrixXd>(u, d, r);
+  e.lambda = Eigen::Map<const Eigen::VectorXd>(lambda, r);
+  const linalg::LowRankFactor f = linalg::MakeLowRankFactor(
+      e, trace_mean, d, linalg::FactorDamping::Clipped(beta));
+  LowRankFactorData out;
+  out.r = r;
+  out.d_in = d;
+  out.u = ToRowMajorFloat(f.u);
+  out.lambda = ToFloat(f.lambda);
+  out.c = ToFloat(f.c);
+  out.c_inv = ToFloat(f.c_inv);
+  out.sigma2 = f.sigma2;
+  out.omega_next =
+      ToRowMajorFloat(linalg::MakeTestMatrix(d, k_next, &f.u, seed));
+  return out;
+}
+
+}  // namespace internal
+}  // namespace gift::daemon
