@@ -1,0 +1,104 @@
+// giftd's configuration: one table of options, read from a YAML file
+// (`--config giftd.yaml`) and then from command-line flags, which override
+// the file. Every option has a default, a one-line help text and a check;
+// the same table produces `giftd --help`, `--print-config` (the effective
+// configuration as YAML, which `--config` reads back unchanged) and the
+// README's option list.
+//
+//   ASSIGN_OR_RETURN(DaemonConfig config, LoadConfig(argc, argv));
+//   if (config.print_config) std::cout << FormatConfig(config);
+//
+// Errors are INVALID_ARGUMENT with the file:line or the flag and the reason:
+// unknown key or flag, wrong type, out-of-range value, unreadable file,
+// malformed YAML. Nothing is partially applied: LoadConfig returns a
+// complete valid config or an error.
+//
+// Thread safety: plain data and pure functions.
+#ifndef GIFT_DAEMON_CONFIG_H_
+#define GIFT_DAEMON_CONFIG_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "daemon/selector.h"
+
+namespace gift::daemon {
+
+struct DaemonConfig {
+  // ---- identity and endpoints
+  std::string node;  // Default: the host name.
+  // Unix socket of the Agent service. Default: /tmp/gift/agent.sock.
+  std::string agent_socket = "/tmp/gift/agent.sock";
+  // Control service host:port. Default: 127.0.0.1:50151.
+  std::string control_address = "127.0.0.1:50151";
+  // Prometheus /metrics host:port; "" disables. Default: 127.0.0.1:9464.
+  std::string metrics_address = "127.0.0.1:9464";
+  // Bearer token file for Control when not bound to loopback (required
+  // then). Default: "".
+  std::string control_token_file;
+  // TLS for Control (both or neither). Default: "".
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  // POSIX shm name prefix. Default: /gift-<node>.
+  std::string shm_prefix;
+
+  // ---- plan defaults (changeable at run time through Control)
+  int refresh_interval = 50;  // K, steps. REQUIRES: >= 1.
+  int rank = 32;              // r. REQUIRES: 1 <= rank <= max_rank.
+  int max_rank = 64;          // slot capacity. REQUIRES: >= 1.
+  int probe_interval = 10;    // M, steps. REQUIRES: >= 1.
+  int sketch_rows = 512;      // rows per layer and step. REQUIRES: >= 1.
+  // Steps a factor may age before a rank drops the layer to Euclidean.
+  // Default: 200. REQUIRES: >= 1.
+  int staleness_limit = 200;
+  double beta = 1.0;       // low-rank damping β. REQUIRES: > 0.
+  double full_beta = 0.3;  // full-transform τ factor. REQUIRES: > 0.
+  // Largest d_in allowed the `full` transform. Default: 4096. REQUIRES: >= 1.
+  int full_max_d_in = 4096;
+  std::string transform = "lowrank";  // default transform: lowrank|full
+  std::string format = "e4m3";        // default FP8 format: e4m3|e5m2
+  uint64_t omega_seed = 0x9E3779B97F4A7C15ULL;
+  SelectorPolicy selection;  // selection.* keys
+
+  // ---- daemon
+  int refresh_threads = 2;  // REQUIRES: >= 1.
+  // CUDA device of the refresher; -1 = CPU. Default: -1.
+  int refresher_device = -1;
+  int heartbeat_interval_ms = 1000;  // REQUIRES: >= 10.
+  // A rank silent this long (or whose pid is gone) is reaped.
+  // Default: 10000. REQUIRES: > heartbeat_interval_ms.
+  int rank_timeout_ms = 10000;
+  // Telemetry poll / selector period. Default: 100. REQUIRES: >= 10.
+  int poll_interval_ms = 100;
+  std::string log_level = "info";  // debug|info|warning|error
+
+  // ---- not options: what the command line asked for
+  bool print_config = false;
+  bool help = false;
+};
+
+// Parses argv (argv[0] skipped): --config FILE first, then every other
+// --key=value / --key value (key names as in the YAML file with '_' or
+// '-'; selection.top_k is --selection.top-k), --print-config, --help.
+absl::StatusOr<DaemonConfig> LoadConfig(int argc, const char* const* argv);
+// The same from YAML text (file name for messages) and then flags.
+absl::StatusOr<DaemonConfig> LoadConfigFromString(
+    const std::string& yaml, const std::string& file_name,
+    const std::vector<std::string>& flags);
+// INVALID_ARGUMENT naming the first bad field. `node` and `shm_prefix` must
+// be set: LoadConfig* fill their defaults, so a hand-built config should
+// start from LoadConfigFromString("", "", {}). With --help, LoadConfig*
+// skip validation so the help prints whatever else was given.
+absl::Status ValidateConfig(const DaemonConfig& config);
+// YAML, every option, with its help as a comment.
+std::string FormatConfig(const DaemonConfig& config);
+// --help text: every option, default and help.
+std::string ConfigHelp();
+// Markdown table (option, default, meaning) for the README.
+std::string ConfigMarkdown();
+
+}  // namespace gift::daemon
+
+#endif  // GIFT_DAEMON_CONFIG_H_

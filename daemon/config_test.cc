@@ -1,0 +1,375 @@
+#include "daemon/config.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "common/status_matchers.h"
+
+namespace gift::daemon {
+namespace {
+
+using ::gift::testing::IsOk;
+using ::gift::testing::StatusIs;
+using ::testing::HasSubstr;
+
+// Every option key, as the header declares them; help and --print-config
+// must list each one.
+const std::vector<std::string> kKeys = {"node",
+                                        "agent_socket",
+                                        "control_address",
+                                        "metrics_address",
+                                        "control_token_file",
+                                        "tls_cert_file",
+                                        "tls_key_file",
+                                        "shm_prefix",
+                                        "refresh_interval",
+                                        "rank",
+                                        "max_rank",
+                                        "probe_interval",
+                                        "sketch_rows",
+                                        "staleness_limit",
+                                        "beta",
+                                        "full_beta",
+                                        "full_max_d_in",
+                                        "transform",
+                                        "format",
+                                        "omega_seed",
+                                        "selection.kind",
+                                        "selection.top_k",
+                                        "selection.threshold",
+                                        "selection.hysteresis",
+                                        "selection.window_steps",
+                                        "selection.max_layers",
+                                        "selection.max_extra_flops",
+                                        "selection.min_gain",
+                                        "refresh_threads",
+                                        "refresher_device",
+                                        "heartbeat_interval_ms",
+                                        "rank_timeout_ms",
+                                        "poll_interval_ms",
+                                        "log_level"};
+
+absl::StatusOr<DaemonConfig> Load(const std::string& yaml,
+                                  std::vector<std::string> flags = {}) {
+  return LoadConfigFromString(yaml, "giftd.yaml", flags);
+}
+
+// Expects INVALID_ARGUMENT with exactly `message`.
+void ExpectError(const absl::StatusOr<DaemonConfig>& result,
+                 const std::string& message) {
+  ASSERT_THAT(result, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(result.status().message(), message);
+}
+
+void ExpectSameConfig(const DaemonConfig& a, const DaemonConfig& b) {
+  EXPECT_EQ(a.node, b.node);
+  EXPECT_EQ(a.agent_socket, b.agent_socket);
+  EXPECT_EQ(a.control_address, b.control_address);
+  EXPECT_EQ(a.metrics_address, b.metrics_address);
+  EXPECT_EQ(a.control_token_file, b.control_token_file);
+  EXPECT_EQ(a.tls_cert_file, b.tls_cert_file);
+  EXPECT_EQ(a.tls_key_file, b.tls_key_file);
+  EXPECT_EQ(a.shm_prefix, b.shm_prefix);
+  EXPECT_EQ(a.refresh_interval, b.refresh_interval);
+  EXPECT_EQ(a.rank, b.rank);
+  EXPECT_EQ(a.max_rank, b.max_rank);
+  EXPECT_EQ(a.probe_interval, b.probe_interval);
+  EXPECT_EQ(a.sketch_rows, b.sketch_rows);
+  EXPECT_EQ(a.staleness_limit, b.staleness_limit);
+  EXPECT_EQ(a.beta, b.beta);  // exact: the printer round-trips doubles
+  EXPECT_EQ(a.full_beta, b.full_beta);
+  EXPECT_EQ(a.full_max_d_in, b.full_max_d_in);
+  EXPECT_EQ(a.transform, b.transform);
+  EXPECT_EQ(a.format, b.format);
+  EXPECT_EQ(a.omega_seed, b.omega_seed);
+  EXPECT_EQ(a.selection.kind, b.selection.kind);
+  EXPECT_EQ(a.selection.top_k, b.selection.top_k);
+  EXPECT_EQ(a.selection.threshold, b.selection.threshold);
+  EXPECT_EQ(a.selection.hysteresis, b.selection.hysteresis);
+  EXPECT_EQ(a.selection.window_steps, b.selection.window_steps);
+  EXPECT_EQ(a.selection.max_layers, b.selection.max_layers);
+  EXPECT_EQ(a.selection.max_extra_flops, b.selection.max_extra_flops);
+  EXPECT_EQ(a.selection.min_gain, b.selection.min_gain);
+  EXPECT_EQ(a.refresh_threads, b.refresh_threads);
+  EXPECT_EQ(a.refresher_device, b.refresher_device);
+  EXPECT_EQ(a.heartbeat_interval_ms, b.heartbeat_interval_ms);
+  EXPECT_EQ(a.rank_timeout_ms, b.rank_timeout_ms);
+  EXPECT_EQ(a.poll_interval_ms, b.poll_interval_ms);
+  EXPECT_EQ(a.log_level, b.log_level);
+}
+
+TEST(ConfigTest, DefaultsAreValidAndMatchTheHeader) {
+  absl::StatusOr<DaemonConfig> c = Load("");
+  ASSERT_OK(c);
+  char host[256] = {};
+  ASSERT_EQ(gethostname(host, sizeof(host) - 1), 0);
+  EXPECT_EQ(c->node, host);
+  EXPECT_EQ(c->shm_prefix.rfind("/gift-", 0), 0u);
+  EXPECT_EQ(c->control_address, "127.0.0.1:50151");
+  EXPECT_EQ(c->refresh_interval, 50);
+  EXPECT_EQ(c->rank, 32);
+  EXPECT_EQ(c->selection.kind, SelectionKind::kTopK);
+  EXPECT_EQ(c->selection.top_k, 8);
+  EXPECT_FALSE(c->help);
+  EXPECT_FALSE(c->print_config);
+  EXPECT_OK(ValidateConfig(*c));
+}
+
+TEST(ConfigTest, EmptyYamlValueIsEmptyString) {
+  absl::StatusOr<DaemonConfig> c = Load("metrics_address:\n");
+  ASSERT_OK(c);
+  EXPECT_EQ(c->metrics_address, "");
+  ExpectError(Load("rank:\n"),
+              "giftd.yaml:1: rank: expected an integer, got ''");
+}
+
+TEST(ConfigTest, ShmPrefixDefaultSanitizesTheNodeName) {
+  absl::StatusOr<DaemonConfig> c = Load("node: \"gpu node/7:a\"\n");
+  ASSERT_OK(c);
+  EXPECT_EQ(c->shm_prefix, "/gift-gpu_node_7_a");
+}
+
+TEST(ConfigTest, FileThenFlagsOverride) {
+  const std::string yaml =
+      "refresh_interval: 20\n"
+      "rank: 16\n"
+      "transform: full\n"
+      "selection:\n"
+      "  kind: threshold\n"
+      "  threshold: 0.2\n"
+      "  top_k: 3\n";
+  absl::StatusOr<DaemonConfig> c =
+      Load(yaml, {"--refresh-interval=70", "--rank", "8", "--selection.top-k=4",
+                  "--selection.kind", "elbow"});
+  ASSERT_OK(c);
+  EXPECT_EQ(c->refresh_interval, 70);  // flag wins
+  EXPECT_EQ(c->rank, 8);
+  EXPECT_EQ(c->transform, "full");  // file only
+  EXPECT_EQ(c->selection.kind, SelectionKind::kElbow);
+  EXPECT_EQ(c->selection.threshold, 0.2);
+  EXPECT_EQ(c->selection.top_k, 4);
+}
+
+TEST(ConfigTest, FlagSpellings) {
+  absl::StatusOr<DaemonConfig> c =
+      Load("", {"--refresh_interval", "60", "--log-level=debug",
+                "--selection.window_steps=7", "--omega-seed=0x10",
+                "--print-config"});
+  ASSERT_OK(c);
+  EXPECT_EQ(c->refresh_interval, 60);
+  EXPECT_EQ(c->log_level, "debug");
+  EXPECT_EQ(c->selection.window_steps, 7);
+  EXPECT_EQ(c->omega_seed, 16u);
+  EXPECT_TRUE(c->print_config);
+}
+
+TEST(ConfigTest, HelpSkipsValidation) {
+  absl::StatusOr<DaemonConfig> c = Load("", {"--rank=0", "--help"});
+  ASSERT_OK(c);
+  EXPECT_TRUE(c->help);
+}
+
+TEST(ConfigTest, YamlErrorsNameFileAndLine) {
+  ExpectError(Load("rank: 8\n\nrefresh_intervall: 3\n"),
+              "giftd.yaml:3: unknown key 'refresh_intervall'");
+  ExpectError(Load("selection:\n  top_k: 2\n  kindd: elbow\n"),
+              "giftd.yaml:3: unknown key 'selection.kindd'");
+  ExpectError(Load("rank: 8\nrank: abc\n"),
+              "giftd.yaml:2: duplicate key 'rank'");
+  ExpectError(Load("beta: 1\nrank: abc\n"),
+              "giftd.yaml:2: rank: expected an integer, got 'abc'");
+  ExpectError(Load("beta: [1, 2]\n"),
+              "giftd.yaml:1: beta: expected a single value");
+  ExpectError(Load("selection: 3\n"),
+              "giftd.yaml:1: selection: expected a map");
+  ExpectError(Load("- rank\n"), "giftd.yaml:1: expected a map of options");
+  absl::StatusOr<DaemonConfig> bad = Load("rank: 8\nbeta: [1, 2\n");
+  ASSERT_THAT(bad, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(bad.status().message(), HasSubstr("giftd.yaml:"));
+}
+
+TEST(ConfigTest, FlagErrors) {
+  ExpectError(Load("", {"--rank=abc"}),
+              "--rank: expected an integer, got 'abc'");
+  ExpectError(Load("", {"--beta", "x"}),
+              "--beta: expected a finite number, "
+              "got 'x'");
+  ExpectError(Load("", {"--beta=nan"}),
+              "--beta: expected a finite number, got 'nan'");
+  ExpectError(Load("", {"--omega-seed=-1"}),
+              "--omega-seed: expected an unsigned 64-bit integer, got '-1'");
+  ExpectError(Load("", {"--selection.kind=best"}),
+              "--selection.kind: expected top-k, elbow or threshold, got "
+              "'best'");
+  ExpectError(Load("", {"--no-such=1"}), "unknown flag '--no-such'");
+  ExpectError(Load("", {"--rank"}), "--rank: missing value");
+  ExpectError(Load("", {"--rank", "--beta=1"}), "--rank: missing value");
+  ExpectError(Load("", {"stray"}), "unexpected argument 'stray'");
+  ExpectError(Load("", {"--config=x.yaml"}), "unknown flag '--config'");
+}
+
+TEST(ConfigTest, RangeErrors) {
+  ExpectError(Load("", {"--refresh-interval=0"}),
+              "refresh_interval must be >= 1 (got 0)");
+  ExpectError(Load("", {"--beta=0"}), "beta must be > 0 (got 0)");
+  ExpectError(Load("", {"--heartbeat-interval-ms=5"}),
+              "heartbeat_interval_ms must be >= 10 (got 5)");
+  ExpectError(Load("", {"--selection.top-k=0"}),
+              "selection.top_k must be >= 1 (got 0)");
+  ExpectError(Load("", {"--transform=diag"}),
+              "transform must be one of lowrank|full (got 'diag')");
+  ExpectError(Load("", {"--format=e3m4"}),
+              "format must be one of e4m3|e5m2 (got 'e3m4')");
+  ExpectError(Load("", {"--log-level=loud"}),
+              "log_level must be one of debug|info|warning|error (got 'loud')");
+  ExpectError(Load("", {"--rank=65"}),
+              "rank must be <= max_rank (got 65 > 64)");
+  ExpectError(Load("", {"--rank-timeout-ms=1000"}),
+              "rank_timeout_ms must be > heartbeat_interval_ms (got 1000 <= "
+              "1000)");
+}
+
+TEST(ConfigTest, SelectionPolicyIsValidatedBySelector) {
+  // Upper bounds are SelectorPolicy::Validate's; the message is prefixed.
+  absl::StatusOr<DaemonConfig> c = Load("", {"--selection.hysteresis=1"});
+  ASSERT_THAT(c, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(c.status().message(), HasSubstr("selection: "));
+  c = Load("", {"--selection.threshold=1.5"});
+  EXPECT_THAT(c, StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST(ConfigTest, EndpointErrors) {
+  auto expect_bad = [](std::vector<std::string> flags, const char* what) {
+    absl::StatusOr<DaemonConfig> c = Load("", flags);
+    ASSERT_THAT(c, StatusIs(absl::StatusCode::kInvalidArgument)) << flags[0];
+    EXPECT_THAT(c.status().message(), HasSubstr(what)) << flags[0];
+  };
+  expect_bad({"--control-address=localhost"}, "control_address must be");
+  expect_bad({"--control-address=127.0.0.1:65536"}, "0..65535");
+  expect_bad({"--control-address=127.0.0.1:http"}, "0..65535");
+  expect_bad({"--control-address=::1:80"}, "IPv6 hosts in brackets");
+  expect_bad({"--metrics-address=:9464"}, "metrics_address must be");
+  expect_bad({"--agent-socket=gift.sock"}, "agent_socket");
+  expect_bad({"--agent-socket=/" + std::string(120, 'a')}, "agent_socket");
+  expect_bad({"--shm-prefix=gift"}, "shm_prefix");
+  expect_bad({"--shm-prefix=/a/b"}, "shm_prefix");
+  expect_bad({"--tls-cert-file=/c.pem"}, "tls_cert_file and tls_key_file");
+  expect_bad({"--control-address=0.0.0.0:50151"}, "control_token_file");
+  expect_bad({"--control-address=[::]:50151"}, "control_token_file");
+}
+
+TEST(ConfigTest, EndpointsAccepted) {
+  EXPECT_OK(Load("", {"--metrics-address="}));  // disabled
+  EXPECT_OK(Load("", {"--control-address=[::1]:0"}));
+  EXPECT_OK(Load("", {"--control-address=localhost:50151"}));
+  EXPECT_OK(Load("", {"--control-address=0.0.0.0:50151",
+                      "--control-token-file=/etc/gift/token",
+                      "--tls-cert-file=/c.pem", "--tls-key-file=/k.pem"}));
+}
+
+TEST(ConfigTest, PrintConfigRoundTrips) {
+  absl::StatusOr<DaemonConfig> c =
+      Load("node: \"n \\\"1\\\"\"\ncontrol_token_file: \"\"\n",
+           {"--beta=0.1", "--full-beta=1e-7", "--selection.kind=threshold",
+            "--selection.threshold=0.3", "--selection.max-extra-flops=1.5e12",
+            "--omega-seed=18446744073709551615", "--refresher-device=0",
+            "--agent-socket=/tmp/a b/agent.sock", "--format=e5m2"});
+  ASSERT_OK(c);
+  EXPECT_EQ(c->node, "n \"1\"");
+  std::string yaml = FormatConfig(*c);
+  absl::StatusOr<DaemonConfig> back = Load(yaml);
+  ASSERT_OK(back) << yaml;
+  ExpectSameConfig(*c, *back);
+  EXPECT_EQ(FormatConfig(*back), yaml);
+  // The defaults round-trip too.
+  absl::StatusOr<DaemonConfig> d = Load("");
+  ASSERT_OK(d);
+  absl::StatusOr<DaemonConfig> d2 = Load(FormatConfig(*d));
+  ASSERT_OK(d2);
+  ExpectSameConfig(*d, *d2);
+}
+
+TEST(ConfigTest, HelpPrintConfigAndMarkdownListEveryOption) {
+  absl::StatusOr<DaemonConfig> c = Load("");
+  ASSERT_OK(c);
+  const std::string help = ConfigHelp();
+  const std::string yaml = FormatConfig(*c);
+  const std::string md = ConfigMarkdown();
+  for (const std::string& key : kKeys) {
+    std::string flag = "--" + key;
+    for (char& ch : flag) ch = ch == '_' ? '-' : ch;
+    EXPECT_THAT(help, HasSubstr(flag + "=")) << key;
+    EXPECT_THAT(md, HasSubstr("`" + key + "`")) << key;
+    std::string leaf = key.substr(key.find('.') + 1);  // npos + 1 == 0
+    EXPECT_THAT(yaml, HasSubstr("\n" + std::string(key == leaf ? "" : "  ") +
+                                leaf + ": "))
+        << key;
+  }
+  EXPECT_THAT(help, HasSubstr("--refresh-interval=INT (default: 50)"));
+  EXPECT_THAT(yaml, HasSubstr("(default: 50)\nrefresh_interval: 50\n"));
+  EXPECT_THAT(yaml, HasSubstr("selection:\n  # "));
+  EXPECT_THAT(md, HasSubstr("| `rank` | `--rank=INT` | `32` |"));
+  // A '|' inside a cell would split it, even in a code span.
+  EXPECT_THAT(md, HasSubstr("`--transform=lowrank\\|full`"));
+}
+
+// A file on disk, removed at the end of the test.
+class TempFile {
+ public:
+  explicit TempFile(const std::string& text) {
+    char tmpl[] = "/tmp/giftd_config_test_XXXXXX";
+    int fd = mkstemp(tmpl);
+    path_ = tmpl;
+    EXPECT_EQ(write(fd, text.data(), text.size()),
+              static_cast<ssize_t>(text.size()));
+    close(fd);
+  }
+  ~TempFile() { unlink(path_.c_str()); }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+absl::StatusOr<DaemonConfig> LoadArgv(std::vector<std::string> args) {
+  std::vector<const char*> argv = {"giftd"};
+  for (const std::string& a : args) argv.push_back(a.c_str());
+  return LoadConfig(static_cast<int>(argv.size()), argv.data());
+}
+
+TEST(ConfigTest, LoadConfigReadsTheFileFirstWhereverItStands) {
+  TempFile file("rank: 16\nrefresh_interval: 20\n");
+  absl::StatusOr<DaemonConfig> c =
+      LoadArgv({"--rank=8", "--config", file.path()});
+  ASSERT_OK(c);
+  EXPECT_EQ(c->rank, 8);  // the flag overrides the file despite its position
+  EXPECT_EQ(c->refresh_interval, 20);
+  c = LoadArgv({"--config=" + file.path()});
+  ASSERT_OK(c);
+  EXPECT_EQ(c->rank, 16);
+}
+
+TEST(ConfigTest, LoadConfigFileErrors) {
+  ExpectError(LoadArgv({"--config", "/nonexistent/giftd.yaml"}),
+              "cannot read config file '/nonexistent/giftd.yaml': No such "
+              "file or directory");
+  ExpectError(LoadArgv({"--config"}), "--config: missing value");
+  TempFile file("rank: 8\nsketch_rows: -3\n");
+  ExpectError(LoadArgv({"--config", file.path(), "--config", file.path()}),
+              "--config given more than once");
+  // Values from the file are checked like flags, after the flags applied.
+  ExpectError(LoadArgv({"--config", file.path()}),
+              "sketch_rows must be >= 1 (got -3)");
+  EXPECT_OK(LoadArgv({"--config", file.path(), "--sketch-rows=4"}));
+  TempFile typo("rank: 8\n# comment\nrefresh_intervall: 3\n");
+  absl::StatusOr<DaemonConfig> c = LoadArgv({"--config", typo.path()});
+  ExpectError(c, typo.path() + ":3: unknown key 'refresh_intervall'");
+}
+
+}  // namespace
+}  // namespace gift::daemon

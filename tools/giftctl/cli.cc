@@ -1,0 +1,322 @@
+// giftctl's grammar. Global options are taken out wherever they stand; what
+// remains is the command, its positional arguments and its options, which
+// each command's parser consumes; anything left over is a usage error.
+#include "tools/giftctl/cli.h"
+
+#include <cmath>
+#include <map>
+
+#include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/status_macros.h"
+
+namespace gift::giftctl {
+
+const char kUsageLine[] =
+    "usage: giftctl [--address HOST:PORT] [--token-file F] [--tls-ca F] "
+    "[--json] [--timeout S] COMMAND [ARGS]\n";
+
+const char kUsage[] =
+    "usage: giftctl [--address HOST:PORT] [--token-file F] [--tls-ca F] "
+    "[--json] [--timeout S] COMMAND [ARGS]\n"
+    "\n"
+    "Operator client of giftd's Control service.\n"
+    "\n"
+    "Global options:\n"
+    "  --address HOST:PORT  Control address (default 127.0.0.1:50151, or\n"
+    "                       $GIFT_CONTROL_ADDRESS)\n"
+    "  --token-file F       send the token in F as 'authorization: Bearer'\n"
+    "  --tls-ca F           use TLS, trusting the CA certificates in F\n"
+    "  --json               print responses as JSON (proto field names)\n"
+    "  --timeout S          seconds per call (default 5)\n"
+    "\n"
+    "Commands:\n"
+    "  status                     daemon status\n"
+    "  layers                     every layer's selection and factor state\n"
+    "  set-interval K             factor refresh interval, steps\n"
+    "  set-rank R                 factor rank\n"
+    "  pin LAYER                  always on the GIFT path\n"
+    "  unpin LAYER                let the selector decide\n"
+    "  pin-out LAYER              never on the GIFT path\n"
+    "  layer LAYER [--transform lowrank|full] [--rank R] [--beta B]\n"
+    "              [--format e4m3|e5m2]\n"
+    "                             change (or show) one layer's settings\n"
+    "  policy [--kind top-k|elbow|threshold] [--top-k N] [--threshold X]\n"
+    "         [--hysteresis H] [--window N] [--max-layers N] [--max-flops F]\n"
+    "         [--min-gain G]      change (or show) the selection policy\n"
+    "  refresh [LAYER]            refresh factors now (default: every\n"
+    "                             candidate layer)\n"
+    "  watch [--interval MS] [--count N]\n"
+    "                             print telemetry until Ctrl-C or N updates\n"
+    "\n"
+    "Exit status: 0 success, 1 call failed, 2 usage error.\n";
+
+namespace {
+
+absl::Status Usage(const std::string& msg) {
+  return absl::InvalidArgumentError(msg);
+}
+
+// A command's positional arguments and options, consumed as they are read.
+struct CommandArgs {
+  std::string name;
+  std::vector<std::string> positional;
+  std::map<std::string, std::string> options;  // without "--"
+
+  bool Take(const std::string& option, std::string* value) {
+    auto it = options.find(option);
+    if (it == options.end()) return false;
+    *value = it->second;
+    options.erase(it);
+    return true;
+  }
+  absl::Status Positional(size_t min, size_t max) const {
+    if (positional.size() >= min && positional.size() <= max) {
+      return absl::OkStatus();
+    }
+    return Usage(absl::StrFormat(
+        "%s: expected %s argument%s, got %d", name,
+        min == max ? absl::StrCat(min) : absl::StrCat(min, "-", max),
+        min == 1 && max == 1 ? "" : "s", positional.size()));
+  }
+  absl::Status Done() const {
+    if (options.empty()) return absl::OkStatus();
+    return Usage(absl::StrFormat("%s: unknown option '--%s'", name,
+                                 options.begin()->first));
+  }
+};
+
+absl::Status ParseInt(const std::string& what, const std::string& text,
+                      int* out) {
+  if (absl::SimpleAtoi(text, out)) return absl::OkStatus();
+  return Usage(
+      absl::StrFormat("%s: expected an integer, got '%s'", what, text));
+}
+
+absl::Status ParseDouble(const std::string& what, const std::string& text,
+                         double* out) {
+  if (absl::SimpleAtod(text, out) && std::isfinite(*out)) {
+    return absl::OkStatus();
+  }
+  return Usage(absl::StrFormat("%s: expected a number, got '%s'", what, text));
+}
+
+// Helpers that apply `--option` when present.
+absl::Status OptInt(CommandArgs& a, const std::string& option, int* out) {
+  std::string text;
+  if (!a.Take(option, &text)) return absl::OkStatus();
+  return ParseInt("--" + option, text, out);
+}
+
+absl::Status OptDouble(CommandArgs& a, const std::string& option, double* out) {
+  std::string text;
+  if (!a.Take(option, &text)) return absl::OkStatus();
+  return ParseDouble("--" + option, text, out);
+}
+
+// SetSelectionPolicy reads 0 as "keep the current value", so a 0 the user
+// meant literally cannot be sent; say so rather than silently doing nothing.
+absl::Status NonZero(const std::string& option, double value) {
+  if (value != 0) return absl::OkStatus();
+  return Usage(absl::StrFormat(
+      "policy: --%s 0 cannot be sent (0 keeps the current value)", option));
+}
+
+absl::Status ParseLayer(CommandArgs& a, Invocation& inv) {
+  RETURN_IF_ERROR(a.Positional(1, 1));
+  gift::v1::SetLayerPolicyRequest& req = inv.set_layer_policy;
+  req.set_layer(a.positional[0]);
+  gift::v1::LayerSettings* s = req.mutable_settings();
+  if (a.name == "pin") s->set_pin(gift::v1::PIN_IN);
+  if (a.name == "unpin") s->set_pin(gift::v1::PIN_AUTO);
+  if (a.name == "pin-out") s->set_pin(gift::v1::PIN_OUT);
+  if (a.name != "layer") return a.Done();
+  std::string text;
+  if (a.Take("transform", &text)) {
+    if (text != "lowrank" && text != "full") {
+      return Usage("--transform: expected lowrank or full, got '" + text + "'");
+    }
+    s->set_transform(text == "full" ? gift::v1::TRANSFORM_FULL
+                                    : gift::v1::TRANSFORM_LOWRANK);
+  }
+  if (a.Take("format", &text)) {
+    if (text != "e4m3" && text != "e5m2") {
+      return Usage("--format: expected e4m3 or e5m2, got '" + text + "'");
+    }
+    s->set_format(text == "e5m2" ? gift::v1::FP8_FORMAT_E5M2
+                                 : gift::v1::FP8_FORMAT_E4M3);
+  }
+  int rank = 0;
+  double beta = 0;
+  RETURN_IF_ERROR(OptInt(a, "rank", &rank));
+  RETURN_IF_ERROR(OptDouble(a, "beta", &beta));
+  s->set_rank(rank);
+  s->set_beta(beta);
+  return a.Done();
+}
+
+absl::Status ParseKind(const std::string& text, gift::v1::SelectionPolicy* p) {
+  if (text == "top-k") {
+    p->set_kind(gift::v1::SELECTION_KIND_TOP_K);
+  } else if (text == "elbow") {
+    p->set_kind(gift::v1::SELECTION_KIND_ELBOW);
+  } else if (text == "threshold") {
+    p->set_kind(gift::v1::SELECTION_KIND_THRESHOLD);
+  } else {
+    return Usage("--kind: expected top-k, elbow or threshold, got '" + text +
+                 "'");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParsePolicy(CommandArgs& a, Invocation& inv) {
+  RETURN_IF_ERROR(a.Positional(0, 0));
+  gift::v1::SelectionPolicy* p = inv.set_policy.mutable_policy();
+  std::string text;
+  if (a.Take("kind", &text)) RETURN_IF_ERROR(ParseKind(text, p));
+  // Option name, proto setter; a missing option leaves the field 0 (keep).
+  struct IntField {
+    const char* option;
+    void (gift::v1::SelectionPolicy::*set)(int32_t);
+  };
+  for (IntField f :
+       {IntField{"top-k", &gift::v1::SelectionPolicy::set_top_k},
+        IntField{"window", &gift::v1::SelectionPolicy::set_window_steps},
+        IntField{"max-layers", &gift::v1::SelectionPolicy::set_max_layers}}) {
+    int v = -1;
+    RETURN_IF_ERROR(OptInt(a, f.option, &v));
+    if (v == -1) continue;
+    RETURN_IF_ERROR(NonZero(f.option, v));
+    (p->*f.set)(v);
+  }
+  struct DoubleField {
+    const char* option;
+    void (gift::v1::SelectionPolicy::*set)(double);
+  };
+  for (DoubleField f :
+       {DoubleField{"threshold", &gift::v1::SelectionPolicy::set_threshold},
+        DoubleField{"hysteresis", &gift::v1::SelectionPolicy::set_hysteresis},
+        DoubleField{"max-flops",
+                    &gift::v1::SelectionPolicy::set_max_extra_flops},
+        DoubleField{"min-gain", &gift::v1::SelectionPolicy::set_min_gain}}) {
+    double v = std::nan("");
+    RETURN_IF_ERROR(OptDouble(a, f.option, &v));
+    if (std::isnan(v)) continue;
+    RETURN_IF_ERROR(NonZero(f.option, v));
+    (p->*f.set)(v);
+  }
+  return a.Done();
+}
+
+absl::Status ParseCommand(CommandArgs& a, Invocation& inv) {
+  const std::string& c = a.name;
+  if (c == "status" || c == "layers") {
+    inv.command = c == "status" ? Command::kStatus : Command::kLayers;
+    RETURN_IF_ERROR(a.Positional(0, 0));
+    return a.Done();
+  }
+  if (c == "set-interval" || c == "set-rank") {
+    RETURN_IF_ERROR(a.Positional(1, 1));
+    int v = 0;
+    RETURN_IF_ERROR(ParseInt(c, a.positional[0], &v));
+    inv.command = c == "set-rank" ? Command::kSetRank : Command::kSetInterval;
+    inv.set_interval.set_steps(v);
+    inv.set_rank.set_rank(v);
+    return a.Done();
+  }
+  if (c == "pin" || c == "unpin" || c == "pin-out" || c == "layer") {
+    inv.command = Command::kSetLayerPolicy;
+    return ParseLayer(a, inv);
+  }
+  if (c == "policy") {
+    inv.command = Command::kPolicy;
+    return ParsePolicy(a, inv);
+  }
+  if (c == "refresh") {
+    inv.command = Command::kRefresh;
+    RETURN_IF_ERROR(a.Positional(0, 1));
+    if (!a.positional.empty()) inv.refresh.set_layer(a.positional[0]);
+    return a.Done();
+  }
+  if (c == "watch") {
+    inv.command = Command::kWatch;
+    RETURN_IF_ERROR(a.Positional(0, 0));
+    int interval = 0;
+    RETURN_IF_ERROR(OptInt(a, "interval", &interval));
+    RETURN_IF_ERROR(OptInt(a, "count", &inv.watch_count));
+    if (inv.watch_count < 0) return Usage("--count: must be >= 0");
+    inv.watch.set_interval_ms(interval);
+    return a.Done();
+  }
+  return Usage("unknown command '" + c + "'");
+}
+
+absl::Status ApplyGlobal(const std::string& name, const std::string& value,
+                         Invocation& inv) {
+  if (name == "address") inv.address = value;
+  if (name == "token-file") inv.token_file = value;
+  if (name == "tls-ca") inv.tls_ca = value;
+  if (name == "timeout") {
+    RETURN_IF_ERROR(ParseDouble("--timeout", value, &inv.timeout_seconds));
+    if (inv.timeout_seconds <= 0) return Usage("--timeout: must be > 0");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<Invocation> ParseCommandLine(
+    const std::vector<std::string>& args, const std::string& env_address) {
+  Invocation inv;
+  if (!env_address.empty()) inv.address = env_address;
+  CommandArgs command;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (!absl::StartsWith(arg, "--") || arg == "--") {
+      if (command.name.empty()) {
+        command.name = arg;
+      } else {
+        command.positional.push_back(arg);
+      }
+      continue;
+    }
+    size_t eq = arg.find('=');
+    std::string name = arg.substr(2, eq == std::string::npos ? eq : eq - 2);
+    if (name == "json" || name == "help") {
+      if (eq != std::string::npos)
+        return Usage(arg.substr(0, eq) + ": takes no value");
+      (name == "json" ? inv.json : inv.help) = true;
+      continue;
+    }
+    std::string value;
+    if (eq != std::string::npos) {
+      value = arg.substr(eq + 1);
+    } else if (i + 1 < args.size()) {
+      value = args[++i];
+    } else {
+      return Usage("--" + name + ": missing value");
+    }
+    bool global = name == "address" || name == "token-file" ||
+                  name == "tls-ca" || name == "timeout";
+    if (global) {
+      RETURN_IF_ERROR(ApplyGlobal(name, value, inv));
+    } else if (!command.options.emplace(name, value).second) {
+      return Usage("--" + name + ": given more than once");
+    }
+  }
+  if (inv.help) return inv;
+  if (command.name.empty()) {
+    if (!command.options.empty()) {
+      return Usage("unknown option '--" + command.options.begin()->first + "'");
+    }
+    return Usage("missing command");
+  }
+  inv.command_name = command.name;
+  RETURN_IF_ERROR(ParseCommand(command, inv));
+  return inv;
+}
+
+}  // namespace gift::giftctl

@@ -1,0 +1,193 @@
+// giftctl end to end without giftd: the grammar, the binary's exit codes,
+// and every command against an in-process fake Control server.
+#include "tools/giftctl/cli.h"
+
+#include <gmock/gmock.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "common/status_matchers.h"
+#include "gift/v1/control.grpc.pb.h"
+#include "tools/giftctl/commands.h"
+
+namespace gift::giftctl {
+namespace {
+
+using ::gift::testing::StatusIs;
+using ::testing::HasSubstr;
+
+absl::StatusOr<Invocation> Parse(std::vector<std::string> args,
+                                 const std::string& env = "") {
+  return ParseCommandLine(args, env);
+}
+
+void ExpectUsage(std::vector<std::string> args, const std::string& message) {
+  absl::StatusOr<Invocation> inv = Parse(args);
+  ASSERT_THAT(inv, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(inv.status().message(), message);
+}
+
+TEST(ParseTest, GlobalOptionsAnywhere) {
+  absl::StatusOr<Invocation> inv =
+      Parse({"--address=h:1", "layers", "--json", "--timeout", "2.5",
+             "--token-file", "/t", "--tls-ca=/ca.pem"});
+  ASSERT_OK(inv);
+  EXPECT_EQ(inv->address, "h:1");
+  EXPECT_EQ(inv->command, Command::kLayers);
+  EXPECT_TRUE(inv->json);
+  EXPECT_EQ(inv->timeout_seconds, 2.5);
+  EXPECT_EQ(inv->token_file, "/t");
+  EXPECT_EQ(inv->tls_ca, "/ca.pem");
+}
+
+TEST(ParseTest, AddressFromEnvironmentThenFlag) {
+  EXPECT_EQ(Parse({"status"})->address, "127.0.0.1:50151");
+  EXPECT_EQ(Parse({"status"}, "e:2")->address, "e:2");
+  EXPECT_EQ(Parse({"--address", "f:3", "status"}, "e:2")->address, "f:3");
+}
+
+TEST(ParseTest, Commands) {
+  EXPECT_EQ(Parse({"set-interval", "20"})->set_interval.steps(), 20);
+  EXPECT_EQ(Parse({"set-rank", "16"})->set_rank.rank(), 16);
+  for (auto [cmd, pin] : std::vector<std::pair<std::string, gift::v1::Pin>>{
+           {"pin", gift::v1::PIN_IN},
+           {"unpin", gift::v1::PIN_AUTO},
+           {"pin-out", gift::v1::PIN_OUT}}) {
+    absl::StatusOr<Invocation> inv = Parse({cmd, "fc2"});
+    ASSERT_OK(inv);
+    EXPECT_EQ(inv->command, Command::kSetLayerPolicy);
+    EXPECT_EQ(inv->set_layer_policy.layer(), "fc2");
+    EXPECT_EQ(inv->set_layer_policy.settings().pin(), pin) << cmd;
+  }
+  absl::StatusOr<Invocation> layer =
+      Parse({"layer", "fc1", "--transform", "full", "--rank=8", "--beta", "0.5",
+             "--format", "e5m2"});
+  ASSERT_OK(layer);
+  const gift::v1::LayerSettings& s = layer->set_layer_policy.settings();
+  EXPECT_EQ(s.pin(), gift::v1::PIN_UNSPECIFIED);
+  EXPECT_EQ(s.transform(), gift::v1::TRANSFORM_FULL);
+  EXPECT_EQ(s.rank(), 8);
+  EXPECT_EQ(s.beta(), 0.5);
+  EXPECT_EQ(s.format(), gift::v1::FP8_FORMAT_E5M2);
+  EXPECT_EQ(Parse({"refresh"})->refresh.layer(), "");
+  EXPECT_EQ(Parse({"refresh", "fc2"})->refresh.layer(), "fc2");
+  absl::StatusOr<Invocation> watch =
+      Parse({"watch", "--interval", "200", "--count=3"});
+  ASSERT_OK(watch);
+  EXPECT_EQ(watch->watch.interval_ms(), 200);
+  EXPECT_EQ(watch->watch_count, 3);
+}
+
+TEST(ParseTest, PolicyFields) {
+  absl::StatusOr<Invocation> inv =
+      Parse({"policy", "--kind", "threshold", "--top-k", "4", "--threshold",
+             "0.02", "--hysteresis=0.2", "--window", "30", "--max-layers", "5",
+             "--max-flops", "1e12", "--min-gain", "0.1"});
+  ASSERT_OK(inv);
+  const gift::v1::SelectionPolicy& p = inv->set_policy.policy();
+  EXPECT_EQ(p.kind(), gift::v1::SELECTION_KIND_THRESHOLD);
+  EXPECT_EQ(p.top_k(), 4);
+  EXPECT_EQ(p.threshold(), 0.02);
+  EXPECT_EQ(p.hysteresis(), 0.2);
+  EXPECT_EQ(p.window_steps(), 30);
+  EXPECT_EQ(p.max_layers(), 5);
+  EXPECT_EQ(p.max_extra_flops(), 1e12);
+  EXPECT_EQ(p.min_gain(), 0.1);
+  // Nothing given: every field 0, "keep".
+  EXPECT_EQ(Parse({"policy"})->set_policy.policy().ByteSizeLong(), 0u);
+}
+
+TEST(ParseTest, UsageErrors) {
+  ExpectUsage({}, "missing command");
+  ExpectUsage({"frobnicate"}, "unknown command 'frobnicate'");
+  ExpectUsage({"status", "extra"}, "status: expected 0 arguments, got 1");
+  ExpectUsage({"set-rank"}, "set-rank: expected 1 argument, got 0");
+  ExpectUsage({"set-rank", "abc"}, "set-rank: expected an integer, got 'abc'");
+  ExpectUsage({"refresh", "a", "b"}, "refresh: expected 0-1 arguments, got 2");
+  ExpectUsage({"layers", "--rank=3"}, "layers: unknown option '--rank'");
+  ExpectUsage({"pin", "fc2", "--rank=3"}, "pin: unknown option '--rank'");
+  ExpectUsage({"--bogus=1"}, "unknown option '--bogus'");
+  ExpectUsage({"layer", "fc2", "--transform", "diag"},
+              "--transform: expected lowrank or full, got 'diag'");
+  ExpectUsage({"layer", "fc2", "--beta", "x"},
+              "--beta: expected a number, got 'x'");
+  ExpectUsage({"policy", "--kind", "best"},
+              "--kind: expected top-k, elbow or threshold, got 'best'");
+  ExpectUsage({"policy", "--max-layers", "0"},
+              "policy: --max-layers 0 cannot be sent (0 keeps the current "
+              "value)");
+  ExpectUsage({"status", "--timeout", "0"}, "--timeout: must be > 0");
+  ExpectUsage({"status", "--timeout"}, "--timeout: missing value");
+  ExpectUsage({"--json=1", "status"}, "--json: takes no value");
+  ExpectUsage({"watch", "--count", "2", "--count", "3"},
+              "--count: given more than once");
+}
+
+TEST(ParseTest, HelpNeedsNoCommand) {
+  absl::StatusOr<Invocation> inv = Parse({"--help"});
+  ASSERT_OK(inv);
+  EXPECT_TRUE(inv->help);
+}
+
+// ---- the binary
+
+struct BinaryRun {
+  int exit_code;
+  std::string output;  // stdout and stderr
+};
+
+BinaryRun RunBinary(const std::string& args) {
+  std::string cmd = std::string(GIFTCTL_BINARY) + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof(buf), p)) > 0) out.append(buf, n);
+  int status = pclose(p);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+TEST(BinaryTest, UsageErrorsExitTwoWithUsageLine) {
+  for (const char* args : {"", "frobnicate", "set-rank abc", "--bogus status",
+                           "layer", "status --timeout"}) {
+    BinaryRun r = RunBinary(args);
+    EXPECT_EQ(r.exit_code, 2) << args << ": " << r.output;
+    EXPECT_THAT(r.output, HasSubstr("giftctl: ")) << args;
+    EXPECT_THAT(r.output, HasSubstr("usage: giftctl")) << args;
+  }
+}
+
+TEST(BinaryTest, HelpExitsZero) {
+  BinaryRun r = RunBinary("--help");
+  EXPECT_EQ(r.exit_code, 0);
+  for (const char* cmd :
+       {"status", "layers", "set-interval", "set-rank", "pin ", "unpin",
+        "pin-out", "layer", "policy", "refresh", "watch"}) {
+    EXPECT_THAT(r.output, HasSubstr(cmd));
+  }
+}
+
+TEST(BinaryTest, UnreachableDaemonExitsOneWithCodeName) {
+  // Port 1 on loopback: nothing listens, the connection is refused at once.
+  BinaryRun r = RunBinary("--address 127.0.0.1:1 --timeout 5 status");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("giftctl: GetStatus: UNAVAILABLE: "));
+}
+
+TEST(BinaryTest, MissingTokenFileExitsOne) {
+  BinaryRun r = RunBinary("--token-file /nonexistent/token status");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("cannot read token file '/nonexistent/"));
+}
+
+}  // namespace
+}  // namespace gift::giftctl

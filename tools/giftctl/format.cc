@@ -1,0 +1,197 @@
+#include "tools/giftctl/format.h"
+
+#include <google/protobuf/util/json_util.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+
+namespace gift::giftctl {
+namespace {
+
+// Display columns of a UTF-8 string: one per code point ("×" is one).
+size_t Width(const std::string& s) {
+  return std::count_if(s.begin(), s.end(), [](char c) {
+    return (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+  });
+}
+
+std::string Duration(double seconds) {
+  if (!(seconds >= 0)) return "-";
+  int64_t s = static_cast<int64_t>(seconds);
+  if (s < 60) return absl::StrFormat("%.1fs", seconds);
+  if (s < 3600) return absl::StrFormat("%dm%02ds", s / 60, s % 60);
+  return absl::StrFormat("%dh%02dm%02ds", s / 3600, s / 60 % 60, s % 60);
+}
+
+std::string Fixed(double v, int digits) {
+  if (std::isnan(v)) return "-";
+  return absl::StrFormat("%.*f", digits, v);
+}
+
+std::vector<std::string> LayerRow(const gift::v1::LayerStatus& l) {
+  const gift::v1::LayerSettings& s = l.settings();
+  bool has_factor = l.factor_version() >= 0;
+  return {l.name(),
+          absl::StrCat(l.d_out(), "×", l.d_in()),
+          l.selected() ? "yes" : "-",
+          l.candidate() ? "yes" : "-",
+          PinName(s.pin()),
+          TransformName(s.transform()),
+          s.rank() > 0 ? absl::StrCat(s.rank()) : "-",
+          s.beta() > 0 ? absl::StrFormat("%g", s.beta()) : "-",
+          FormatName(s.format()),
+          Fixed(l.vulnerability(), 4),
+          Fixed(l.gain(), 3),
+          has_factor ? absl::StrCat(l.factor_version()) : "-",
+          has_factor ? Fixed(l.factor_age_steps(), 0) : "-",
+          l.reason()};
+}
+
+}  // namespace
+
+std::string FormatTable(const std::vector<std::vector<std::string>>& rows) {
+  std::vector<size_t> widths;
+  for (const auto& row : rows) {
+    if (widths.size() < row.size()) widths.resize(row.size(), 0);
+    for (size_t i = 0; i < row.size(); ++i) {
+      widths[i] = std::max(widths[i], Width(row[i]));
+    }
+  }
+  std::string out;
+  for (const auto& row : rows) {
+    std::string line;
+    for (size_t i = 0; i < row.size(); ++i) {
+      line += row[i];
+      if (i + 1 < row.size()) {
+        line.append(widths[i] - Width(row[i]) + 2, ' ');
+      }
+    }
+    line.erase(line.find_last_not_of(' ') + 1);
+    absl::StrAppend(&out, line, "\n");
+  }
+  return out;
+}
+
+std::string KindName(gift::v1::SelectionKind kind) {
+  switch (kind) {
+    case gift::v1::SELECTION_KIND_TOP_K:
+      return "top-k";
+    case gift::v1::SELECTION_KIND_ELBOW:
+      return "elbow";
+    case gift::v1::SELECTION_KIND_THRESHOLD:
+      return "threshold";
+    default:
+      return "-";
+  }
+}
+
+std::string TransformName(gift::v1::Transform transform) {
+  switch (transform) {
+    case gift::v1::TRANSFORM_LOWRANK:
+      return "lowrank";
+    case gift::v1::TRANSFORM_FULL:
+      return "full";
+    default:
+      return "-";
+  }
+}
+
+std::string FormatName(gift::v1::Fp8Format format) {
+  switch (format) {
+    case gift::v1::FP8_FORMAT_E4M3:
+      return "e4m3";
+    case gift::v1::FP8_FORMAT_E5M2:
+      return "e5m2";
+    default:
+      return "-";
+  }
+}
+
+std::string PinName(gift::v1::Pin pin) {
+  switch (pin) {
+    case gift::v1::PIN_AUTO:
+      return "auto";
+    case gift::v1::PIN_IN:
+      return "in";
+    case gift::v1::PIN_OUT:
+      return "out";
+    default:
+      return "-";
+  }
+}
+
+std::string FormatPolicy(const gift::v1::SelectionPolicy& p) {
+  return absl::StrFormat(
+      "%s k=%d threshold=%g hysteresis=%g window=%d max_layers=%d "
+      "max_flops=%g min_gain=%g",
+      KindName(p.kind()), p.top_k(), p.threshold(), p.hysteresis(),
+      p.window_steps(), p.max_layers(), p.max_extra_flops(), p.min_gain());
+}
+
+std::string FormatStatus(const gift::v1::GetStatusResponse& s) {
+  return FormatTable({
+      {"node", s.node()},
+      {"daemon_instance", s.daemon_instance()},
+      {"version", s.version()},
+      {"uptime", Duration(s.uptime_seconds())},
+      {"job_id", s.job_id().empty() ? "-" : s.job_id()},
+      {"ranks",
+       absl::StrFormat("%d/%d registered, %d reaped", s.ranks_registered(),
+                       s.world_size(), s.ranks_reaped())},
+      {"step", absl::StrCat(s.step())},
+      {"plan_epoch", absl::StrCat(s.plan_epoch())},
+      {"refresh_interval", absl::StrCat(s.refresh_interval(), " steps")},
+      {"rank", absl::StrCat(s.rank())},
+      {"policy", FormatPolicy(s.policy())},
+      {"layers",
+       absl::StrFormat("%d (%d selected)", s.layers(), s.selected_layers())},
+      {"refreshes", absl::StrCat(s.refreshes())},
+  });
+}
+
+std::string FormatLayers(
+    const google::protobuf::RepeatedPtrField<gift::v1::LayerStatus>& layers) {
+  std::vector<std::vector<std::string>> rows = {
+      {"LAYER", "SHAPE", "SEL", "CAND", "PIN", "TRANSFORM", "R", "BETA", "FMT",
+       "VULN", "GAIN", "FACTOR", "AGE", "REASON"}};
+  for (const gift::v1::LayerStatus& layer : layers) {
+    rows.push_back(LayerRow(layer));
+  }
+  return FormatTable(rows);
+}
+
+std::string FormatTelemetry(const gift::v1::TelemetryUpdate& u) {
+  const gift::v1::GetStatusResponse& s = u.status();
+  return absl::StrCat(
+      absl::StrFormat("step %d  plan_epoch %d  ranks %d/%d  layers %d "
+                      "(%d selected)  refreshes %d\n",
+                      s.step(), s.plan_epoch(), s.ranks_registered(),
+                      s.world_size(), s.layers(), s.selected_layers(),
+                      s.refreshes()),
+      FormatLayers(u.layers()));
+}
+
+std::string ToJson(const google::protobuf::Message& message, bool pretty) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.add_whitespace = pretty;
+  options.always_print_primitive_fields = true;
+  options.preserve_proto_field_names = true;
+  std::string out;
+  // Printing a well-formed message only fails on invalid UTF-8 in a string
+  // field; report it in place of the output rather than print nothing.
+  auto status =
+      google::protobuf::util::MessageToJsonString(message, &out, options);
+  if (!status.ok()) {
+    return absl::StrCat("{\"error\": \"",
+                        absl::CEscape(std::string(status.message())), "\"}");
+  }
+  while (!out.empty() && out.back() == '\n') out.pop_back();
+  return out;
+}
+
+}  // namespace gift::giftctl

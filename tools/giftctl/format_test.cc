@@ -1,0 +1,149 @@
+#include "tools/giftctl/format.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_split.h"
+
+namespace gift::giftctl {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+gift::v1::LayerStatus Layer(const std::string& name, bool selected) {
+  gift::v1::LayerStatus l;
+  l.set_name(name);
+  l.set_d_out(4096);
+  l.set_d_in(1024);
+  l.set_candidate(true);
+  l.set_selected(selected);
+  l.set_reason(selected ? "selected: gain 0.31 >= 0.05" : "gain unmeasured");
+  l.set_vulnerability(0.01234);
+  l.set_gain(selected ? 0.3125 : std::nan(""));
+  l.set_factor_version(selected ? 7 : -1);
+  l.set_factor_age_steps(12);
+  gift::v1::LayerSettings* s = l.mutable_settings();
+  s->set_pin(selected ? gift::v1::PIN_IN : gift::v1::PIN_AUTO);
+  s->set_transform(gift::v1::TRANSFORM_LOWRANK);
+  s->set_rank(32);
+  s->set_beta(1.0);
+  s->set_format(gift::v1::FP8_FORMAT_E4M3);
+  return l;
+}
+
+TEST(FormatTableTest, PadsColumnsByDisplayWidth) {
+  std::string t = FormatTable({{"a", "×b", "c"}, {"long", "x", "d"}});
+  EXPECT_EQ(t,
+            "a     ×b  c\n"
+            "long  x   d\n");
+}
+
+TEST(FormatTableTest, LastColumnIsNotPadded) {
+  EXPECT_EQ(FormatTable({{"k", ""}, {"key", "v"}}), "k\nkey  v\n");
+}
+
+TEST(FormatLayersTest, OneAlignedRowPerLayer) {
+  gift::v1::ListLayersResponse r;
+  *r.add_layers() = Layer("blocks.0.mlp.fc2", true);
+  *r.add_layers() = Layer("blocks.11.attn.qkv", false);
+  std::string t = FormatLayers(r.layers());
+  std::vector<std::string> lines = absl::StrSplit(t, '\n');
+  ASSERT_EQ(lines.size(), 4u);  // header, two rows, ""
+  EXPECT_THAT(lines[0], HasSubstr("LAYER"));
+  EXPECT_THAT(lines[0], HasSubstr("REASON"));
+  // Every column starts at the same offset in each row: "SHAPE" and the
+  // shapes line up.
+  size_t shape = lines[0].find("SHAPE");
+  EXPECT_EQ(lines[1].find("4096×1024"), shape);
+  EXPECT_EQ(lines[2].find("4096×1024"), shape);
+  EXPECT_THAT(lines[1],
+              HasSubstr("yes  yes   in    lowrank    32  1     e4m3"));
+  EXPECT_THAT(lines[1], HasSubstr("0.0123  0.312  7       12"));
+  EXPECT_THAT(lines[1], HasSubstr("selected: gain 0.31 >= 0.05"));
+  // No gain measured and no factor yet: dashes, not NaN / -1.
+  EXPECT_THAT(lines[2],
+              HasSubstr("0.0123  -      -       -    gain unmeasured"));
+  EXPECT_THAT(t, Not(HasSubstr("nan")));
+}
+
+TEST(FormatStatusTest, KeyValueLines) {
+  gift::v1::GetStatusResponse s;
+  s.set_node("node-a");
+  s.set_uptime_seconds(3725);
+  s.set_ranks_registered(3);
+  s.set_world_size(4);
+  s.set_refresh_interval(50);
+  s.set_plan_epoch(12);
+  s.mutable_policy()->set_kind(gift::v1::SELECTION_KIND_TOP_K);
+  s.mutable_policy()->set_top_k(8);
+  s.set_layers(24);
+  s.set_selected_layers(6);
+  std::string t = FormatStatus(s);
+  EXPECT_THAT(t, HasSubstr("node              node-a\n"));
+  EXPECT_THAT(t, HasSubstr("uptime            1h02m05s\n"));
+  EXPECT_THAT(t, HasSubstr("ranks             3/4 registered, 0 reaped\n"));
+  EXPECT_THAT(t, HasSubstr("refresh_interval  50 steps\n"));
+  EXPECT_THAT(t, HasSubstr("policy            top-k k=8 "));
+  EXPECT_THAT(t, HasSubstr("layers            24 (6 selected)\n"));
+}
+
+TEST(FormatPolicyTest, NamesEveryField) {
+  gift::v1::SelectionPolicy p;
+  p.set_kind(gift::v1::SELECTION_KIND_THRESHOLD);
+  p.set_threshold(0.02);
+  p.set_hysteresis(0.1);
+  p.set_window_steps(50);
+  p.set_max_extra_flops(1e12);
+  p.set_min_gain(0.05);
+  EXPECT_EQ(FormatPolicy(p),
+            "threshold k=0 threshold=0.02 hysteresis=0.1 window=50 "
+            "max_layers=0 max_flops=1e+12 min_gain=0.05");
+}
+
+TEST(EnumNamesTest, UnspecifiedIsDash) {
+  EXPECT_EQ(KindName(gift::v1::SELECTION_KIND_ELBOW), "elbow");
+  EXPECT_EQ(KindName(gift::v1::SELECTION_KIND_UNSPECIFIED), "-");
+  EXPECT_EQ(TransformName(gift::v1::TRANSFORM_FULL), "full");
+  EXPECT_EQ(FormatName(gift::v1::FP8_FORMAT_E5M2), "e5m2");
+  EXPECT_EQ(PinName(gift::v1::PIN_OUT), "out");
+  EXPECT_EQ(PinName(gift::v1::PIN_UNSPECIFIED), "-");
+}
+
+TEST(FormatTelemetryTest, SummaryLineThenTable) {
+  gift::v1::TelemetryUpdate u;
+  u.mutable_status()->set_step(1200);
+  u.mutable_status()->set_plan_epoch(3);
+  *u.add_layers() = Layer("fc2", true);
+  std::string t = FormatTelemetry(u);
+  EXPECT_EQ(t.rfind("step 1200  plan_epoch 3  ", 0), 0u) << t;
+  EXPECT_THAT(t, HasSubstr("\nLAYER"));
+  EXPECT_THAT(t, HasSubstr("\nfc2  "));
+}
+
+TEST(ToJsonTest, ProtoFieldNamesAndZeros) {
+  gift::v1::GetStatusResponse s;
+  s.set_node("n");
+  s.set_refresh_interval(50);
+  std::string compact = ToJson(s, /*pretty=*/false);
+  EXPECT_THAT(compact, HasSubstr("\"refresh_interval\":50"));
+  EXPECT_THAT(compact, HasSubstr("\"ranks_registered\":0"));  // zeros shown
+  EXPECT_THAT(compact, Not(HasSubstr("refreshInterval")));
+  EXPECT_EQ(compact.find('\n'), std::string::npos);
+  std::string pretty = ToJson(s, /*pretty=*/true);
+  EXPECT_THAT(pretty, HasSubstr("\n"));
+  EXPECT_NE(pretty.back(), '\n');
+}
+
+TEST(ToJsonTest, NanGainIsValidJsonString) {
+  gift::v1::LayerStatus l = Layer("fc1", false);
+  EXPECT_THAT(ToJson(l, false), HasSubstr("\"gain\":\"NaN\""));
+  EXPECT_THAT(ToJson(l, false), HasSubstr("\"pin\":\"PIN_AUTO\""));
+}
+
+}  // namespace
+}  // namespace gift::giftctl
