@@ -7,6 +7,8 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "client/agreement.h"
 #include "client/chunking.h"
 #include "client/probe.h"
@@ -118,7 +120,9 @@ absl::Status QuantizedAllReduce::AddPlan(BucketPlan plan) {
         "stay the same"));
   }
   plans_.emplace(plan.epoch(), std::move(plan));
-  while (plans_.size() > 2) plans_.erase(plans_.begin());
+  for (auto it = plans_.begin(); plans_.size() > 2;) {
+    it = it->first == current_epoch_ ? std::next(it) : plans_.erase(it);
+  }
   return absl::OkStatus();
 }
 
@@ -226,12 +230,10 @@ absl::StatusOr<const BucketPlan*> QuantizedAllReduce::AgreeOnStep(
   }
   ASSIGN_OR_RETURN(std::vector<int64_t> agreed,
                    AgreeOnVersions(*backend_->control(), held));
-  if (agreed[0] == kNoVersion) {
-    return absl::FailedPreconditionError(
-        "the agreed bucket plan epoch is not held by every rank (a rank is "
-        "more than one plan epoch behind the others)");
-  }
-  const BucketPlan& plan = plans_.at(agreed[0]);
+  // Not every rank holds the slowest rank's newest epoch (they added
+  // different ones): stay on the epoch in use, which every rank holds.
+  const BucketPlan& plan =
+      plans_.at(agreed[0] == kNoVersion ? current_epoch_ : agreed[0]);
   if (plan.epoch() != current_epoch_) {
     // Every rank switches in this same step, so all of them check.
     RETURN_IF_ERROR(CheckPlanAcrossRanks(*backend_->control(), plan));
@@ -333,9 +335,11 @@ absl::Status QuantizedAllReduce::RunFp8(float* bucket,
       }
       continue;
     }
+    const absl::Time start = absl::Now();
     RETURN_IF_ERROR(PrepareGiftLayer(i, *plan,
                                      *factors.Find(l.name, versions[i]),
                                      bucket + l.offset, &io[i]));
+    t->transform_seconds += absl::ToDoubleSeconds(absl::Now() - start);
     t->layers[i].path = LayerPath::kGift;
     t->layers[i].factor_version = versions[i];
   }
@@ -374,9 +378,11 @@ absl::Status QuantizedAllReduce::RunFp8(float* bucket,
       ++t->nonfinite_layers;
       RETURN_IF_ERROR(backend_->FillNaN(bucket + l.offset, l.size()));
     } else if (io[i].gift) {
+      const absl::Time start = absl::Now();
       RETURN_IF_ERROR(backend_->Inverse(*factors.Find(l.name, versions[i]),
                                         whitened_[i]->floats(), l.d_out(),
                                         bucket + l.offset));
+      t->transform_seconds += absl::ToDoubleSeconds(absl::Now() - start);
     }
   }
   t->bytes_euclid = outcome.bytes_euclid;

@@ -105,9 +105,12 @@ class QuantizedAllReduce {
       const QuantizedAllReduceOptions& options);
 
   // Local (not collective): makes a newer plan epoch available; the job
-  // switches to it in the first step in which every rank holds it. Keeps the
-  // two newest epochs. INVALID_ARGUMENT unless plan.epoch() is above every
-  // held epoch and the layout (bucket size, names, shapes, offsets) matches.
+  // switches to it in the first step in which every rank's newest epoch is
+  // the same. Keeps the epoch in use and the newest one (never evicting the
+  // one in use), so a step in which the ranks' newest epochs differ (a
+  // daemon published several in a row) simply stays on the current epoch.
+  // INVALID_ARGUMENT unless plan.epoch() is above every held epoch and the
+  // layout (bucket size, names, shapes, offsets) matches.
   absl::Status AddPlan(BucketPlan plan);
 
   // Averages `bucket` (plan.bucket_elements() floats, of the communicator's

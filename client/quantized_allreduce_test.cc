@@ -231,5 +231,31 @@ TEST(QuantizedAllReduceTest, NewPlanEpochIsUsedOnlyOnceEveryRankHasIt) {
   });
 }
 
+// A daemon that publishes epochs in quick succession: the ranks' newest
+// epochs differ for a while (rank 0 skipped ahead to 3, rank 1 holds 2).
+// The job stays on the epoch in use instead of failing, and switches once
+// every rank's newest is the same.
+TEST(QuantizedAllReduceTest, DifferentNewestEpochsStayOnTheCurrentOne) {
+  RunThreadRanks(2, [](Communicator& comm) {
+    auto ar = QuantizedAllReduce::Create(&comm, Plan(1), {});
+    ASSERT_OK(ar);
+    VersionedFactors f;
+    ASSERT_OK(f.Put("g", SyntheticLowRank(1, 16, 4, 5)));
+    ASSERT_OK((*ar)->AddPlan(Plan(2, LayerPath::kEuclid)));
+    if (comm.rank() == 0)
+      ASSERT_OK((*ar)->AddPlan(Plan(3, LayerPath::kEuclid)));
+    std::vector<float> x = Bucket(comm.rank());
+    StepTelemetry t;
+    ASSERT_OK((*ar)->Run(x.data(), f, &t));
+    EXPECT_EQ(t.plan_epoch, 1);
+    EXPECT_EQ(t.layers[1].path, LayerPath::kGift);
+    if (comm.rank() == 1)
+      ASSERT_OK((*ar)->AddPlan(Plan(3, LayerPath::kEuclid)));
+    ASSERT_OK((*ar)->Run(x.data(), f, &t));
+    EXPECT_EQ(t.plan_epoch, 3);
+    EXPECT_EQ(t.layers[1].path, LayerPath::kEuclid);
+  });
+}
+
 }  // namespace
 }  // namespace gift::client

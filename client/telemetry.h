@@ -58,6 +58,9 @@ struct StepTelemetry {
   uint64_t bytes_euclid = 0;
   uint64_t bytes_gift = 0;
   uint64_t bytes_control = 0;
+  // Wall time of the GIFT transforms (whitening with error feedback and
+  // un-whitening) inside this step.
+  double transform_seconds = 0;
 };
 
 }  // namespace gift::client

@@ -75,4 +75,8 @@ const GiftFactor* VersionedFactors::Newest(const std::string& layer) const {
   return it->second.back().get();
 }
 
+void VersionedFactors::Drop(const std::string& layer) {
+  by_layer_.erase(layer);
+}
+
 }  // namespace gift::client

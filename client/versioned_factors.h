@@ -63,6 +63,9 @@ class VersionedFactors {
   std::vector<int64_t> Held(const std::string& layer) const;
   // The highest held version, or nullptr.
   const GiftFactor* Newest(const std::string& layer) const;
+  // Forgets every version of the layer (a stale factor: the layer then goes
+  // Euclidean until a new one arrives).
+  void Drop(const std::string& layer);
 
  private:
   absl::flat_hash_map<std::string, std::vector<std::shared_ptr<GiftFactor>>>

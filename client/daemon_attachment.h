@@ -1,0 +1,125 @@
+// A rank's attachment to its node's giftd (DESIGN §4, §5): registers over
+// the daemon's unix-socket Agent service, maps the shared memory the daemon
+// made for it, heartbeats, writes activation sketches and telemetry, and
+// feeds the daemon's plans and factors into the rank's QuantizedAllReduce.
+//
+// It never stops training:
+//  * the daemon absent at start: the rank runs Euclidean FP8 (its own
+//    bucket plan) and a background thread keeps trying to register;
+//  * the daemon dies: the rank keeps the last plans and factors; a layer
+//    whose factor is older than the plan's staleness limit (steps since its
+//    sketch window closed) is dropped, so it goes Euclidean on every rank
+//    (the per-step agreement sees a rank without it);
+//  * a restarted daemon: the rank re-registers, telling it the epochs and
+//    versions it holds so that the new daemon continues above them.
+//
+// Per training step, on the training thread:
+//   // forward/backward: for each layer the daemon wants sketched
+//   if (att->WantsSketch(name)) RETURN_IF_ERROR(att->Sketch(name, a, rows));
+//   RETURN_IF_ERROR(att->BeforeStep(allreduce.get(), &factors));
+//   RETURN_IF_ERROR(allreduce->Run(bucket, factors, &t));  // timed
+//   RETURN_IF_ERROR(att->AfterStep(*allreduce, t, seconds));
+//
+// Sketch windows follow the agreed plan, so every rank closes them in the
+// same step: a window ends after step s when (s + 1) % K == 0 for the K of
+// the epoch the step agreed on, or when that epoch carries a higher refresh
+// request for the layer than the window began with.
+//
+// Thread safety: Sketch/BeforeStep/AfterStep from one thread (the training
+// loop); a private thread does registration and heartbeats. The accessors
+// are thread-safe.
+#ifndef GIFT_CLIENT_DAEMON_ATTACHMENT_H_
+#define GIFT_CLIENT_DAEMON_ATTACHMENT_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "client/bucket_plan.h"
+#include "client/quantized_allreduce.h"
+#include "client/telemetry.h"
+#include "client/versioned_factors.h"
+
+namespace gift::client {
+
+struct AttachmentOptions {
+  // The daemon's Agent socket. Default: $GIFT_AGENT_SOCKET, else
+  // /tmp/gift/agent.sock.
+  std::string agent_socket;
+  // REQUIRES: not empty; the same on every rank of the job.
+  std::string job_id;
+  // REQUIRES: 0 <= rank < world_size.
+  int rank = -1;
+  int world_size = 0;
+  // Default: 0.
+  int local_rank = 0;
+  // Gradients and activations in device memory (NCCL ranks). Default: false.
+  bool device_memory = false;
+  // CUDA device (device_memory). Default: 0.
+  int device = 0;
+  // Between attach attempts while detached. Default: 1 s. REQUIRES: > 0.
+  absl::Duration retry_interval = absl::Seconds(1);
+  // Bound of each Agent call. Default: 2 s. REQUIRES: > 0.
+  absl::Duration rpc_timeout = absl::Seconds(2);
+  // Staleness limit used before the first plan arrives (steps).
+  // Default: 200. REQUIRES: >= 1.
+  int64_t staleness_limit = 200;
+};
+
+struct AttachmentStats {
+  bool attached = false;
+  int64_t attaches = 0;       // successful registrations
+  int64_t detaches = 0;       // daemon lost
+  int64_t plans_applied = 0;  // epochs handed to AddPlan
+  int64_t factors_received = 0;
+  int64_t stale_drops = 0;  // layers dropped for staleness
+  int64_t windows_closed = 0;
+  int64_t windows_skipped = 0;          // buffer not yet consumed by the daemon
+  int64_t last_epoch_switch_step = -1;  // step the current epoch began
+  int64_t current_epoch = 0;
+  int64_t current_refresh_interval = 0;
+  std::string daemon_instance;
+  std::string last_error;
+};
+
+class DaemonAttachment {
+ public:
+  // Never fails because of the daemon: INVALID_ARGUMENT only for bad
+  // options or a plan without 2-D layers is fine (nothing to declare). The
+  // 2-D layers of `base` are declared to the daemon; `base` is the plan the
+  // rank runs while detached, and the layout of every later epoch.
+  static absl::StatusOr<std::unique_ptr<DaemonAttachment>> Create(
+      const AttachmentOptions& options, const BucketPlan& base);
+  ~DaemonAttachment();  // deregisters (best effort) and stops the thread
+
+  // Is `layer` a candidate whose activations the daemon wants this step?
+  bool WantsSketch(const std::string& layer) const;
+  // Adds a sample of rows × d_in activations (host or, with device_memory,
+  // device memory) to the layer's open window. No-op when not wanted.
+  // INVALID_ARGUMENT for an unknown layer or bad sizes.
+  absl::Status Sketch(const std::string& layer, const float* activations,
+                      int64_t rows);
+  // Applies a newer plan epoch (allreduce->AddPlan) and copies new factors
+  // into `factors`; drops stale ones.
+  absl::Status BeforeStep(QuantizedAllReduce* allreduce,
+                          VersionedFactors* factors);
+  // Publishes the step's telemetry, closes/opens sketch windows per the
+  // agreed epoch. collective_seconds: the Run's wall time.
+  absl::Status AfterStep(const QuantizedAllReduce& allreduce,
+                         const StepTelemetry& telemetry,
+                         double collective_seconds);
+
+  AttachmentStats stats() const;
+
+ private:
+  struct Impl;
+  explicit DaemonAttachment(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace gift::client
+
+#endif  // GIFT_CLIENT_DAEMON_ATTACHMENT_H_

@@ -1,0 +1,242 @@
+// DaemonAttachment against a real in-process giftd (Daemon + GrpcServer on
+// a unix socket) with two Gloo ranks in threads: factors arrive and the
+// pinned layer takes the GIFT path on both ranks in the same steps; the
+// daemon dies and the ranks keep training, going Euclidean once the factor
+// is stale; a restarted daemon is re-adopted with versions above the old.
+#include "client/daemon_attachment.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "client/daemon_store.h"
+#include "client/thread_ranks_testutil.h"
+#include "common/status_matchers.h"
+#include "daemon/daemon.h"
+#include "daemon/grpc_server.h"
+#include "gtest/gtest.h"
+
+namespace gift::client {
+namespace {
+
+constexpr int64_t kOut = 32, kIn = 64, kRows = 256;
+
+// Activations with a decaying spectrum and gradients built from them, so
+// that whitening helps (a measurable gain) and the sketch has structure.
+void MakeStep(int rank, int64_t step, std::vector<float>* acts,
+              std::vector<float>* bucket) {
+  std::mt19937 gen(static_cast<uint32_t>(1000 * step + rank));
+  std::normal_distribution<float> n(0, 1);
+  acts->resize(kRows * kIn);
+  for (int64_t i = 0; i < kRows; ++i) {
+    for (int64_t j = 0; j < kIn; ++j) {
+      (*acts)[i * kIn + j] = n(gen) * std::pow(0.8f, static_cast<float>(j));
+    }
+  }
+  bucket->assign(kOut * kIn + kOut, 0.0f);
+  std::vector<float> delta(kRows * kOut);
+  for (float& d : delta) d = n(gen);
+  for (int64_t o = 0; o < kOut; ++o) {
+    for (int64_t i = 0; i < kRows; ++i) {
+      const float d = delta[i * kOut + o];
+      for (int64_t j = 0; j < kIn; ++j) {
+        (*bucket)[o * kIn + j] += d * (*acts)[i * kIn + j] / kRows;
+      }
+    }
+  }
+  for (int64_t o = 0; o < kOut; ++o) (*bucket)[kOut * kIn + o] = n(gen);
+}
+
+struct Record {
+  LayerPath path;
+  int64_t version;
+  bool attached;
+  int64_t attaches;
+};
+
+class Giftd {
+ public:
+  Giftd(const std::string& socket, const std::string& prefix) {
+    daemon::DaemonConfig c;
+    c.node = "test";
+    c.shm_prefix = prefix;
+    c.agent_socket = socket;
+    c.control_address = "127.0.0.1:0";
+    c.metrics_address = "";
+    c.refresh_interval = 4;
+    c.poll_interval_ms = 10;
+    c.heartbeat_interval_ms = 50;
+    c.rank_timeout_ms = 3000;
+    c.staleness_limit = 30;
+    c.refresh_threads = 1;
+    auto d = daemon::Daemon::Create(c, &registry_);
+    EXPECT_OK(d);
+    daemon_ = *std::move(d);
+    daemon::GrpcServerOptions o;
+    o.agent_socket = socket;
+    o.control_address = "127.0.0.1:0";
+    auto s = daemon::GrpcServer::Start(o, daemon_.get());
+    EXPECT_OK(s);
+    server_ = *std::move(s);
+  }
+  ~Giftd() {
+    server_->Shutdown(absl::Seconds(1));
+    daemon_->Stop();
+  }
+  // Pins `layer` in once a rank has declared it.
+  void Pin(const std::string& layer) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(20);
+    v1::SetLayerPolicyRequest r;
+    r.set_layer(layer);
+    r.mutable_settings()->set_pin(v1::PIN_IN);
+    while (!daemon_->SetLayerPolicy(r).ok() && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    ASSERT_OK(daemon_->SetLayerPolicy(r));
+  }
+  daemon::Daemon& core() { return *daemon_; }
+
+ private:
+  metrics::Registry registry_;
+  std::unique_ptr<daemon::Daemon> daemon_;
+  std::unique_ptr<daemon::GrpcServer> server_;
+};
+
+TEST(DaemonAttachmentTest, FollowsDaemonThroughDeathAndRestart) {
+  char dir[] = "/tmp/gift_attach_XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const std::string socket = absl::StrCat(dir, "/agent.sock");
+  const std::string prefix = absl::StrCat("/gift-atest", ::getpid());
+  auto giftd = std::make_unique<Giftd>(socket, prefix);
+
+  absl::Mutex mu;
+  std::vector<std::vector<Record>> records(2);
+  std::atomic<bool> done{false};
+  std::atomic<int> failures{0};
+
+  std::thread ranks([&] {
+    RunThreadRanks(2, [&](Communicator& comm) {
+      std::vector<LayerSpec> layers = {
+          {.name = "w", .shape = {kOut, kIn}, .offset = 0},
+          {.name = "b", .shape = {kOut}, .offset = kOut * kIn}};
+      auto plan = BucketPlan::Create(0, kOut * kIn + kOut, layers);
+      ASSERT_OK(plan);
+      AttachmentOptions o;
+      o.agent_socket = socket;
+      o.job_id = "attach-test";
+      o.rank = comm.rank();
+      o.world_size = 2;
+      o.retry_interval = absl::Milliseconds(50);
+      auto att = DaemonAttachment::Create(o, *plan);
+      ASSERT_OK(att);
+      QuantizedAllReduceOptions qo;
+      qo.probe_interval = 2;
+      auto ar = QuantizedAllReduce::Create(&comm, *plan, qo);
+      ASSERT_OK(ar);
+      VersionedFactors factors;
+      std::vector<float> acts, bucket;
+      for (int64_t step = 0; !done && step < 20000; ++step) {
+        MakeStep(comm.rank(), step, &acts, &bucket);
+        if ((*att)->WantsSketch("w")) {
+          ASSERT_OK((*att)->Sketch("w", acts.data(), kRows));
+        }
+        ASSERT_OK((*att)->BeforeStep(ar->get(), &factors));
+        StepTelemetry t;
+        absl::Status st = (*ar)->Run(bucket.data(), factors, &t);
+        if (!st.ok()) {
+          ++failures;
+          ADD_FAILURE() << st;
+          return;
+        }
+        ASSERT_OK((*att)->AfterStep(**ar, t, 0.001));
+        const AttachmentStats s = (*att)->stats();
+        absl::MutexLock lock(&mu);
+        records[comm.rank()].push_back({t.layers[0].path,
+                                        t.layers[0].factor_version, s.attached,
+                                        s.attaches});
+        absl::SleepFor(absl::Milliseconds(2));
+      }
+    });
+  });
+  auto wait_for = [&](const std::function<bool(const Record&)>& pred) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(60);
+    while (absl::Now() < deadline && failures == 0) {
+      {
+        absl::MutexLock lock(&mu);
+        if (!records[0].empty() && !records[1].empty() &&
+            pred(records[0].back()) && pred(records[1].back())) {
+          return true;
+        }
+      }
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    return false;
+  };
+
+  giftd->Pin("w");
+  EXPECT_TRUE(wait_for([](const Record& r) {
+    return r.path == LayerPath::kGift && r.version >= 1;
+  })) << "the pinned layer never took the GIFT path";
+  int64_t old_version;
+  {
+    absl::MutexLock lock(&mu);
+    old_version = records[0].back().version;
+  }
+  giftd.reset();  // the daemon dies
+  EXPECT_TRUE(wait_for([](const Record& r) {
+    return !r.attached && r.path == LayerPath::kEuclid;
+  })) << "no Euclidean fallback after the staleness limit";
+
+  giftd = std::make_unique<Giftd>(socket, prefix);
+  giftd->Pin("w");
+  EXPECT_TRUE(wait_for([&](const Record& r) {
+    return r.attached && r.attaches == 2 && r.path == LayerPath::kGift &&
+           r.version > old_version;
+  })) << "the restarted daemon was not re-adopted";
+  done = true;
+  ranks.join();
+  giftd.reset();
+
+  ASSERT_EQ(failures, 0);
+  // Both ranks took the same path with the same version in every step.
+  const size_t n = std::min(records[0].size(), records[1].size());
+  for (size_t i = 0; i < n; ++i) {
+    EXPECT_EQ(records[0][i].path, records[1][i].path) << "step " << i;
+    EXPECT_EQ(records[0][i].version, records[1][i].version) << "step " << i;
+  }
+  auto left = shm::ListPosixObjects(prefix + "-");
+  ASSERT_OK(left);
+  EXPECT_TRUE(left->empty());
+}
+
+TEST(DaemonStoreTest, RendezvousThroughTheDaemon) {
+  char dir[] = "/tmp/gift_store_XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const std::string socket = absl::StrCat(dir, "/agent.sock");
+  {
+    auto absent = DaemonStore::Connect(socket, "j");
+    ASSERT_OK(absent);
+    EXPECT_THAT((*absent)->Set("k", "v"),
+                gift::testing::StatusIs(absl::StatusCode::kUnavailable));
+  }
+  Giftd giftd(socket, absl::StrCat("/gift-stest", ::getpid()));
+  auto store = DaemonStore::Connect(socket, "j");
+  ASSERT_OK(store);
+  ASSERT_OK((*store)->Set("k", std::string("\0bytes", 6)));
+  auto v = (*store)->Get("k", absl::Seconds(1));
+  ASSERT_OK(v);
+  EXPECT_EQ(*v, std::string("\0bytes", 6));
+  EXPECT_EQ(*(*store)->Add("n", 5), 5);
+  EXPECT_THAT((*store)->Get("missing", absl::Milliseconds(50)).status(),
+              gift::testing::StatusIs(absl::StatusCode::kDeadlineExceeded));
+  // Wait covers keys set later by another client.
+  std::thread peer([&] { ASSERT_OK((*store)->Set("late", "x")); });
+  EXPECT_OK((*store)->Wait({"k", "late"}, absl::Seconds(5)));
+  peer.join();
+}
+
+}  // namespace
+}  // namespace gift::client

@@ -1,0 +1,413 @@
+#include "daemon/daemon.h"
+
+#include <signal.h>
+#include <time.h>
+
+#include <cerrno>
+#include <random>
+#include <set>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/status_macros.h"
+#include "daemon/log.h"
+
+namespace gift::daemon {
+namespace {
+
+std::string NewInstanceId() {
+  std::random_device rd;
+  return absl::StrFormat("%08x", rd());
+}
+
+bool ProcessGone(int64_t pid) {
+  return pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
+}
+
+}  // namespace
+
+Daemon::Daemon(const DaemonConfig& config, metrics::Registry* registry)
+    : config_(config),
+      instance_(NewInstanceId()),
+      started_(absl::Now()),
+      registry_(registry),
+      metrics_(registry),
+      refresh_interval_(config.refresh_interval),
+      rank_r_(config.rank),
+      selector_(config.selection) {}
+
+absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(
+    const DaemonConfig& config, metrics::Registry* registry) {
+  RETURN_IF_ERROR(ValidateConfig(config));
+  std::unique_ptr<Daemon> d(new Daemon(config, registry));
+  ASSIGN_OR_RETURN(d->refresher_, Refresher::Create(config.refresh_threads,
+                                                    config.refresher_device));
+  // A giftd that crashed left its objects behind; ranks that still map them
+  // keep their mappings, and re-register with this instance.
+  ASSIGN_OR_RETURN(std::vector<std::string> stale,
+                   shm::ListPosixObjects(config.shm_prefix + "-"));
+  for (const std::string& name : stale) {
+    RETURN_IF_ERROR(shm::UnlinkPosix(name));
+  }
+  if (!stale.empty()) {
+    LOG_INFO("removed %d shared-memory objects left by an earlier giftd",
+             stale.size());
+  }
+  d->metrics_.info->WithLabels({"", config.node, kGiftVersion, d->instance_})
+      .Set(1);
+  d->poll_thread_ = std::thread([p = d.get()] { p->PollLoop(); });
+  LOG_INFO("giftd %s instance %s on node %s", kGiftVersion, d->instance_,
+           config.node);
+  return d;
+}
+
+Daemon::~Daemon() { Stop(); }
+
+void Daemon::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopped_) return;
+    stopped_ = true;
+  }
+  stop_.Notify();
+  store_.Close();
+  if (poll_thread_.joinable()) poll_thread_.join();
+  refresher_.reset();
+  absl::MutexLock lock(&mu_);
+  while (!sessions_.empty()) {
+    DropSession(sessions_.begin()->first, "giftd stopping");
+  }
+}
+
+void Daemon::PollLoop() {
+  const absl::Duration period = absl::Milliseconds(config_.poll_interval_ms);
+  while (!stop_.WaitForNotificationWithTimeout(period)) PollOnce();
+}
+
+std::vector<std::string> Daemon::Labels(
+    std::initializer_list<std::string> extra) const {
+  std::vector<std::string> v;
+  {
+    // job_id_ is read without the lock only by callers holding it.
+    v.push_back(job_id_);
+  }
+  v.push_back(config_.node);
+  v.insert(v.end(), extra.begin(), extra.end());
+  return v;
+}
+
+// ---- Register ---------------------------------------------------------------
+
+absl::Status Daemon::CheckRegister(const v1::RegisterRequest& r) const {
+  if (r.job_id().empty()) return absl::InvalidArgumentError("empty job_id");
+  if (r.world_size() < 1 || r.rank() < 0 || r.rank() >= r.world_size()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "rank %d of world size %d is out of range", r.rank(), r.world_size()));
+  }
+  if (r.local_rank() < 0 || r.pid() <= 0) {
+    return absl::InvalidArgumentError("local_rank and pid must be set");
+  }
+  if (r.layout_version() != shm::kLayoutVersion) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "shared memory layout version %d, giftd speaks %d: upgrade the "
+        "client library or giftd so that they match",
+        r.layout_version(), shm::kLayoutVersion));
+  }
+  if (r.memory() != v1::MEMORY_KIND_HOST &&
+      r.memory() != v1::MEMORY_KIND_DEVICE) {
+    return absl::InvalidArgumentError("memory kind must be HOST or DEVICE");
+  }
+  std::set<std::string> names;
+  for (const v1::LayerShape& l : r.layers()) {
+    if (l.name().empty() || l.name().size() >= shm::kNameBytes ||
+        !names.insert(l.name()).second) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "layer name '%s' is empty, too long or repeated", l.name()));
+    }
+    if (l.d_out() < 1 || l.d_in() < 1) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "layer %s has shape %d x %d", l.name(), l.d_out(), l.d_in()));
+    }
+  }
+  if (job_id_.empty() || sessions_.empty()) return absl::OkStatus();
+  if (r.job_id() != job_id_) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "giftd serves job '%s'; a rank of job '%s' cannot register until it "
+        "ends",
+        job_id_, r.job_id()));
+  }
+  if (r.world_size() != world_size_) {
+    return absl::FailedPreconditionError(
+        absl::StrFormat("world size %d differs from the job's %d",
+                        r.world_size(), world_size_));
+  }
+  bool same = r.layers_size() == static_cast<int>(layers_.size());
+  for (int i = 0; same && i < r.layers_size(); ++i) {
+    same = r.layers(i).name() == layers_[i].name &&
+           r.layers(i).d_out() == layers_[i].d_out &&
+           r.layers(i).d_in() == layers_[i].d_in;
+  }
+  if (!same) {
+    return absl::FailedPreconditionError(
+        "the rank's layer list differs from the job's (every rank must "
+        "declare the same layers, in the same order)");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Daemon::AdoptJob(const v1::RegisterRequest& r) {
+  if (!sessions_.empty() && r.job_id() == job_id_) return absl::OkStatus();
+  if (r.job_id() != job_id_) store_.DropJob(job_id_);
+  job_id_ = r.job_id();
+  world_size_ = r.world_size();
+  layers_.clear();
+  selector_ = LayerSelector(selector_.policy());
+  for (const v1::LayerShape& s : r.layers()) {
+    Layer l;
+    l.name = s.name();
+    l.d_out = s.d_out();
+    l.d_in = s.d_in();
+    l.r_cap = static_cast<int32_t>(std::min<int64_t>(config_.max_rank, l.d_in));
+    l.k_cap = static_cast<int32_t>(
+        std::min<int64_t>(l.d_in, l.r_cap + shm::kOversample));
+    l.settings.set_pin(v1::PIN_AUTO);
+    l.settings.set_transform(config_.transform == "full"
+                                 ? v1::TRANSFORM_FULL
+                                 : v1::TRANSFORM_LOWRANK);
+    l.settings.set_format(config_.format == "e5m2" ? v1::FP8_FORMAT_E5M2
+                                                   : v1::FP8_FORMAT_E4M3);
+    l.omega0 = InitialOmega(l.d_in, l.k_cap, config_.omega_seed);
+    RETURN_IF_ERROR(selector_.AddLayer({l.name, l.d_out, l.d_in}));
+    layers_.push_back(std::move(l));
+  }
+  LOG_INFO("job '%s': world size %d, %d candidate layers", job_id_, world_size_,
+           layers_.size());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::RegisterResponse> Daemon::Register(
+    const v1::RegisterRequest& r) {
+  absl::MutexLock lock(&mu_);
+  if (stopped_) return absl::UnavailableError("giftd is stopping");
+  RETURN_IF_ERROR(CheckRegister(r));
+  // The same rank again (a restarted process, or a re-attach): replace it.
+  for (auto& [id, s] : sessions_) {
+    if (s->rank() == r.rank()) {
+      if (s->spec().pid != r.pid() && !ProcessGone(s->spec().pid)) {
+        return absl::AlreadyExistsError(
+            absl::StrFormat("rank %d is already registered by live pid %d",
+                            r.rank(), s->spec().pid));
+      }
+      DropSession(id, "replaced by a new registration");
+      break;
+    }
+  }
+  RETURN_IF_ERROR(AdoptJob(r));
+  SessionSpec spec;
+  spec.session_id = absl::StrCat(instance_, "-", ++session_seq_);
+  spec.name_prefix =
+      absl::StrCat(config_.shm_prefix, "-", instance_, "-s", session_seq_);
+  spec.daemon_instance = instance_;
+  spec.rank = r.rank();
+  spec.world_size = r.world_size();
+  spec.local_rank = r.local_rank();
+  spec.pid = r.pid();
+  spec.data_kind = r.memory() == v1::MEMORY_KIND_DEVICE
+                       ? shm::RegionKind::kCudaIpc
+                       : shm::RegionKind::kPosix;
+  spec.device = r.device();
+  for (const Layer& l : layers_) {
+    spec.layers.push_back({l.name, l.d_out, l.d_in, l.r_cap});
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<RankSession> s, RankSession::Create(spec));
+  for (int i = 0; i < s->layers(); ++i) {
+    RETURN_IF_ERROR(
+        shm::WriteOmega0(*s->entry(i), s->data(i), layers_[i].omega0));
+  }
+  // A re-attaching rank holds epochs and versions of an earlier giftd:
+  // continue above them so that its switch logic keeps working.
+  bool raise = r.last_plan_epoch() >= plan_epoch_;
+  plan_epoch_ = std::max(plan_epoch_, r.last_plan_epoch() + 1);
+  for (Layer& l : layers_) {
+    auto it = r.last_factor_version().find(l.name);
+    if (it != r.last_factor_version().end()) {
+      l.next_version = std::max(l.next_version, it->second + 1);
+    }
+  }
+  s->last_seen = absl::Now();
+  s->last_step = r.step();
+  RankSession& session = *s;
+  sessions_[spec.session_id] = std::move(s);
+  RETURN_IF_ERROR(EnsureFullRegions());
+  for (int i = 0; i < session.layers(); ++i) {
+    if (layers_[i].newest != nullptr) {
+      absl::Status st = shm::PublishFactor(session.entry(i), session.data(i),
+                                           session.full(i), *layers_[i].newest);
+      if (!st.ok()) LOG_WARNING("publishing to a new rank: %s", st.ToString());
+    }
+  }
+  if (raise) {
+    PublishPlanToAll();
+  } else {
+    PublishPlanTo(session);
+  }
+  metrics_.ranks_registered->WithLabels(Labels({})).Set(sessions_.size());
+  LOG_INFO("registered rank %d/%d of job '%s' (pid %d, %s memory): session %s",
+           r.rank(), r.world_size(), r.job_id(), r.pid(),
+           r.memory() == v1::MEMORY_KIND_DEVICE ? "device" : "host",
+           spec.session_id);
+  v1::RegisterResponse out;
+  out.set_session_id(spec.session_id);
+  out.set_daemon_instance(instance_);
+  out.set_control_block(session.control_desc().name);
+  out.set_control_block_bytes(session.control_desc().bytes);
+  out.set_heartbeat_interval_ms(config_.heartbeat_interval_ms);
+  return out;
+}
+
+absl::StatusOr<v1::HeartbeatResponse> Daemon::Heartbeat(
+    const v1::HeartbeatRequest& r) {
+  absl::MutexLock lock(&mu_);
+  auto it = sessions_.find(r.session_id());
+  if (it == sessions_.end()) {
+    return absl::NotFoundError(absl::StrFormat(
+        "unknown session '%s' (reaped, or giftd restarted): register again",
+        r.session_id()));
+  }
+  it->second->last_seen = absl::Now();
+  it->second->last_step = std::max(it->second->last_step, r.step());
+  v1::HeartbeatResponse out;
+  out.set_plan_epoch(plan_epoch_);
+  return out;
+}
+
+absl::Status Daemon::Deregister(const v1::DeregisterRequest& r) {
+  absl::MutexLock lock(&mu_);
+  if (sessions_.count(r.session_id()) == 0) {
+    return absl::NotFoundError(
+        absl::StrFormat("unknown session '%s'", r.session_id()));
+  }
+  DropSession(r.session_id(), "deregistered");
+  return absl::OkStatus();
+}
+
+void Daemon::DropSession(const std::string& id, const std::string& why) {
+  auto it = sessions_.find(id);
+  if (it == sessions_.end()) return;
+  const int rank = it->second->rank();
+  for (const Layer& l : layers_) {
+    for (const char* path : {"euclid", "gift"}) {
+      const std::string r = absl::StrCat(rank);
+      metrics_.rel_l2->Remove(Labels({r, l.name, path}));
+      metrics_.cosine->Remove(Labels({r, l.name, path}));
+    }
+  }
+  sessions_.erase(it);  // unmaps and unlinks the rank's shared memory
+  metrics_.ranks_registered->WithLabels(Labels({})).Set(sessions_.size());
+  LOG_INFO("rank %d left (session %s): %s", rank, id, why);
+  if (sessions_.empty()) {
+    for (Layer& l : layers_) l.pending.clear();
+  }
+}
+
+void Daemon::ReapDead() {
+  const absl::Time now = absl::Now();
+  const absl::Duration timeout = absl::Milliseconds(config_.rank_timeout_ms);
+  std::vector<std::pair<std::string, std::string>> dead;
+  for (auto& [id, s] : sessions_) {
+    if (ProcessGone(s->spec().pid)) {
+      dead.push_back(
+          {id, absl::StrFormat("process %d is gone", s->spec().pid)});
+    } else if (now - s->last_seen > timeout) {
+      dead.push_back(
+          {id, absl::StrFormat("no heartbeat for %s",
+                               absl::FormatDuration(now - s->last_seen))});
+    }
+  }
+  for (auto& [id, why] : dead) {
+    ++reaped_total_;
+    metrics_.ranks_reaped->WithLabels(Labels({})).Increment();
+    DropSession(id, "reaped: " + why);
+  }
+}
+
+// ---- plan
+// ---------------------------------------------------------------------
+
+void Daemon::PublishPlanTo(RankSession& s) {
+  shm::PlanView plan;
+  plan.plan_epoch = plan_epoch_;
+  plan.refresh_interval = refresh_interval_;
+  plan.probe_interval = config_.probe_interval;
+  plan.staleness_limit = config_.staleness_limit;
+  plan.omega_seed = config_.omega_seed;
+  plan.sketch_rows = config_.sketch_rows;
+  for (const Layer& l : layers_) {
+    shm::PlanView::Layer p;
+    p.path = l.selected ? 1 : 0;
+    p.transform = l.settings.transform() == v1::TRANSFORM_FULL ? 1 : 0;
+    p.format = l.settings.format() == v1::FP8_FORMAT_E5M2 ? 1 : 0;
+    p.candidate = l.candidate ? 1 : 0;
+    p.rank = std::min<int32_t>(
+        l.r_cap, l.settings.rank() > 0 ? l.settings.rank() : rank_r_);
+    p.refresh_seq = l.refresh_seq;
+    plan.layers.push_back(p);
+  }
+  shm::PublishPlan(s.block(), plan);
+}
+
+void Daemon::PublishPlanToAll() {
+  for (auto& [id, s] : sessions_) PublishPlanTo(*s);
+  metrics_.plan_epoch->WithLabels(Labels({})).Set(plan_epoch_);
+  metrics_.refresh_interval->WithLabels(Labels({})).Set(refresh_interval_);
+}
+
+void Daemon::NewEpoch(const std::string& why) {
+  ++plan_epoch_;
+  absl::Status st = EnsureFullRegions();
+  if (!st.ok()) LOG_ERROR("creating full-transform regions: %s", st.ToString());
+  PublishPlanToAll();
+  LOG_INFO("plan epoch %d: %s", plan_epoch_, why);
+}
+
+absl::Status Daemon::EnsureFullRegions() {
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    if (layers_[i].settings.transform() != v1::TRANSFORM_FULL) continue;
+    for (auto& [id, s] : sessions_) {
+      RETURN_IF_ERROR(s->EnsureFullRegion(static_cast<int>(i)));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// ---- store
+// --------------------------------------------------------------------
+
+absl::Status Daemon::StoreSet(const v1::StoreSetRequest& r) {
+  return store_.Set(r.job_id(), r.key(), r.value());
+}
+
+absl::StatusOr<v1::StoreGetResponse> Daemon::StoreGet(
+    const v1::StoreGetRequest& r, absl::Duration max_wait) {
+  if (r.timeout_ms() < 0) {
+    return absl::InvalidArgumentError("store: timeout_ms must be >= 0");
+  }
+  ASSIGN_OR_RETURN(
+      std::string v,
+      store_.Get(r.job_id(), r.key(),
+                 std::min(absl::Milliseconds(r.timeout_ms()), max_wait)));
+  v1::StoreGetResponse out;
+  out.set_value(std::move(v));
+  return out;
+}
+
+absl::StatusOr<v1::StoreAddResponse> Daemon::StoreAdd(
+    const v1::StoreAddRequest& r) {
+  ASSIGN_OR_RETURN(int64_t v, store_.Add(r.job_id(), r.key(), r.delta()));
+  v1::StoreAddResponse out;
+  out.set_value(v);
+  return out;
+}
+
+}  // namespace gift::daemon

@@ -1,0 +1,305 @@
+// giftd's Control service logic: status, layers, run-time settings.
+// Every request is validated before anything changes.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/status_macros.h"
+#include "daemon/daemon.h"
+#include "daemon/log.h"
+
+namespace gift::daemon {
+namespace {
+
+v1::SelectionKind ToProto(SelectionKind k) {
+  switch (k) {
+    case SelectionKind::kTopK:
+      return v1::SELECTION_KIND_TOP_K;
+    case SelectionKind::kElbow:
+      return v1::SELECTION_KIND_ELBOW;
+    case SelectionKind::kThreshold:
+      return v1::SELECTION_KIND_THRESHOLD;
+  }
+  return v1::SELECTION_KIND_UNSPECIFIED;
+}
+
+v1::SelectionPolicy ToProto(const SelectorPolicy& p) {
+  v1::SelectionPolicy out;
+  out.set_kind(ToProto(p.kind));
+  out.set_top_k(p.top_k);
+  out.set_threshold(p.threshold);
+  out.set_hysteresis(p.hysteresis);
+  out.set_window_steps(p.window_steps);
+  out.set_max_layers(p.max_layers);
+  out.set_max_extra_flops(p.max_extra_flops);
+  out.set_min_gain(p.min_gain);
+  return out;
+}
+
+// Fields left at 0 / UNSPECIFIED keep their value. Negative values are
+// passed through so that Validate rejects them.
+absl::StatusOr<SelectorPolicy> Merge(SelectorPolicy p,
+                                     const v1::SelectionPolicy& in) {
+  switch (in.kind()) {
+    case v1::SELECTION_KIND_UNSPECIFIED:
+      break;
+    case v1::SELECTION_KIND_TOP_K:
+      p.kind = SelectionKind::kTopK;
+      break;
+    case v1::SELECTION_KIND_ELBOW:
+      p.kind = SelectionKind::kElbow;
+      break;
+    case v1::SELECTION_KIND_THRESHOLD:
+      p.kind = SelectionKind::kThreshold;
+      break;
+    default:
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown selection kind ", in.kind()));
+  }
+  if (in.top_k() != 0) p.top_k = in.top_k();
+  if (in.threshold() != 0) p.threshold = in.threshold();
+  if (in.hysteresis() != 0) p.hysteresis = in.hysteresis();
+  if (in.window_steps() != 0) p.window_steps = in.window_steps();
+  if (in.max_layers() != 0) p.max_layers = in.max_layers();
+  if (in.max_extra_flops() != 0) p.max_extra_flops = in.max_extra_flops();
+  if (in.min_gain() != 0) p.min_gain = in.min_gain();
+  for (double v : {p.threshold, p.hysteresis, p.max_extra_flops, p.min_gain}) {
+    if (!std::isfinite(v)) {
+      return absl::InvalidArgumentError(
+          "selection policy values must be finite");
+    }
+  }
+  RETURN_IF_ERROR(p.Validate());
+  return p;
+}
+
+}  // namespace
+
+absl::StatusOr<Daemon::Layer*> Daemon::FindLayer(const std::string& name) {
+  for (Layer& l : layers_) {
+    if (l.name == name) return &l;
+  }
+  if (layers_.empty()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "unknown layer '%s': no rank has registered yet", name));
+  }
+  return absl::InvalidArgumentError(
+      absl::StrFormat("unknown layer '%s' (giftctl layers lists the %d layers)",
+                      name, layers_.size()));
+}
+
+v1::LayerStatus Daemon::LayerStatusOf(const Layer& l) const {
+  v1::LayerStatus s;
+  s.set_name(l.name);
+  s.set_d_out(l.d_out);
+  s.set_d_in(l.d_in);
+  *s.mutable_settings() = l.settings;
+  s.mutable_settings()->set_rank(std::min<int32_t>(
+      l.r_cap, l.settings.rank() > 0 ? l.settings.rank() : rank_r_));
+  if (l.settings.beta() <= 0) {
+    s.mutable_settings()->set_beta(l.settings.transform() == v1::TRANSFORM_FULL
+                                       ? config_.full_beta
+                                       : config_.beta);
+  }
+  s.set_candidate(l.candidate);
+  s.set_selected(l.selected);
+  s.set_reason(l.score.reason);
+  s.set_vulnerability(l.score.vulnerability);
+  s.set_gain(l.score.gain);
+  s.set_factor_version(l.newest ? l.newest->version : -1);
+  s.set_factor_age_steps(
+      l.factor_step < 0 ? std::numeric_limits<double>::quiet_NaN()
+                        : std::max<int64_t>(0, SlowestStep() - l.factor_step));
+  s.set_last_refresh_seconds(l.last_refresh_seconds);
+  s.set_refreshes(l.refreshes);
+  s.set_rel_l2(l.rel_l2);
+  s.set_cosine(l.cosine);
+  return s;
+}
+
+v1::GetStatusResponse Daemon::StatusLocked() const {
+  v1::GetStatusResponse s;
+  s.set_node(config_.node);
+  s.set_daemon_instance(instance_);
+  s.set_version(kGiftVersion);
+  s.set_uptime_seconds(absl::ToDoubleSeconds(absl::Now() - started_));
+  s.set_job_id(job_id_);
+  s.set_ranks_registered(static_cast<int>(sessions_.size()));
+  s.set_world_size(world_size_);
+  s.set_plan_epoch(plan_epoch_);
+  s.set_refresh_interval(refresh_interval_);
+  s.set_rank(rank_r_);
+  *s.mutable_policy() = ToProto(selector_.policy());
+  s.set_step(sessions_.empty() ? 0 : SlowestStep());
+  s.set_layers(static_cast<int>(layers_.size()));
+  int selected = 0;
+  for (const Layer& l : layers_) selected += l.selected;
+  s.set_selected_layers(selected);
+  s.set_refreshes(refreshes_total_);
+  s.set_ranks_reaped(reaped_total_);
+  return s;
+}
+
+absl::StatusOr<v1::GetStatusResponse> Daemon::GetStatus(
+    const v1::GetStatusRequest&) {
+  absl::MutexLock lock(&mu_);
+  return StatusLocked();
+}
+
+absl::StatusOr<v1::ListLayersResponse> Daemon::ListLayers(
+    const v1::ListLayersRequest&) {
+  absl::MutexLock lock(&mu_);
+  v1::ListLayersResponse out;
+  for (const Layer& l : layers_) *out.add_layers() = LayerStatusOf(l);
+  return out;
+}
+
+absl::StatusOr<v1::TelemetryUpdate> Daemon::Snapshot() {
+  absl::MutexLock lock(&mu_);
+  v1::TelemetryUpdate out;
+  *out.mutable_status() = StatusLocked();
+  for (const Layer& l : layers_) *out.add_layers() = LayerStatusOf(l);
+  return out;
+}
+
+absl::Status Daemon::ValidateLayerSettings(const Layer& l,
+                                           const v1::LayerSettings& s) const {
+  if (!v1::Pin_IsValid(s.pin()) || !v1::Transform_IsValid(s.transform()) ||
+      !v1::Fp8Format_IsValid(s.format())) {
+    return absl::InvalidArgumentError("unknown pin, transform or format value");
+  }
+  if (s.rank() < 0 || s.rank() > l.d_in || s.rank() > l.r_cap) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "rank %d for layer %s must be in [1, %d] (d_in %d, max_rank %d)",
+        s.rank(), l.name, l.r_cap, l.d_in, config_.max_rank));
+  }
+  if (!std::isfinite(s.beta()) || s.beta() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("beta must be a finite value > 0 (got %g)", s.beta()));
+  }
+  if (s.transform() == v1::TRANSFORM_FULL && l.d_in > config_.full_max_d_in) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "layer %s has d_in %d > full_max_d_in %d: the full transform is not "
+        "allowed",
+        l.name, l.d_in, config_.full_max_d_in));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::SetLayerPolicyResponse> Daemon::SetLayerPolicy(
+    const v1::SetLayerPolicyRequest& r) {
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(Layer * l, FindLayer(r.layer()));
+  RETURN_IF_ERROR(ValidateLayerSettings(*l, r.settings()));
+  v1::LayerSettings s = l->settings;
+  const v1::LayerSettings& in = r.settings();
+  if (in.pin() != v1::PIN_UNSPECIFIED) s.set_pin(in.pin());
+  if (in.transform() != v1::TRANSFORM_UNSPECIFIED) {
+    s.set_transform(in.transform());
+  }
+  if (in.rank() != 0) s.set_rank(in.rank());
+  if (in.beta() != 0) s.set_beta(in.beta());
+  if (in.format() != v1::FP8_FORMAT_UNSPECIFIED) s.set_format(in.format());
+  const bool changed = s.SerializeAsString() != l->settings.SerializeAsString();
+  const bool refactor = s.transform() != l->settings.transform() ||
+                        s.rank() != l->settings.rank() ||
+                        s.beta() != l->settings.beta();
+  l->settings = s;
+  if (changed) {
+    // A new transform, rank or β takes effect with the next factor: ask the
+    // ranks to close their window now rather than wait up to K steps.
+    if (refactor) ++l->refresh_seq;
+    ApplySelection();
+    NewEpoch(absl::StrFormat("layer %s settings changed", l->name));
+  }
+  v1::SetLayerPolicyResponse out;
+  *out.mutable_layer() = LayerStatusOf(*l);
+  out.set_plan_epoch(plan_epoch_);
+  return out;
+}
+
+absl::StatusOr<v1::SetRefreshIntervalResponse> Daemon::SetRefreshInterval(
+    const v1::SetRefreshIntervalRequest& r) {
+  if (r.steps() < 1) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "refresh interval K must be >= 1 step (got %d)", r.steps()));
+  }
+  absl::MutexLock lock(&mu_);
+  if (r.steps() != refresh_interval_) {
+    refresh_interval_ = r.steps();
+    NewEpoch(absl::StrFormat("refresh interval K = %d", refresh_interval_));
+  }
+  v1::SetRefreshIntervalResponse out;
+  out.set_plan_epoch(plan_epoch_);
+  return out;
+}
+
+absl::StatusOr<v1::SetRankResponse> Daemon::SetRank(
+    const v1::SetRankRequest& r) {
+  absl::MutexLock lock(&mu_);
+  if (r.rank() < 1 || r.rank() > config_.max_rank) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "rank must be in [1, max_rank %d] (got %d); max_rank sizes the "
+        "shared factor slots and is set when giftd starts",
+        config_.max_rank, r.rank()));
+  }
+  for (const Layer& l : layers_) {
+    if (r.rank() > l.d_in) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "rank %d exceeds d_in %d of layer %s", r.rank(), l.d_in, l.name));
+    }
+  }
+  if (r.rank() != rank_r_) {
+    rank_r_ = r.rank();
+    for (Layer& l : layers_) {
+      if (l.settings.rank() == 0) ++l.refresh_seq;
+    }
+    NewEpoch(absl::StrFormat("rank r = %d", rank_r_));
+  }
+  v1::SetRankResponse out;
+  out.set_plan_epoch(plan_epoch_);
+  return out;
+}
+
+absl::StatusOr<v1::SetSelectionPolicyResponse> Daemon::SetSelectionPolicy(
+    const v1::SetSelectionPolicyRequest& r) {
+  absl::MutexLock lock(&mu_);
+  ASSIGN_OR_RETURN(SelectorPolicy p, Merge(selector_.policy(), r.policy()));
+  RETURN_IF_ERROR(selector_.SetPolicy(p));
+  LOG_INFO("selection policy: %s", ToProto(p).ShortDebugString());
+  ApplySelection();
+  v1::SetSelectionPolicyResponse out;
+  *out.mutable_policy() = ToProto(p);
+  out.set_plan_epoch(plan_epoch_);
+  return out;
+}
+
+absl::StatusOr<v1::TriggerRefreshResponse> Daemon::TriggerRefresh(
+    const v1::TriggerRefreshRequest& r) {
+  absl::MutexLock lock(&mu_);
+  std::vector<Layer*> targets;
+  if (!r.layer().empty()) {
+    ASSIGN_OR_RETURN(Layer * l, FindLayer(r.layer()));
+    if (!l->candidate) {
+      return absl::FailedPreconditionError(
+          absl::StrFormat("layer %s is not a candidate (%s): pin it first",
+                          l->name, l->score.reason));
+    }
+    targets.push_back(l);
+  } else {
+    for (Layer& l : layers_) {
+      if (l.candidate) targets.push_back(&l);
+    }
+  }
+  v1::TriggerRefreshResponse out;
+  for (Layer* l : targets) {
+    ++l->refresh_seq;
+    out.add_layers(l->name);
+  }
+  if (!targets.empty()) NewEpoch("refresh requested by an operator");
+  return out;
+}
+
+}  // namespace gift::daemon

@@ -1,0 +1,64 @@
+// Every Prometheus family giftd exports (DESIGN §6), created in one place.
+// Names: gift_ prefix, base units, _total counters, _seconds histograms;
+// labels job_id and node on every series, plus rank / layer / path where
+// they apply.
+//
+//   DaemonMetrics m(&registry);
+//   m.ranks_registered->WithLabels({job, node}).Set(4);
+//
+// Thread safety: the families are thread-safe (metrics/registry.h).
+#ifndef GIFT_DAEMON_DAEMON_METRICS_H_
+#define GIFT_DAEMON_DAEMON_METRICS_H_
+
+#include "daemon/metrics/registry.h"
+
+namespace gift::daemon {
+
+struct DaemonMetrics {
+  explicit DaemonMetrics(metrics::Registry* registry);
+
+  // {job_id, node}
+  metrics::Family<metrics::Gauge>* ranks_registered;
+  metrics::Family<metrics::Counter>* ranks_reaped;
+  metrics::Family<metrics::Gauge>* plan_epoch;
+  metrics::Family<metrics::Gauge>* refresh_interval;
+  metrics::Family<metrics::Gauge>* selected_layers;
+  // {job_id, node, version, instance} = 1
+  metrics::Family<metrics::Gauge>* info;
+
+  // {job_id, node, layer}
+  metrics::Family<metrics::Gauge>* layer_selected;
+  metrics::Family<metrics::Gauge>* layer_candidate;
+  metrics::Family<metrics::Gauge>* vulnerability;
+  metrics::Family<metrics::Gauge>* gain;
+  metrics::Family<metrics::Gauge>* factor_version;
+  metrics::Family<metrics::Gauge>* factor_age;
+  metrics::Family<metrics::Counter>* refreshes;
+  metrics::Family<metrics::Counter>* refresh_failures;
+  metrics::Family<metrics::Histogram>* refresh_duration;
+  // {job_id, node, layer, result = used|incomplete|busy}
+  metrics::Family<metrics::Counter>* sketch_windows;
+
+  // {job_id, node, rank, layer, path}
+  metrics::Family<metrics::Gauge>* rel_l2;
+  metrics::Family<metrics::Gauge>* cosine;
+  // {job_id, node, rank, layer, bound = upper|lower}
+  metrics::Family<metrics::Counter>* boundary_hits;
+  // {job_id, node, rank, layer}
+  metrics::Family<metrics::Counter>* quantized_elements;
+  metrics::Family<metrics::Counter>* nonfinite_inputs;
+
+  // {job_id, node, rank, path = euclid|gift|control}
+  metrics::Family<metrics::Counter>* bytes_sent;
+  // {job_id, node, rank}
+  metrics::Family<metrics::Counter>* bytes_saved;
+  metrics::Family<metrics::Counter>* steps;
+  metrics::Family<metrics::Histogram>* collective_duration;
+  metrics::Family<metrics::Counter>* transform_seconds;
+  metrics::Family<metrics::Counter>* nonfinite_layers;
+  metrics::Family<metrics::Gauge>* rank_step;
+};
+
+}  // namespace gift::daemon
+
+#endif  // GIFT_DAEMON_DAEMON_METRICS_H_

@@ -1,0 +1,89 @@
+// giftd: the per-node GIFT daemon. See README.md ("giftd") and
+// `giftd --help`.
+#include <signal.h>
+
+#include <iostream>
+
+#include "daemon/config.h"
+#include "daemon/daemon.h"
+#include "daemon/grpc_server.h"
+#include "daemon/log.h"
+#include "daemon/metrics/http_exposer.h"
+#include "daemon/metrics/registry.h"
+
+namespace gift::daemon {
+namespace {
+
+int Run(int argc, char** argv) {
+  // SIGTERM/SIGINT are taken by sigwait below: block them before any thread
+  // starts so that every thread inherits the mask.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  absl::StatusOr<DaemonConfig> config = LoadConfig(argc, argv);
+  if (!config.ok()) {
+    std::cerr << "giftd: " << config.status().message() << "\n"
+              << "run 'giftd --help' for the options\n";
+    return 2;
+  }
+  if (config->help) {
+    std::cout << ConfigHelp();
+    return 0;
+  }
+  if (config->print_config) {
+    std::cout << FormatConfig(*config);
+    return 0;
+  }
+  SetLogLevel(*ParseLogLevel(config->log_level));
+
+  metrics::Registry registry;
+  absl::StatusOr<std::unique_ptr<Daemon>> daemon =
+      Daemon::Create(*config, &registry);
+  if (!daemon.ok()) {
+    LOG_ERROR("cannot start: %s", daemon.status().ToString());
+    return 1;
+  }
+  std::unique_ptr<metrics::HttpExposer> exposer;
+  if (!config->metrics_address.empty()) {
+    auto e = metrics::HttpExposer::Start(config->metrics_address, &registry);
+    if (!e.ok()) {
+      LOG_ERROR("cannot serve metrics: %s", e.status().ToString());
+      return 1;
+    }
+    exposer = *std::move(e);
+    LOG_INFO("metrics on http://%s/metrics (port %d)", config->metrics_address,
+             exposer->port());
+  }
+  GrpcServerOptions options;
+  options.agent_socket = config->agent_socket;
+  options.control_address = config->control_address;
+  options.control_token_file = config->control_token_file;
+  options.tls_cert_file = config->tls_cert_file;
+  options.tls_key_file = config->tls_key_file;
+  absl::StatusOr<std::unique_ptr<GrpcServer>> server =
+      GrpcServer::Start(options, daemon->get());
+  if (!server.ok()) {
+    LOG_ERROR("cannot start the gRPC services: %s", server.status().ToString());
+    return 1;
+  }
+  LOG_INFO("agent on unix:%s, control on %s (port %d)", config->agent_socket,
+           config->control_address, (*server)->control_port());
+
+  int sig = 0;
+  sigwait(&signals, &sig);
+  LOG_INFO("%s: draining", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  (*server)->Shutdown(absl::Seconds(5));
+  exposer.reset();
+  (*daemon)->Stop();
+  LOG_INFO("stopped");
+  return 0;
+}
+
+}  // namespace
+}  // namespace gift::daemon
+
+int main(int argc, char** argv) { return gift::daemon::Run(argc, argv); }

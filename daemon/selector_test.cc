@@ -1,0 +1,447 @@
+#include "daemon/selector.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "common/status_matchers.h"
+
+namespace gift::daemon {
+namespace {
+
+using ::gift::testing::StatusIs;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+// `steps` steps of a layer whose vulnerability is `v`, plus `probes` probes
+// measuring gain `gain` (none when probes == 0).
+SelectorSample Sample(double v, int64_t steps = 10, int64_t probes = 0,
+                      double gain = 0, int64_t version = -1) {
+  SelectorSample s;
+  s.steps = steps;
+  s.n = 100000 * steps;
+  s.upper = static_cast<int64_t>(std::llround(v * s.n * 0.25));
+  s.lower = static_cast<int64_t>(std::llround(v * s.n)) - s.upper;
+  s.probes = probes;
+  s.probe_euclid_sum = 0.05 * probes;
+  s.probe_gift_sum = 0.05 * probes * (1 - gain);
+  s.factor_version = version;
+  return s;
+}
+
+class SelectorTest : public ::testing::Test {
+ protected:
+  // Layers "l0".."l{n-1}", 128 × 128.
+  void Make(const SelectorPolicy& policy, int n) {
+    selector_ = std::make_unique<LayerSelector>(policy);
+    for (int i = 0; i < n; ++i) {
+      ASSERT_OK(selector_->AddLayer({Name(i), 128, 128}));
+    }
+  }
+  static std::string Name(int i) { return "l" + std::to_string(i); }
+  // Feeds one window (window_steps in one sample) of scores, all with a
+  // measured gain of `gain`.
+  void Feed(const std::vector<double>& scores, double gain = 0.5) {
+    const int w = selector_->policy().window_steps;
+    for (size_t i = 0; i < scores.size(); ++i) {
+      ASSERT_OK(selector_->Observe(Name(i), Sample(scores[i], w, 1, gain)));
+    }
+  }
+  SelectionDecision Decide() { return selector_->Decide(settings_); }
+
+  std::unique_ptr<LayerSelector> selector_;
+  std::map<std::string, SelectorSettings> settings_;
+};
+
+TEST(SelectorPolicyTest, DefaultsAreValid) {
+  EXPECT_OK(SelectorPolicy{}.Validate());
+}
+
+TEST(SelectorPolicyTest, ValidateNamesTheBadField) {
+  auto check = [](auto mutate, const std::string& message) {
+    SelectorPolicy p;
+    mutate(p);
+    absl::Status s = p.Validate();
+    EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument));
+    EXPECT_THAT(std::string(s.message()), HasSubstr(message));
+  };
+  check([](auto& p) { p.top_k = 0; }, "selection.top_k must be >= 1 (got 0)");
+  check([](auto& p) { p.threshold = 1.5; }, "selection.threshold");
+  check([](auto& p) { p.threshold = NAN; }, "selection.threshold");
+  check([](auto& p) { p.hysteresis = 1; }, "selection.hysteresis");
+  check([](auto& p) { p.hysteresis = -0.1; }, "selection.hysteresis");
+  check([](auto& p) { p.window_steps = 0; }, "selection.window_steps");
+  check([](auto& p) { p.max_layers = -1; }, "selection.max_layers");
+  check([](auto& p) { p.max_extra_flops = -1; }, "selection.max_extra_flops");
+  check([](auto& p) { p.min_gain = 1; }, "selection.min_gain");
+  check([](auto& p) { p.kind = static_cast<SelectionKind>(7); },
+        "selection.kind");
+}
+
+TEST(SelectorPolicyTest, KindNamesRoundTrip) {
+  for (SelectionKind k : {SelectionKind::kTopK, SelectionKind::kElbow,
+                          SelectionKind::kThreshold}) {
+    auto parsed = ParseSelectionKind(SelectionKindName(k));
+    ASSERT_OK(parsed.status());
+    EXPECT_EQ(*parsed, k);
+  }
+  EXPECT_STREQ(SelectionKindName(SelectionKind::kTopK), "top-k");
+  EXPECT_THAT(ParseSelectionKind("topk"),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST_F(SelectorTest, AddLayerRejectsBadInput) {
+  Make({}, 1);
+  EXPECT_THAT(selector_->AddLayer({"l0", 1, 1}),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(selector_->AddLayer({"", 1, 1}),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(selector_->AddLayer({"x", 0, 4}),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_TRUE(selector_->HasLayer("l0"));
+  EXPECT_FALSE(selector_->HasLayer("x"));
+}
+
+TEST_F(SelectorTest, ObserveRejectsBadInput) {
+  Make({}, 1);
+  EXPECT_THAT(selector_->Observe("nope", Sample(0.1)),
+              StatusIs(absl::StatusCode::kNotFound));
+  SelectorSample s = Sample(0.1);
+  s.upper = -1;
+  EXPECT_THAT(selector_->Observe("l0", s),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  s = Sample(0.1);
+  s.steps = -1;
+  EXPECT_THAT(selector_->Observe("l0", s),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  s = Sample(0.1);
+  s.upper = s.n;  // more hits than elements
+  EXPECT_THAT(selector_->Observe("l0", s),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  s = Sample(0.1, 10, 1, 0.5);
+  s.probe_gift_sum = NAN;
+  EXPECT_THAT(selector_->Observe("l0", s),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  // Nothing was recorded.
+  EXPECT_EQ(Decide().scores["l0"].vulnerability, 0);
+}
+
+TEST_F(SelectorTest, ScoresAreWindowedSums) {
+  SelectorPolicy p;
+  p.window_steps = 50;
+  Make(p, 1);
+  for (int i = 0; i < 10; ++i) {
+    ASSERT_OK(selector_->Observe("l0", Sample(i < 5 ? 0.5 : 0.1, 10)));
+  }
+  EXPECT_NEAR(Decide().scores["l0"].vulnerability, 0.1, 1e-9);
+  // Window 50 with 30-step samples keeps two (60 steps).
+  ASSERT_OK(selector_->Observe("l0", Sample(0.4, 30)));
+  EXPECT_NEAR(Decide().scores["l0"].vulnerability, (0.1 * 2 + 0.4 * 3) / 5,
+              1e-9);
+  // The gain averages the probes in the window; NaN before any probe.
+  EXPECT_TRUE(std::isnan(Decide().scores["l0"].gain));
+  ASSERT_OK(selector_->Observe("l0", Sample(0.4, 10, 2, 0.3)));
+  ASSERT_OK(selector_->Observe("l0", Sample(0.4, 10, 2, 0.5)));
+  EXPECT_NEAR(Decide().scores["l0"].gain, 0.4, 1e-9);
+}
+
+TEST_F(SelectorTest, WindowLengthChangeAppliesToHeldSamples) {
+  SelectorPolicy p;
+  p.window_steps = 100;
+  Make(p, 1);
+  for (int i = 0; i < 10; ++i) {
+    ASSERT_OK(selector_->Observe("l0", Sample(i < 8 ? 0.5 : 0.1, 10)));
+  }
+  EXPECT_NEAR(Decide().scores["l0"].vulnerability, 0.42, 1e-9);
+  p.window_steps = 20;
+  ASSERT_OK(selector_->SetPolicy(p));
+  EXPECT_NEAR(Decide().scores["l0"].vulnerability, 0.1, 1e-9);
+}
+
+TEST_F(SelectorTest, BadPolicyLeavesStateUnchanged) {
+  SelectorPolicy p;
+  p.top_k = 2;
+  Make(p, 3);
+  Feed({0.3, 0.2, 0.1});
+  SelectionDecision before = Decide();
+  SelectorPolicy bad = p;
+  bad.top_k = 0;
+  bad.window_steps = 1;
+  EXPECT_THAT(selector_->SetPolicy(bad),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(selector_->policy().top_k, 2);
+  EXPECT_EQ(selector_->policy().window_steps, p.window_steps);
+  SelectionDecision after = Decide();
+  EXPECT_EQ(after.candidates, before.candidates);
+  EXPECT_FALSE(after.changed);
+}
+
+TEST_F(SelectorTest, TopKPicksTheMostVulnerable) {
+  SelectorPolicy p;
+  p.top_k = 2;
+  Make(p, 5);
+  Feed({0.01, 0.3, 0.02, 0.2, 0});
+  SelectionDecision d = Decide();
+  EXPECT_THAT(d.candidates, ElementsAre("l1", "l3"));
+  EXPECT_THAT(d.selected, ElementsAre("l1", "l3"));
+  EXPECT_TRUE(d.changed);
+  EXPECT_THAT(d.scores["l1"].reason, HasSubstr("selected: gain 0.5 >= 0.05"));
+  EXPECT_THAT(d.scores["l2"].reason,
+              HasSubstr("vulnerability 0.02 not in top-2"));
+  EXPECT_FALSE(Decide().changed);
+}
+
+TEST_F(SelectorTest, LayersWithoutDataAreNeverAutoCandidates) {
+  SelectorPolicy p;
+  p.top_k = 4;
+  Make(p, 3);
+  ASSERT_OK(selector_->Observe("l0", Sample(0.1, 50, 1, 0.5)));
+  ASSERT_OK(selector_->Observe("l1", Sample(0.0, 50, 1, 0.5)));
+  SelectionDecision d = Decide();
+  EXPECT_THAT(d.candidates, ElementsAre("l0"));
+  EXPECT_THAT(d.scores["l1"].reason, HasSubstr("no boundary hits"));
+  EXPECT_THAT(d.scores["l2"].reason, HasSubstr("no telemetry yet"));
+}
+
+TEST_F(SelectorTest, TopKHysteresisPreventsFlapping) {
+  SelectorPolicy p;
+  p.top_k = 1;
+  p.hysteresis = 0.1;
+  Make(p, 2);
+  Feed({0.10, 0.09});
+  EXPECT_THAT(Decide().candidates, ElementsAre("l0"));
+  for (int i = 0; i < 10; ++i) {
+    // The two scores swap places by less than the margin.
+    Feed(i % 2 ? std::vector<double>{0.10, 0.105}
+               : std::vector<double>{0.1, 0.095});
+    SelectionDecision d = Decide();
+    EXPECT_THAT(d.candidates, ElementsAre("l0")) << i;
+    EXPECT_FALSE(d.changed) << i;
+  }
+  Feed({0.10, 0.12});  // beats the weakest member by more than 10%
+  SelectionDecision d = Decide();
+  EXPECT_THAT(d.candidates, ElementsAre("l1"));
+  EXPECT_TRUE(d.changed);
+}
+
+TEST_F(SelectorTest, TopKShrinkDropsTheWeakest) {
+  SelectorPolicy p;
+  p.top_k = 3;
+  Make(p, 3);
+  Feed({0.1, 0.3, 0.2});
+  EXPECT_EQ(Decide().candidates.size(), 3u);
+  p.top_k = 1;
+  ASSERT_OK(selector_->SetPolicy(p));
+  EXPECT_THAT(Decide().candidates, ElementsAre("l1"));
+}
+
+TEST_F(SelectorTest, ElbowCutsAtTheLargestRatioDrop) {
+  SelectorPolicy p;
+  p.kind = SelectionKind::kElbow;
+  Make(p, 6);
+  Feed({0.2, 0.02, 0.19, 0.018, 0.17, 0});
+  SelectionDecision d = Decide();
+  EXPECT_THAT(d.candidates, ElementsAre("l0", "l2", "l4"));
+  EXPECT_THAT(d.scores["l1"].reason, HasSubstr("below elbow cut"));
+  EXPECT_THAT(d.scores["l4"].reason, HasSubstr("above elbow cut"));
+}
+
+TEST_F(SelectorTest, ElbowWithoutAnyDropKeepsAllScoredLayers) {
+  SelectorPolicy p;
+  p.kind = SelectionKind::kElbow;
+  Make(p, 4);
+  Feed({0.1, 0.1, 0.1, 0});
+  SelectionDecision d = Decide();
+  EXPECT_THAT(d.candidates, ElementsAre("l0", "l1", "l2"));
+  EXPECT_THAT(d.scores["l0"].reason, HasSubstr("no elbow cut"));
+  Make(p, 1);
+  Feed({0.1});
+  EXPECT_THAT(Decide().candidates, ElementsAre("l0"));
+}
+
+// l2 moves across the point where the largest drop switches from below it
+// to above it (0.4/x = x/0.01 at x ≈ 0.063).
+TEST_F(SelectorTest, ElbowHysteresisPreventsFlapping) {
+  for (double h : {0.0, 0.1}) {
+    SelectorPolicy p;
+    p.kind = SelectionKind::kElbow;
+    p.hysteresis = h;
+    Make(p, 4);
+    Feed({0.4, 0.4, 0.07, 0.01});
+    EXPECT_THAT(Decide().candidates, ElementsAre("l0", "l1", "l2"));
+    Feed({0.4, 0.4, 0.058, 0.01});
+    SelectionDecision d = Decide();
+    if (h > 0) {
+      EXPECT_THAT(d.candidates, ElementsAre("l0", "l1", "l2"));
+      EXPECT_FALSE(d.changed);
+      EXPECT_THAT(d.scores["l2"].reason, HasSubstr("above elbow cut"));
+    } else {
+      // Without hysteresis the same move flips the set: the test can fail.
+      EXPECT_THAT(d.candidates, ElementsAre("l0", "l1"));
+    }
+    for (int i = 0; h > 0 && i < 6; ++i) {
+      Feed({0.4, 0.4, i % 2 ? 0.07 : 0.058, 0.01});
+      EXPECT_FALSE(Decide().changed) << i;
+    }
+  }
+  Feed({0.4, 0.4, 0.03, 0.01});  // now clearly on the low side
+  EXPECT_THAT(Decide().candidates, ElementsAre("l0", "l1"));
+}
+
+TEST_F(SelectorTest, ThresholdEntersAndLeavesWithHysteresis) {
+  SelectorPolicy p;
+  p.kind = SelectionKind::kThreshold;
+  p.threshold = 0.05;
+  p.hysteresis = 0.1;
+  Make(p, 1);
+  const std::vector<std::pair<double, bool>> steps = {
+      {0.052, false}, {0.056, true},  {0.046, true},
+      {0.052, true},  {0.044, false}, {0.054, false}};
+  for (const auto& [score, expected] : steps) {
+    Feed({score});
+    SelectionDecision d = Decide();
+    EXPECT_EQ(d.scores["l0"].candidate, expected) << score;
+  }
+  Feed({0.052});
+  EXPECT_THAT(Decide().scores["l0"].reason,
+              HasSubstr("below threshold 0.05 (enter at 0.055)"));
+}
+
+TEST_F(SelectorTest, PinsOverrideThePolicyAndTheGain) {
+  SelectorPolicy p;
+  p.top_k = 1;
+  Make(p, 3);
+  Feed({0.3, 0.2, 0});
+  settings_["l0"].pin = PinState::kOut;
+  settings_["l2"].pin = PinState::kIn;
+  SelectionDecision d = Decide();
+  EXPECT_THAT(d.candidates, ElementsAre("l1", "l2"));
+  EXPECT_THAT(d.selected, ElementsAre("l1", "l2"));
+  EXPECT_EQ(d.scores["l0"].reason, "pinned out");
+  EXPECT_EQ(d.scores["l2"].reason, "selected: pinned in");
+  EXPECT_TRUE(std::isnan(d.scores["l2"].gain) || d.scores["l2"].gain > 0);
+}
+
+TEST_F(SelectorTest, PinnedInIsSelectedWithoutGain) {
+  Make({}, 1);
+  settings_["l0"].pin = PinState::kIn;
+  SelectionDecision d = Decide();
+  EXPECT_THAT(d.selected, ElementsAre("l0"));
+  EXPECT_TRUE(std::isnan(d.scores["l0"].gain));
+}
+
+TEST_F(SelectorTest, GainGuardEntersAndLeavesWithHysteresis) {
+  SelectorPolicy p;
+  p.min_gain = 0.05;
+  p.hysteresis = 0.1;
+  Make(p, 1);
+  ASSERT_OK(selector_->Observe("l0", Sample(0.2, 50)));
+  SelectionDecision d = Decide();
+  EXPECT_THAT(d.candidates, ElementsAre("l0"));
+  EXPECT_THAT(d.selected, IsEmpty());
+  EXPECT_THAT(d.scores["l0"].reason,
+              HasSubstr("candidate, not selected: no gain measured yet"));
+  const std::vector<std::pair<double, bool>> steps = {{0.04, false},
+                                                      {0.06, true},
+                                                      {0.047, true},
+                                                      {0.044, false},
+                                                      {0.047, false}};
+  for (const auto& [gain, expected] : steps) {
+    Feed({0.2}, gain);
+    d = Decide();
+    EXPECT_EQ(d.scores["l0"].selected, expected) << gain;
+    EXPECT_TRUE(d.scores["l0"].candidate);
+  }
+  EXPECT_EQ(d.scores["l0"].reason,
+            "candidate, not selected: gain 0.047 < 0.05; "
+            "candidate: vulnerability 0.2 in top-8");
+}
+
+TEST_F(SelectorTest, BudgetByLayerCountPinnedFirst) {
+  SelectorPolicy p;
+  p.max_layers = 2;
+  Make(p, 4);
+  Feed({0.4, 0.3, 0.2, 0.1});
+  SelectionDecision d = Decide();
+  EXPECT_THAT(d.selected, ElementsAre("l0", "l1"));
+  EXPECT_THAT(d.candidates, ElementsAre("l0", "l1", "l2", "l3"));
+  EXPECT_THAT(d.scores["l2"].reason, HasSubstr("over budget: max_layers 2"));
+  settings_["l3"].pin = PinState::kIn;
+  d = Decide();
+  EXPECT_THAT(d.selected, ElementsAre("l0", "l3"));
+}
+
+TEST_F(SelectorTest, BudgetByFlopsCountsTheTransform) {
+  // 128 × 128: low-rank r=32 costs 4·128·128·32 = 2.1e6, full 2·128³ = 4.2e6.
+  SelectorPolicy p;
+  p.max_extra_flops = 5e6;
+  Make(p, 3);
+  Feed({0.4, 0.3, 0.2});
+  EXPECT_THAT(Decide().selected, ElementsAre("l0", "l1"));
+  settings_["l0"].full = true;
+  SelectionDecision d = Decide();
+  EXPECT_THAT(d.selected, ElementsAre("l0"));
+  EXPECT_THAT(d.scores["l1"].reason, HasSubstr("max_extra_flops 5e+06"));
+  settings_["l1"].rank = 8;  // 0.5e6: fits beside the full layer
+  EXPECT_THAT(Decide().selected, ElementsAre("l0", "l1"));
+}
+
+TEST_F(SelectorTest, EarlyRefreshOncePerFactorVersion) {
+  SelectorPolicy p;
+  p.window_steps = 10;
+  Make(p, 1);
+  auto feed = [&](double gain, int64_t version) {
+    ASSERT_OK(selector_->Observe("l0", Sample(0.2, 10, 1, gain, version)));
+  };
+  feed(0.4, 1);
+  SelectionDecision d = Decide();
+  EXPECT_THAT(d.selected, ElementsAre("l0"));
+  EXPECT_THAT(d.early_refresh, IsEmpty());
+  feed(0.03, 1);  // decayed below half of 0.4 and below min_gain
+  d = Decide();
+  EXPECT_THAT(d.early_refresh, ElementsAre("l0"));
+  EXPECT_THAT(d.scores["l0"].reason, HasSubstr("early refresh"));
+  feed(0.02, 1);
+  EXPECT_THAT(Decide().early_refresh, IsEmpty());  // once per version
+  feed(0.02, 2);  // new factor: its best so far is the low gain
+  EXPECT_THAT(Decide().early_refresh, IsEmpty());
+  feed(0.3, 2);
+  EXPECT_THAT(Decide().selected, ElementsAre("l0"));
+  feed(0.01, 2);
+  EXPECT_THAT(Decide().early_refresh, ElementsAre("l0"));
+}
+
+TEST_F(SelectorTest, NoEarlyRefreshWhileGainHolds) {
+  SelectorPolicy p;
+  p.window_steps = 10;
+  Make(p, 1);
+  ASSERT_OK(selector_->Observe("l0", Sample(0.2, 10, 1, 0.4, 1)));
+  Decide();
+  // Below half the best but above the guard's entry level.
+  ASSERT_OK(selector_->Observe("l0", Sample(0.2, 10, 1, 0.1, 1)));
+  SelectionDecision d = Decide();
+  EXPECT_THAT(d.early_refresh, IsEmpty());
+  EXPECT_THAT(d.selected, ElementsAre("l0"));
+}
+
+TEST_F(SelectorTest, ChangedOnlyWhenSetsChange) {
+  SelectorPolicy p;
+  p.top_k = 2;
+  Make(p, 3);
+  EXPECT_FALSE(Decide().changed);  // empty → empty
+  Feed({0.3, 0.2, 0.1});
+  EXPECT_TRUE(Decide().changed);
+  Feed({0.31, 0.21, 0.1});
+  EXPECT_FALSE(Decide().changed);
+  Feed({0.3, 0.2, 0.1}, /*gain=*/0.01);  // same candidates, none selected
+  SelectionDecision d = Decide();
+  EXPECT_TRUE(d.changed);
+  EXPECT_THAT(d.selected, IsEmpty());
+}
+
+}  // namespace
+}  // namespace gift::daemon
