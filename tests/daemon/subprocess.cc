@@ -1,0 +1,271 @@
+#include "tests/daemon/subprocess.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+extern char** environ;
+
+namespace gift::testing_daemon {
+namespace {
+
+absl::Status Errno(const std::string& what) {
+  return absl::InternalError(absl::StrCat(what, ": ", std::strerror(errno)));
+}
+
+std::vector<std::string> Environment(
+    const std::vector<std::pair<std::string, std::string>>& set) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    bool overridden = false;
+    for (const auto& [name, value] : set) {
+      overridden |= absl::StartsWith(*e, name + "=");
+    }
+    if (!overridden) env.emplace_back(*e);
+  }
+  for (const auto& [name, value] : set) env.push_back(name + "=" + value);
+  return env;
+}
+
+std::vector<char*> CStrings(std::vector<std::string>& v) {
+  std::vector<char*> out;
+  for (std::string& s : v) out.push_back(s.data());
+  out.push_back(nullptr);
+  return out;
+}
+
+int OpenLog(const std::string& path) {
+  const char* p = path.empty() ? "/dev/null" : path.c_str();
+  return ::open(p, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+}
+
+// fork + exec with stdout -> out_fd, stderr -> err_fd. Everything the child
+// touches is prepared before fork: the parent is multi-threaded.
+absl::StatusOr<pid_t> Spawn(const std::vector<std::string>& argv_in,
+                            const std::vector<std::string>& env_in, int out_fd,
+                            int err_fd) {
+  if (argv_in.empty()) return absl::InvalidArgumentError("empty argv");
+  std::vector<std::string> argv_s = argv_in, env_s = env_in;
+  std::vector<char*> argv = CStrings(argv_s), envp = CStrings(env_s);
+  const pid_t pid = ::fork();
+  if (pid < 0) return Errno("fork");
+  if (pid == 0) {
+    ::dup2(out_fd, 1);
+    ::dup2(err_fd, 2);
+    ::execve(argv[0], argv.data(), envp.data());
+    ::_exit(127);
+  }
+  return pid;
+}
+
+int DecodeStatus(int status) {
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  if (WIFSIGNALED(status)) return 128 + WTERMSIG(status);
+  return -1;
+}
+
+}  // namespace
+
+absl::StatusOr<Subprocess> Subprocess::Start(
+    const std::vector<std::string>& argv, const std::string& log_file,
+    const std::vector<std::pair<std::string, std::string>>& env) {
+  const int fd = OpenLog(log_file);
+  if (fd < 0) return Errno(absl::StrCat("open ", log_file));
+  absl::StatusOr<pid_t> pid = Spawn(argv, Environment(env), fd, fd);
+  ::close(fd);
+  if (!pid.ok()) return pid.status();
+  return Subprocess(*pid, log_file);
+}
+
+Subprocess::Subprocess(Subprocess&& other) noexcept {
+  *this = std::move(other);
+}
+
+Subprocess& Subprocess::operator=(Subprocess&& other) noexcept {
+  if (this != &other) {
+    if (pid_ > 0 && !done_) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+    pid_ = std::exchange(other.pid_, -1);
+    log_file_ = std::move(other.log_file_);
+    done_ = other.done_;
+    exit_code_ = other.exit_code_;
+  }
+  return *this;
+}
+
+Subprocess::~Subprocess() {
+  if (pid_ > 0 && !done_) {
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+  }
+}
+
+void Subprocess::Reap(int status) {
+  done_ = true;
+  exit_code_ = DecodeStatus(status);
+}
+
+bool Subprocess::Running() {
+  if (pid_ <= 0 || done_) return false;
+  int status = 0;
+  if (::waitpid(pid_, &status, WNOHANG) == pid_) Reap(status);
+  return !done_;
+}
+
+absl::Status Subprocess::Signal(int sig) {
+  if (pid_ <= 0 || done_) {
+    return absl::FailedPreconditionError("process already ended");
+  }
+  if (::kill(pid_, sig) != 0) return Errno("kill");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int> Subprocess::Wait(absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (Running()) {
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("pid ", pid_, " still running after ",
+                       absl::FormatDuration(timeout)));
+    }
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  if (!done_) return absl::FailedPreconditionError("no process");
+  return exit_code_;
+}
+
+std::string Subprocess::Log() const { return ReadFile(log_file_); }
+
+absl::StatusOr<CommandResult> Run(
+    const std::vector<std::string>& argv,
+    const std::vector<std::pair<std::string, std::string>>& env,
+    absl::Duration timeout) {
+  absl::StatusOr<std::string> dir = MakeTempDir("gift_cmd");
+  if (!dir.ok()) return dir.status();
+  const std::string out_path = *dir + "/out", err_path = *dir + "/err";
+  const int out = OpenLog(out_path), err = OpenLog(err_path);
+  absl::StatusOr<pid_t> pid = (out < 0 || err < 0)
+                                  ? Errno("open")
+                                  : Spawn(argv, Environment(env), out, err);
+  if (out >= 0) ::close(out);
+  if (err >= 0) ::close(err);
+  CommandResult result;
+  if (pid.ok()) {
+    const absl::Time deadline = absl::Now() + timeout;
+    int status = 0;
+    while (::waitpid(*pid, &status, WNOHANG) != *pid) {
+      if (absl::Now() >= deadline) {
+        ::kill(*pid, SIGKILL);
+        ::waitpid(*pid, &status, 0);
+        break;
+      }
+      absl::SleepFor(absl::Milliseconds(2));
+    }
+    result.exit_code = DecodeStatus(status);
+    result.out = ReadFile(out_path);
+    result.err = ReadFile(err_path);
+  }
+  ::unlink(out_path.c_str());
+  ::unlink(err_path.c_str());
+  ::rmdir(dir->c_str());
+  if (!pid.ok()) return pid.status();
+  return result;
+}
+
+absl::StatusOr<int> FreePort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return Errno("socket");
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  socklen_t len = sizeof(a);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    const absl::Status s = Errno("bind");
+    ::close(fd);
+    return s;
+  }
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+absl::StatusOr<std::string> MakeTempDir(const std::string& prefix) {
+  const char* tmp = std::getenv("TMPDIR");
+  std::string tmpl = absl::StrCat(tmp ? tmp : "/tmp", "/", prefix, "_XXXXXX");
+  if (::mkdtemp(tmpl.data()) == nullptr) return Errno("mkdtemp");
+  return tmpl;
+}
+
+std::string FindOnPath(const std::string& name) {
+  const char* path = std::getenv("PATH");
+  for (absl::string_view dir :
+       absl::StrSplit(path ? path : "/usr/bin:/bin", ':')) {
+    const std::string candidate = absl::StrCat(dir, "/", name);
+    if (!dir.empty() && ::access(candidate.c_str(), X_OK) == 0) {
+      return candidate;
+    }
+  }
+  return "";
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+absl::StatusOr<std::string> HttpGet(const std::string& host, int port,
+                                    const std::string& path) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return Errno("socket");
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(port);
+  if (::inet_pton(AF_INET, host.c_str(), &a.sin_addr) != 1 ||
+      ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    const absl::Status s = Errno(absl::StrCat("connect ", host, ":", port));
+    ::close(fd);
+    return s;
+  }
+  const std::string request =
+      absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: ", host, "\r\n\r\n");
+  std::string response;
+  bool ok = ::send(fd, request.data(), request.size(), MSG_NOSIGNAL) ==
+            static_cast<ssize_t>(request.size());
+  char buf[65536];
+  for (ssize_t n; ok && (n = ::recv(fd, buf, sizeof(buf), 0)) != 0;) {
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) ok = false;
+    if (n > 0) response.append(buf, n);
+  }
+  ::close(fd);
+  if (!ok) return Errno("HTTP GET");
+  const size_t body = response.find("\r\n\r\n");
+  const std::string status_line = response.substr(0, response.find("\r\n"));
+  if (body == std::string::npos || !absl::StrContains(status_line, " 200")) {
+    return absl::UnavailableError(
+        absl::StrCat("GET ", path, ": ", status_line));
+  }
+  return response.substr(body + 4);
+}
+
+}  // namespace gift::testing_daemon
