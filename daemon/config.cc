@@ -1,20 +1,14 @@
-// giftd's configuration. One table (Options()) names every option once with
-// its help, how to parse and print it and its own range check; YAML loading,
-// flags, --print-config, --help and the README table are all loops over it,
-// so an option cannot be parseable but undocumented, or printed but not
-// readable back.
+// giftd's configuration: reading the YAML file and the flags through the
+// option table (config_options.h), and the checks that span several options.
+// The table itself, and the texts printed from it, are in config_options.cc.
 #include "daemon/config.h"
 
 #include <unistd.h>
 
 #include <cerrno>
-#include <charconv>
-#include <cmath>
+#include <cstdio>
 #include <cstring>
-#include <fstream>
-#include <functional>
 #include <set>
-#include <sstream>
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
@@ -22,9 +16,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "common/status_macros.h"
+#include "daemon/config_options.h"
 // GCC 12 reports false dangling-pointer warnings inside yaml-cpp 0.7.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wdangling-pointer"
@@ -34,273 +28,9 @@
 namespace gift::daemon {
 namespace {
 
-struct Option {
-  std::string name;   // YAML key; '.' separates the selection map
-  std::string group;  // comment heading in --print-config
-  std::string value;  // value hint for --help: INT, lowrank|full, ...
-  std::string help;
-  std::string default_text;  // "" = the printed value of DaemonConfig{}
-  // Parses `text` into the config; the error names the expected type.
-  std::function<absl::Status(const std::string& text, DaemonConfig&)> set;
-  // The value as YAML text (parsed back by `set`).
-  std::function<std::string(const DaemonConfig&)> get;
-  // The option's own range check; cross-field checks live in ValidateConfig.
-  std::function<absl::Status(const DaemonConfig&)> check;
-};
-
-absl::Status BadValue(const std::string& expected, const std::string& text) {
-  return absl::InvalidArgumentError(
-      absl::StrFormat("expected %s, got '%s'", expected, text));
-}
-
-// Shortest text that parses back to the same double.
-std::string FormatDouble(double v) {
-  char buf[64];
-  auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), v);
-  return std::string(buf, end);
-}
-
-std::string Quoted(const std::string& s) {
-  YAML::Emitter out;
-  out << YAML::DoubleQuoted << s;
-  return out.c_str();
-}
-
-Option MakeOption(std::string name, std::string value, std::string help) {
-  Option o;
-  o.name = std::move(name);
-  o.value = std::move(value);
-  o.help = std::move(help);
-  return o;
-}
-
-// The builders take a generic accessor `[](auto& c) -> auto& {...}` so one
-// lambda serves both the parser (mutable) and the printer (const).
-template <typename Get>
-Option IntOption(std::string name, Get get, int min, std::string help) {
-  Option o = MakeOption(name, "INT", std::move(help));
-  o.set = [get](const std::string& text, DaemonConfig& c) {
-    if (!absl::SimpleAtoi(text, &get(c))) return BadValue("an integer", text);
-    return absl::OkStatus();
-  };
-  o.get = [get](const DaemonConfig& c) { return absl::StrCat(get(c)); };
-  o.check = [get, name, min](const DaemonConfig& c) {
-    if (get(c) >= min) return absl::OkStatus();
-    return absl::InvalidArgumentError(
-        absl::StrFormat("%s must be >= %d (got %d)", name, min, get(c)));
-  };
-  return o;
-}
-
-// above_min: the value must be > min (else >= min).
-template <typename Get>
-Option DoubleOption(std::string name, Get get, double min, bool above_min,
-                    std::string help) {
-  Option o = MakeOption(name, "FLOAT", std::move(help));
-  o.set = [get](const std::string& text, DaemonConfig& c) {
-    double v;
-    if (!absl::SimpleAtod(text, &v) || !std::isfinite(v)) {
-      return BadValue("a finite number", text);
-    }
-    get(c) = v;
-    return absl::OkStatus();
-  };
-  o.get = [get](const DaemonConfig& c) { return FormatDouble(get(c)); };
-  o.check = [get, name, min, above_min](const DaemonConfig& c) {
-    double v = get(c);
-    if (above_min ? v > min : v >= min) return absl::OkStatus();
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s must be %s %s (got %s)", name,
-        above_min ? ">" : ">=", FormatDouble(min), FormatDouble(v)));
-  };
-  return o;
-}
-
-// Free text (paths, addresses), printed double-quoted so "" survives; or,
-// with `words`, one of a fixed set, printed plain.
-template <typename Get>
-Option StringOption(std::string name, std::string value, Get get,
-                    std::string help, std::vector<std::string> words = {}) {
-  if (!words.empty()) value = absl::StrJoin(words, "|");
-  Option o = MakeOption(name, value, std::move(help));
-  o.set = [get](const std::string& text, DaemonConfig& c) {
-    get(c) = text;
-    return absl::OkStatus();
-  };
-  if (words.empty()) {
-    o.get = [get](const DaemonConfig& c) { return Quoted(get(c)); };
-    return o;
-  }
-  o.get = [get](const DaemonConfig& c) { return get(c); };
-  o.check = [get, name, words, value](const DaemonConfig& c) {
-    for (const std::string& w : words) {
-      if (get(c) == w) return absl::OkStatus();
-    }
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s must be one of %s (got '%s')", name, value, get(c)));
-  };
-  return o;
-}
-
-Option SeedOption() {
-  Option o = MakeOption("omega_seed", "UINT64",
-                        "Seed of the job's Gaussian test matrix before the "
-                        "first factor (decimal or 0x hex)");
-  o.set = [](const std::string& text, DaemonConfig& c) {
-    bool hex = text.size() > 2 && text[0] == '0' && (text[1] | 0x20) == 'x';
-    bool ok = !text.empty() && text[0] != '-' && text[0] != '+' &&
-              (hex ? absl::SimpleHexAtoi(text, &c.omega_seed)
-                   : absl::SimpleAtoi(text, &c.omega_seed));
-    return ok ? absl::OkStatus() : BadValue("an unsigned 64-bit integer", text);
-  };
-  o.get = [](const DaemonConfig& c) {
-    return absl::StrFormat("0x%016x", c.omega_seed);
-  };
-  return o;
-}
-
-Option SelectionKindOption() {
-  Option o = MakeOption("selection.kind", "top-k|elbow|threshold",
-                        "Layer selection policy on the vulnerability score");
-  o.set = [](const std::string& text, DaemonConfig& c) {
-    absl::StatusOr<SelectionKind> kind = ParseSelectionKind(text);
-    if (!kind.ok()) return BadValue("top-k, elbow or threshold", text);
-    c.selection.kind = *kind;
-    return absl::OkStatus();
-  };
-  o.get = [](const DaemonConfig& c) {
-    return std::string(SelectionKindName(c.selection.kind));
-  };
-  return o;
-}
-
-// The option's name is the field's path: `selection.top_k` is both the C++
-// member and the YAML key.
-#define GIFT_FIELD_GET(f) \
-  [](auto& c) -> auto& { return c.f; }
-#define GIFT_FIELD(f) #f, GIFT_FIELD_GET(f)
-#define GIFT_INT(f, min, help) IntOption(GIFT_FIELD(f), min, help)
-#define GIFT_DOUBLE(f, min, above, help) \
-  DoubleOption(GIFT_FIELD(f), min, above, help)
-#define GIFT_STRING(f, value, help) \
-  StringOption(#f, value, GIFT_FIELD_GET(f), help)
-#define GIFT_ENUM(f, help, ...) \
-  StringOption(#f, "", GIFT_FIELD_GET(f), help, {__VA_ARGS__})
-
-std::vector<Option> Endpoints() {
-  std::vector<Option> v = {
-      GIFT_STRING(node, "NAME", "Node name in status, metrics and shm names"),
-      GIFT_STRING(agent_socket, "PATH",
-                  "Unix socket of the Agent service (absolute path)"),
-      GIFT_STRING(control_address, "HOST:PORT",
-                  "Control service (giftctl) address"),
-      GIFT_STRING(metrics_address, "HOST:PORT",
-                  "Prometheus /metrics address; empty disables"),
-      GIFT_STRING(control_token_file, "PATH",
-                  "Bearer token file for Control; required when "
-                  "control_address is not loopback"),
-      GIFT_STRING(tls_cert_file, "PATH",
-                  "TLS certificate for Control (with tls_key_file)"),
-      GIFT_STRING(tls_key_file, "PATH",
-                  "TLS private key for Control (with tls_cert_file)"),
-      GIFT_STRING(shm_prefix, "NAME", "POSIX shared-memory name prefix"),
-  };
-  v.front().default_text = "host name";
-  v.back().default_text = "/gift-<node>";
-  return v;
-}
-
-std::vector<Option> Plan() {
-  return {
-      GIFT_INT(refresh_interval, 1, "Factor refresh interval K, in steps"),
-      GIFT_INT(rank, 1, "Default factor rank r (<= max_rank)"),
-      GIFT_INT(max_rank, 1, "Factor slot capacity: largest run-time rank"),
-      GIFT_INT(probe_interval, 1, "Probe step interval M (measured gain)"),
-      GIFT_INT(sketch_rows, 1, "Sampled input rows per layer and step"),
-      GIFT_INT(staleness_limit, 1,
-               "Steps a factor may age before a rank falls back to Euclidean"),
-      GIFT_DOUBLE(beta, 0, true, "Low-rank damping strength beta"),
-      GIFT_DOUBLE(full_beta, 0, true,
-                  "Full-transform damping (tau = full_beta tr A / d_in)"),
-      GIFT_INT(full_max_d_in, 1, "Largest d_in allowed the full transform"),
-      GIFT_ENUM(transform, "Default whitening transform", "lowrank", "full"),
-      GIFT_ENUM(format, "Default FP8 format", "e4m3", "e5m2"),
-      SeedOption(),
-  };
-}
-
-// Lower bounds here name the key; SelectorPolicy::Validate has the rest.
-std::vector<Option> Selection() {
-  return {
-      SelectionKindOption(),
-      GIFT_INT(selection.top_k, 1, "top-k: number of candidate layers"),
-      GIFT_DOUBLE(selection.threshold, 0, false,
-                  "threshold: minimum vulnerability score, [0, 1]"),
-      GIFT_DOUBLE(selection.hysteresis, 0, false,
-                  "Relative score margin to enter/leave, [0, 1)"),
-      GIFT_INT(selection.window_steps, 1, "Score window, in steps"),
-      GIFT_INT(selection.max_layers, 0,
-               "Budget: most selected layers; 0 = unlimited"),
-      GIFT_DOUBLE(selection.max_extra_flops, 0, false,
-                  "Budget: extra whitening flops per step; 0 = unlimited"),
-      GIFT_DOUBLE(selection.min_gain, 0, false, "Measured-gain guard, [0, 1)"),
-  };
-}
-
-std::vector<Option> Daemon() {
-  return {
-      GIFT_INT(refresh_threads, 1, "Factor refresher threads"),
-      GIFT_INT(refresher_device, -1, "CUDA device of the refresher; -1 = CPU"),
-      GIFT_INT(heartbeat_interval_ms, 10, "Rank heartbeat interval, ms"),
-      GIFT_INT(rank_timeout_ms, 1,
-               "A rank silent this long is reaped, ms (> heartbeat)"),
-      GIFT_INT(poll_interval_ms, 10, "Telemetry poll / selector period, ms"),
-      GIFT_ENUM(log_level, "Log level", "debug", "info", "warning", "error"),
-  };
-}
-
-#undef GIFT_ENUM
-#undef GIFT_STRING
-#undef GIFT_DOUBLE
-#undef GIFT_INT
-#undef GIFT_FIELD
-#undef GIFT_FIELD_GET
-#undef GIFT_FIELD
-
-const std::vector<Option>& Options() {
-  static const std::vector<Option>* options = [] {
-    auto* all = new std::vector<Option>();
-    auto add = [all](std::vector<Option> part, const char* group) {
-      for (Option& o : part) {
-        o.group = group;
-        all->push_back(std::move(o));
-      }
-    };
-    add(Endpoints(), "identity and endpoints");
-    add(Plan(), "plan defaults (changeable at run time through Control)");
-    add(Selection(), "layer selection (changeable through Control)");
-    add(Daemon(), "daemon");
-    DaemonConfig defaults;
-    for (Option& o : *all) {
-      if (o.default_text.empty()) o.default_text = o.get(defaults);
-    }
-    return all;
-  }();
-  return *options;
-}
-
-// Accepts '-' for '_' so flags read naturally (--refresh-interval).
-const Option* FindOption(std::string name) {
-  absl::StrReplaceAll({{"-", "_"}}, &name);
-  for (const Option& o : Options()) {
-    if (o.name == name) return &o;
-  }
-  return nullptr;
-}
-
-std::string FlagName(const std::string& name) {
-  return "--" + absl::StrReplaceAll(name, {{"_", "-"}});
-}
+using internal::FindOption;
+using internal::Option;
+using internal::Options;
 
 // ---- defaults that depend on the machine
 
@@ -402,6 +132,10 @@ absl::Status ApplyFlags(const std::vector<std::string>& flags,
     }
     if (IsFlag(arg, "print-config")) {
       c.print_config = true;
+      continue;
+    }
+    if (IsFlag(arg, "help-markdown")) {
+      c.help_markdown = true;
       continue;
     }
     if (!absl::StartsWith(arg, "--") || arg.size() == 2) {
@@ -519,6 +253,12 @@ absl::Status CheckEndpoints(const DaemonConfig& c) {
 
 }  // namespace
 
+std::string internal::YamlQuoted(const std::string& s) {
+  YAML::Emitter out;
+  out << YAML::DoubleQuoted << s;
+  return out.c_str();
+}
+
 absl::Status ValidateConfig(const DaemonConfig& config) {
   for (const Option& option : Options()) {
     if (option.check) RETURN_IF_ERROR(option.check(config));
@@ -547,7 +287,9 @@ absl::StatusOr<DaemonConfig> LoadConfigFromString(
   RETURN_IF_ERROR(ApplyFlags(flags, config));
   FillMachineDefaults(config);
   // --help must work even beside a bad value, so the user can look it up.
-  if (!config.help) RETURN_IF_ERROR(ValidateConfig(config));
+  if (!config.help && !config.help_markdown) {
+    RETURN_IF_ERROR(ValidateConfig(config));
+  }
   return config;
 }
 
@@ -575,71 +317,6 @@ absl::StatusOr<DaemonConfig> LoadConfig(int argc, const char* const* argv) {
     ASSIGN_OR_RETURN(yaml, ReadFile(file));
   }
   return LoadConfigFromString(yaml, file, flags);
-}
-
-std::string FormatConfig(const DaemonConfig& config) {
-  std::string out =
-      "# giftd configuration: every option with its effective value.\n"
-      "# `giftd --config FILE` reads it back; flags override the file.\n";
-  std::string group;
-  bool in_selection = false;
-  for (const Option& o : Options()) {
-    if (o.group != group) {
-      group = o.group;
-      absl::StrAppend(&out, "\n# ---- ", group, "\n");
-    }
-    std::string key = o.name;
-    std::string indent;
-    if (absl::StartsWith(key, "selection.")) {
-      if (!in_selection) absl::StrAppend(&out, "selection:\n");
-      in_selection = true;
-      key = key.substr(std::strlen("selection."));
-      indent = "  ";
-    }
-    absl::StrAppend(&out, indent, "# ", o.help, " (default: ", o.default_text,
-                    ")\n", indent, key, ": ", o.get(config), "\n");
-  }
-  return out;
-}
-
-std::string ConfigHelp() {
-  std::string out =
-      "Usage: giftd [--config FILE] [--OPTION=VALUE]... [--print-config] "
-      "[--help]\n\n"
-      "Options come from the YAML file named by --config (keys as below "
-      "with '_',\nselection.* as a nested `selection:` map), then from "
-      "flags, which override\nthe file. Flags take --key=value or --key "
-      "value, with '-' or '_'.\n\n"
-      "  --config FILE\n      YAML configuration file\n"
-      "  --print-config\n      Print the effective configuration as YAML "
-      "and exit\n"
-      "  --help\n      Print this help and exit\n";
-  std::string group;
-  for (const Option& o : Options()) {
-    if (o.group != group) {
-      group = o.group;
-      absl::StrAppend(&out, "\n", group, ":\n");
-    }
-    absl::StrAppend(&out, "  ", FlagName(o.name), "=", o.value,
-                    " (default: ", o.default_text, ")\n      ", o.help, "\n");
-  }
-  return out;
-}
-
-std::string ConfigMarkdown() {
-  // GitHub tables end a cell at '|' even inside code spans.
-  auto cell = [](const std::string& s) {
-    return absl::StrReplaceAll(s, {{"|", "\\|"}});
-  };
-  std::string out =
-      "| Option (YAML key) | Flag | Default | Meaning |\n"
-      "|---|---|---|---|\n";
-  for (const Option& o : Options()) {
-    absl::StrAppend(&out, "| `", o.name, "` | `",
-                    cell(FlagName(o.name) + "=" + o.value), "` | `",
-                    cell(o.default_text), "` | ", cell(o.help), " |\n");
-  }
-  return out;
 }
 
 }  // namespace gift::daemon

@@ -77,6 +77,7 @@ struct DaemonConfig {
   // ---- not options: what the command line asked for
   bool print_config = false;
   bool help = false;
+  bool help_markdown = false;  // --help-markdown: the README option table
 };
 
 // Parses argv (argv[0] skipped): --config FILE first, then every other
