@@ -16,19 +16,14 @@
 // factor_switches (layers whose agreed factor version changed), step_ms,
 // run_ms}. Every rank MAX-reduces a stop flag after each step, so SIGTERM
 // to any rank stops all after the same step. Exit 0 or 2 with a message.
-#include <signal.h>
-
-#include <atomic>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
-#include <map>
 #include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "client/communicator_factory.h"
@@ -37,12 +32,10 @@
 #include "client/quantized_allreduce.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
+#include "tests/daemon/rank_testutil.h"
 
 namespace gift::bench {
 namespace {
-
-std::atomic<bool> g_stop{false};
-void OnSigterm(int) { g_stop.store(true); }
 
 struct Flags {
   int rank = -1, world_size = 0;
@@ -54,47 +47,20 @@ struct Flags {
 
 absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
   Flags f;
-  std::map<std::string, std::string> kv;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    const size_t eq = a.find('=');
-    if (a.rfind("--", 0) != 0) return absl::InvalidArgumentError("bad " + a);
-    if (eq != std::string::npos) {
-      kv[a.substr(2, eq - 2)] = a.substr(eq + 1);
-    } else if (i + 1 < argc) {
-      kv[a.substr(2)] = argv[++i];
-    } else {
-      return absl::InvalidArgumentError("missing value for " + a);
-    }
-  }
-  const std::map<std::string, int*> ints = {
-      {"rank", &f.rank},
-      {"world-size", &f.world_size},
-      {"step-sleep-ms", &f.step_sleep_ms},
-      {"comm-timeout-s", &f.comm_timeout_s},
-      {"layers", &f.layers},
-      {"dim", &f.dim},
-      {"sketch-rows", &f.sketch_rows},
-      {"probe-interval", &f.probe_interval}};
-  const std::map<std::string, std::string*> strs = {
-      {"job", &f.job},
-      {"agent-socket", &f.agent_socket},
-      {"report", &f.report}};
-  for (const auto& [k, v] : kv) {
-    if (k == "steps") {
-      if (!absl::SimpleAtoi(v, &f.steps)) {
-        return absl::InvalidArgumentError("--steps: " + v);
-      }
-    } else if (ints.count(k)) {
-      if (!absl::SimpleAtoi(v, ints.at(k))) {
-        return absl::InvalidArgumentError(absl::StrCat("--", k, ": ", v));
-      }
-    } else if (strs.count(k)) {
-      *strs.at(k) = v;
-    } else {
-      return absl::InvalidArgumentError("unknown flag --" + k);
-    }
-  }
+  RETURN_IF_ERROR(
+      testing_daemon::ParseFlagsInto(argc, argv,
+                                     {{"rank", &f.rank},
+                                      {"world-size", &f.world_size},
+                                      {"steps", &f.steps},
+                                      {"step-sleep-ms", &f.step_sleep_ms},
+                                      {"comm-timeout-s", &f.comm_timeout_s},
+                                      {"layers", &f.layers},
+                                      {"dim", &f.dim},
+                                      {"sketch-rows", &f.sketch_rows},
+                                      {"probe-interval", &f.probe_interval},
+                                      {"job", &f.job},
+                                      {"agent-socket", &f.agent_socket},
+                                      {"report", &f.report}}));
   if (f.rank < 0 || f.rank >= f.world_size || f.job.empty() ||
       f.agent_socket.empty() || f.layers < 1 || f.dim < 1 ||
       f.sketch_rows < 1) {
@@ -169,25 +135,18 @@ class Loop {
   }
 
   absl::Status Run() {
-    for (int64_t s = 0; s < f_.steps; ++s) {
-      RETURN_IF_ERROR(Step(s));
-      if (f_.step_sleep_ms > 0) {
-        absl::SleepFor(absl::Milliseconds(f_.step_sleep_ms));
-      }
-      int64_t stop = g_stop.load() ? 1 : 0;
-      RETURN_IF_ERROR(comm_->AllReduce(
-          &stop, &stop, 1, client::DataType::kInt64, client::ReduceOp::kMax));
-      if (stop != 0) break;
-    }
-    return absl::OkStatus();
+    return testing_daemon::RunSteps(*comm_, f_.steps, f_.step_sleep_ms,
+                                    [this](int64_t s) { return Step(s); });
   }
 
  private:
   absl::Status Step(int64_t step) {
     const absl::Time start = absl::Now();
     const int64_t d = f_.dim, pool = 1024 - f_.sketch_rows;
+    int sketched = 0;
     for (int l = 0; l < f_.layers; ++l) {
       if (!att_->WantsSketch(names_[l])) continue;
+      ++sketched;
       // A sliding window of the pool: different rows every step, no copy.
       const int64_t first = (step * 97 + l * 31) % pool;
       RETURN_IF_ERROR(
@@ -219,6 +178,7 @@ class Loop {
         {"refresh_interval", att_->stats().current_refresh_interval},
         {"gift_layers", gift},
         {"factor_switches", switched},
+        {"sketched_layers", sketched},
         {"step_ms", step_s * 1e3},
         {"run_ms", run_s * 1e3}};
     const std::string line = j.dump() + "\n";
@@ -241,9 +201,7 @@ class Loop {
 };
 
 int Main(int argc, char** argv) {
-  struct sigaction sa {};
-  sa.sa_handler = OnSigterm;
-  sigaction(SIGTERM, &sa, nullptr);
+  testing_daemon::StopOnSigterm();
   absl::StatusOr<Flags> f = ParseFlags(argc, argv);
   if (!f.ok()) {
     std::cerr << "daemon_bench_rank: " << f.status().message() << "\n";

@@ -19,18 +19,17 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
-#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
 #include "tests/daemon/giftd_fixture.h"
 #include "tests/daemon/json_fields.h"
+#include "tests/daemon/rank_testutil.h"
 
 namespace gift::bench {
 namespace {
@@ -52,43 +51,26 @@ struct Options {
 
 absl::StatusOr<Options> ParseOptions(int argc, char** argv) {
   Options o;
-  const std::map<std::string, int*> ints = {
-      {"ranks", &o.ranks},
-      {"layers", &o.layers},
-      {"dim", &o.dim},
-      {"rank", &o.rank},
-      {"phases", &o.phases},
-      {"steps-per-phase", &o.steps_per_phase},
-      {"warmup", &o.warmup},
-      {"step-sleep-ms", &o.step_sleep_ms},
-      {"refresh-interval", &o.refresh_interval}};
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i], v;
-    if (a == "--keep-dir") {
-      o.keep_dir = true;
-      continue;
-    }
-    const size_t eq = a.find('=');
-    if (eq != std::string::npos) {
-      v = a.substr(eq + 1);
-      a = a.substr(0, eq);
-    } else if (i + 1 < argc) {
-      v = argv[++i];
-    }
-    const std::string k = a.rfind("--", 0) == 0 ? a.substr(2) : a;
-    if (k == "out") {
-      o.out = v;
-    } else if (ints.count(k) && absl::SimpleAtoi(v, ints.at(k))) {
-      continue;
-    } else {
-      return absl::InvalidArgumentError(
-          absl::StrCat("bad option ", argv[i],
-                       "\nusage: daemon_bench [--out "
-                       "FILE] [--ranks 2] [--layers 4] [--dim 1024] [--rank "
-                       "32] [--phases 4] [--steps-per-phase 60] [--warmup 6] "
-                       "[--step-sleep-ms 10] [--refresh-interval 5] "
-                       "[--keep-dir]"));
-    }
+  absl::Status s =
+      testing_daemon::ParseFlagsInto(argc, argv,
+                                     {{"out", &o.out},
+                                      {"ranks", &o.ranks},
+                                      {"layers", &o.layers},
+                                      {"dim", &o.dim},
+                                      {"rank", &o.rank},
+                                      {"phases", &o.phases},
+                                      {"steps-per-phase", &o.steps_per_phase},
+                                      {"warmup", &o.warmup},
+                                      {"step-sleep-ms", &o.step_sleep_ms},
+                                      {"refresh-interval", &o.refresh_interval},
+                                      {"keep-dir", &o.keep_dir}});
+  if (!s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        s.message(),
+        "\nusage: daemon_bench [--out FILE] [--ranks 2] [--layers 4] "
+        "[--dim 1024] [--rank 32] [--phases 4] [--steps-per-phase 60] "
+        "[--warmup 6] [--step-sleep-ms 10] [--refresh-interval 5] "
+        "[--keep-dir]"));
   }
   if (o.ranks < 1 || o.layers < 1 || o.phases < 2 || o.steps_per_phase < 1) {
     return absl::InvalidArgumentError("ranks, layers >= 1, phases >= 2");

@@ -1,26 +1,21 @@
 #include "daemon/metrics/http_exposer.h"
 
-#include <arpa/inet.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cstdlib>
 #include <fstream>
-#include <map>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_matchers.h"
+#include "daemon/metrics/http_testutil.h"
 
 namespace gift::metrics {
 namespace {
@@ -29,62 +24,10 @@ using ::gift::testing::IsOk;
 using ::gift::testing::StatusIs;
 using ::testing::HasSubstr;
 
-struct HttpResponse {
-  std::string status_line;
-  std::map<std::string, std::string> headers;  // lower-case names
-  std::string body;
-};
-
-int ConnectLocal(int port) {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  timeval tv{2, 0};  // a hung server fails the test instead of hanging it
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(port);
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
-
-// A minimal HTTP/1.1 client: one request, "Connection: close", read to EOF.
+// Every exposer here listens on loopback (0.0.0.0 included).
 absl::StatusOr<HttpResponse> Fetch(int port, const std::string& path,
                                    const std::string& method = "GET") {
-  int fd = ConnectLocal(port);
-  if (fd < 0) return absl::UnavailableError("connect failed");
-  std::string request = absl::StrCat(method, " ", path,
-                                     " HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-                                     "Connection: close\r\n"
-                                     "Content-Length: 0\r\n\r\n");
-  if (write(fd, request.data(), request.size()) !=
-      static_cast<ssize_t>(request.size())) {
-    close(fd);
-    return absl::UnavailableError("write failed");
-  }
-  std::string raw;
-  char buf[4096];
-  ssize_t n;
-  while ((n = read(fd, buf, sizeof(buf))) > 0) raw.append(buf, n);
-  close(fd);
-  if (n < 0) return absl::DeadlineExceededError("read failed or timed out");
-  size_t end = raw.find("\r\n\r\n");
-  if (end == std::string::npos) return absl::DataLossError("no header end");
-  HttpResponse response;
-  response.body = raw.substr(end + 4);
-  std::istringstream head(raw.substr(0, end));
-  std::getline(head, response.status_line);
-  absl::StripTrailingAsciiWhitespace(&response.status_line);
-  for (std::string line; std::getline(head, line);) {
-    size_t colon = line.find(':');
-    if (colon == std::string::npos) continue;
-    std::string value = line.substr(colon + 1);
-    absl::StripAsciiWhitespace(&value);
-    response.headers[absl::AsciiStrToLower(line.substr(0, colon))] = value;
-  }
-  return response;
+  return HttpFetch("127.0.0.1", port, path, method);
 }
 
 TEST(HttpExposerTest, ServesMetricsOnAnyFreePort) {
@@ -165,7 +108,7 @@ TEST(HttpExposerTest, DestructionStopsServing) {
     const int port = (*exposer)->port();
     ASSERT_OK(Fetch(port, "/metrics"));
     exposer->reset();
-    int fd = ConnectLocal(port);
+    int fd = ConnectTcp("127.0.0.1", port);
     if (fd >= 0) close(fd);
     EXPECT_LT(fd, 0) << listen << ": port " << port << " still accepts";
   }

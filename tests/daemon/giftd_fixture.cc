@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/status_macros.h"
+#include "daemon/metrics/http_testutil.h"
 
 namespace gift::testing_daemon {
 namespace {
@@ -138,7 +139,7 @@ absl::StatusOr<nlohmann::json> Giftd::CtlJson(
 }
 
 absl::StatusOr<std::string> Giftd::Metrics() const {
-  return HttpGet("127.0.0.1", metrics_port_, "/metrics");
+  return metrics::HttpGetBody("127.0.0.1", metrics_port_, "/metrics");
 }
 
 std::string Giftd::Log() const {

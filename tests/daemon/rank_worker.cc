@@ -22,7 +22,6 @@
 // MAX-reduces a stop flag each step, so SIGTERM to any rank stops all of
 // them after the same step (nobody is left waiting in a collective).
 // Exit 0 after N steps or on SIGTERM; 2 with a message on any error.
-#include <signal.h>
 
 #include <atomic>
 #include <cstdio>
@@ -34,7 +33,6 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "client/communicator_factory.h"
@@ -44,6 +42,7 @@
 #include "client/store.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
+#include "tests/daemon/rank_testutil.h"
 #include "tools/npy.h"
 
 namespace gift::testing_daemon {
@@ -51,9 +50,6 @@ namespace {
 
 using client::BucketPlan;
 using client::LayerSpec;
-
-std::atomic<bool> g_stop{false};
-void OnSigterm(int) { g_stop.store(true); }
 
 struct Flags {
   int rank = -1;
@@ -72,54 +68,20 @@ struct Flags {
 
 absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
   Flags f;
-  std::map<std::string, std::string> kv;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    if (a.rfind("--", 0) != 0) {
-      return absl::InvalidArgumentError("unexpected argument " + a);
-    }
-    const size_t eq = a.find('=');
-    if (eq != std::string::npos) {
-      kv[a.substr(2, eq - 2)] = a.substr(eq + 1);
-    } else if (i + 1 < argc) {
-      kv[a.substr(2)] = argv[++i];
-    } else {
-      return absl::InvalidArgumentError("missing value for " + a);
-    }
-  }
-  auto take_int = [&](const char* name, auto* out) -> absl::Status {
-    auto it = kv.find(name);
-    if (it == kv.end()) return absl::OkStatus();
-    int64_t v = 0;
-    if (!absl::SimpleAtoi(it->second, &v)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--", name, ": not an integer: ", it->second));
-    }
-    *out = static_cast<std::remove_pointer_t<decltype(out)>>(v);
-    kv.erase(it);
-    return absl::OkStatus();
-  };
-  auto take_str = [&](const char* name, std::string* out) {
-    auto it = kv.find(name);
-    if (it == kv.end()) return;
-    *out = it->second;
-    kv.erase(it);
-  };
-  RETURN_IF_ERROR(take_int("rank", &f.rank));
-  RETURN_IF_ERROR(take_int("world-size", &f.world_size));
-  RETURN_IF_ERROR(take_int("steps", &f.steps));
-  RETURN_IF_ERROR(take_int("step-sleep-ms", &f.step_sleep_ms));
-  RETURN_IF_ERROR(take_int("comm-timeout-s", &f.comm_timeout_s));
-  RETURN_IF_ERROR(take_int("probe-interval", &f.probe_interval));
-  RETURN_IF_ERROR(take_int("sketch-rows", &f.sketch_rows));
-  take_str("job", &f.job);
-  take_str("agent-socket", &f.agent_socket);
-  take_str("store", &f.store);
-  take_str("data", &f.data);
-  take_str("report", &f.report);
-  if (!kv.empty()) {
-    return absl::InvalidArgumentError("unknown flag --" + kv.begin()->first);
-  }
+  RETURN_IF_ERROR(
+      testing_daemon::ParseFlagsInto(argc, argv,
+                                     {{"rank", &f.rank},
+                                      {"world-size", &f.world_size},
+                                      {"steps", &f.steps},
+                                      {"step-sleep-ms", &f.step_sleep_ms},
+                                      {"comm-timeout-s", &f.comm_timeout_s},
+                                      {"probe-interval", &f.probe_interval},
+                                      {"sketch-rows", &f.sketch_rows},
+                                      {"job", &f.job},
+                                      {"agent-socket", &f.agent_socket},
+                                      {"store", &f.store},
+                                      {"data", &f.data},
+                                      {"report", &f.report}}));
   if (f.rank < 0 || f.rank >= f.world_size || f.job.empty() ||
       f.agent_socket.empty() || f.sketch_rows < 1) {
     return absl::InvalidArgumentError(
@@ -238,17 +200,8 @@ class Loop {
   }
 
   absl::Status Run() {
-    for (int64_t s = 0; s < f_.steps; ++s) {
-      RETURN_IF_ERROR(Step(s));
-      if (f_.step_sleep_ms > 0)
-        absl::SleepFor(absl::Milliseconds(f_.step_sleep_ms));
-      // Everyone stops after the same step when any rank was told to.
-      int64_t stop = g_stop.load() ? 1 : 0;
-      RETURN_IF_ERROR(comm_->AllReduce(
-          &stop, &stop, 1, client::DataType::kInt64, client::ReduceOp::kMax));
-      if (stop != 0) break;
-    }
-    return absl::OkStatus();
+    return testing_daemon::RunSteps(*comm_, f_.steps, f_.step_sleep_ms,
+                                    [this](int64_t s) { return Step(s); });
   }
 
  private:
@@ -356,9 +309,7 @@ class Loop {
 };
 
 int Main(int argc, char** argv) {
-  struct sigaction sa {};
-  sa.sa_handler = OnSigterm;
-  sigaction(SIGTERM, &sa, nullptr);
+  testing_daemon::StopOnSigterm();
   absl::StatusOr<Flags> flags = ParseFlags(argc, argv);
   if (!flags.ok()) {
     std::cerr << "rank_worker: " << flags.status().message() << "\n";

@@ -233,39 +233,4 @@ std::string ReadFile(const std::string& path) {
   return ss.str();
 }
 
-absl::StatusOr<std::string> HttpGet(const std::string& host, int port,
-                                    const std::string& path) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return Errno("socket");
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(port);
-  if (::inet_pton(AF_INET, host.c_str(), &a.sin_addr) != 1 ||
-      ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
-    const absl::Status s = Errno(absl::StrCat("connect ", host, ":", port));
-    ::close(fd);
-    return s;
-  }
-  const std::string request =
-      absl::StrCat("GET ", path, " HTTP/1.0\r\nHost: ", host, "\r\n\r\n");
-  std::string response;
-  bool ok = ::send(fd, request.data(), request.size(), MSG_NOSIGNAL) ==
-            static_cast<ssize_t>(request.size());
-  char buf[65536];
-  for (ssize_t n; ok && (n = ::recv(fd, buf, sizeof(buf), 0)) != 0;) {
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) ok = false;
-    if (n > 0) response.append(buf, n);
-  }
-  ::close(fd);
-  if (!ok) return Errno("HTTP GET");
-  const size_t body = response.find("\r\n\r\n");
-  const std::string status_line = response.substr(0, response.find("\r\n"));
-  if (body == std::string::npos || !absl::StrContains(status_line, " 200")) {
-    return absl::UnavailableError(
-        absl::StrCat("GET ", path, ": ", status_line));
-  }
-  return response.substr(body + 4);
-}
-
 }  // namespace gift::testing_daemon

@@ -94,11 +94,6 @@ std::string FindOnPath(const std::string& name);
 // Whole file, "" when it cannot be read.
 std::string ReadFile(const std::string& path);
 
-// A plain HTTP/1.0 GET of http://host:port/path: the response body, or an
-// error for a connection failure or a status other than 200.
-absl::StatusOr<std::string> HttpGet(const std::string& host, int port,
-                                    const std::string& path);
-
 }  // namespace gift::testing_daemon
 
 #endif  // GIFT_TESTS_DAEMON_SUBPROCESS_H_
