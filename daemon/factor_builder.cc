@@ -13,12 +13,10 @@
 #include "linalg/eigen_pairs.h"
 #include "linalg/matrix_function.h"
 #include "linalg/nystrom.h"
+#include "linalg/row_major.h"
 
 namespace gift::daemon {
 namespace {
-
-using RowMajorF =
-    Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
 // Σaᵀa is summed in FP32 by the clients: symmetry and the sign of the
 // smallest eigenvalue hold only to float rounding, relative to the scale.
@@ -48,21 +46,10 @@ absl::Status CheckCommon(double trace, int64_t count, double beta) {
   return absl::OkStatus();
 }
 
-std::vector<float> ToRowMajorFloat(const Eigen::MatrixXd& m) {
-  std::vector<float> out(m.size());
-  Eigen::Map<RowMajorF>(out.data(), m.rows(), m.cols()) = m.cast<float>();
-  return out;
-}
-
 std::vector<float> ToFloat(const Eigen::VectorXd& v) {
   std::vector<float> out(v.size());
   Eigen::Map<Eigen::VectorXf>(out.data(), v.size()) = v.cast<float>();
   return out;
-}
-
-Eigen::MatrixXd FromRowMajor(const std::vector<float>& v, int64_t rows,
-                             int64_t cols) {
-  return Eigen::Map<const RowMajorF>(v.data(), rows, cols).cast<double>();
 }
 
 // f(A + τI) = U diag(f(λ + τ)) Uᵀ from A's eigendecomposition.
@@ -85,10 +72,10 @@ class CpuFactorBuilder : public FactorBuilder {
                                             uint64_t seed) override {
     RETURN_IF_ERROR(internal::CheckLowRankArgs(y, omega, d, k, trace, count, r,
                                                beta, k_next));
-    const Eigen::MatrixXd y_mean = FromRowMajor(y, d, k) / count;
-    ASSIGN_OR_RETURN(
-        linalg::EigenPairs e,
-        linalg::NystromEigenpairs(y_mean, FromRowMajor(omega, d, k), r));
+    const Eigen::MatrixXd y_mean = linalg::FromRowMajorFloat(y, d, k) / count;
+    ASSIGN_OR_RETURN(linalg::EigenPairs e,
+                     linalg::NystromEigenpairs(
+                         y_mean, linalg::FromRowMajorFloat(omega, d, k), r));
     return internal::FinishLowRank(d, r, e.u.data(), e.lambda.data(),
                                    trace / count, beta, k_next, seed);
   }
@@ -97,7 +84,7 @@ class CpuFactorBuilder : public FactorBuilder {
                                       double trace, int64_t count,
                                       double beta) override {
     RETURN_IF_ERROR(internal::CheckFullArgs(a, d, trace, count, beta));
-    Eigen::MatrixXd m = FromRowMajor(a, d, d) / count;
+    Eigen::MatrixXd m = linalg::FromRowMajorFloat(a, d, d) / count;
     m = 0.5 * (m + m.transpose());
     ASSIGN_OR_RETURN(linalg::EigenPairs e, linalg::AllEigenpairs(m));
     RETURN_IF_ERROR(
@@ -107,8 +94,8 @@ class CpuFactorBuilder : public FactorBuilder {
     out.tau = beta * m.trace() / d;
     ASSIGN_OR_RETURN(Eigen::MatrixXd t, Compose(e, out.tau, -0.5));
     ASSIGN_OR_RETURN(Eigen::MatrixXd t_inv, Compose(e, out.tau, 0.5));
-    out.t = ToRowMajorFloat(t);
-    out.t_inv = ToRowMajorFloat(t_inv);
+    out.t = linalg::ToRowMajorFloat(t);
+    out.t_inv = linalg::ToRowMajorFloat(t_inv);
     return out;
   }
 };
@@ -129,7 +116,7 @@ absl::StatusOr<std::unique_ptr<FactorBuilder>> FactorBuilder::Create(
 }
 
 std::vector<float> InitialOmega(int64_t d, int64_t k, uint64_t seed) {
-  return ToRowMajorFloat(linalg::MakeTestMatrix(d, k, nullptr, seed));
+  return linalg::ToRowMajorFloat(linalg::MakeTestMatrix(d, k, nullptr, seed));
 }
 
 namespace internal {
@@ -165,7 +152,7 @@ absl::Status CheckFullArgs(const std::vector<float>& a, int64_t d, double trace,
                                 " elements; d x d with d=", d, " expected"));
   }
   if (!AllFinite(a)) return Invalid("a has non-finite elements");
-  const Eigen::Map<const RowMajorF> m(a.data(), d, d);
+  const Eigen::Map<const linalg::RowMatrixf> m(a.data(), d, d);
   const double scale = m.cwiseAbs().maxCoeff();
   const double asym = (m - m.transpose()).cwiseAbs().maxCoeff();
   if (asym > kSymmetryTol * scale) {
@@ -197,13 +184,13 @@ LowRankFactorData FinishLowRank(int64_t d, int r, const double* u,
   LowRankFactorData out;
   out.r = r;
   out.d_in = d;
-  out.u = ToRowMajorFloat(f.u);
+  out.u = linalg::ToRowMajorFloat(f.u);
   out.lambda = ToFloat(f.lambda);
   out.c = ToFloat(f.c);
   out.c_inv = ToFloat(f.c_inv);
   out.sigma2 = f.sigma2;
   out.omega_next =
-      ToRowMajorFloat(linalg::MakeTestMatrix(d, k_next, &f.u, seed));
+      linalg::ToRowMajorFloat(linalg::MakeTestMatrix(d, k_next, &f.u, seed));
   return out;
 }
 

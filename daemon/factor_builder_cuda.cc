@@ -11,23 +11,10 @@
 #include "daemon/factor_builder.h"
 #include "kernels/gpu.h"
 #include "linalg/cuda_linalg.h"
+#include "linalg/row_major.h"
 
 namespace gift::daemon {
 namespace {
-
-using RowMajorF =
-    Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-
-Eigen::MatrixXd FromRowMajor(const std::vector<float>& v, int64_t rows,
-                             int64_t cols) {
-  return Eigen::Map<const RowMajorF>(v.data(), rows, cols).cast<double>();
-}
-
-std::vector<float> ToRowMajorFloat(const Eigen::MatrixXd& m) {
-  std::vector<float> out(m.size());
-  Eigen::Map<RowMajorF>(out.data(), m.rows(), m.cols()) = m.cast<float>();
-  return out;
-}
 
 class CudaFactorBuilder : public FactorBuilder {
  public:
@@ -44,10 +31,11 @@ class CudaFactorBuilder : public FactorBuilder {
                                             uint64_t seed) override {
     RETURN_IF_ERROR(internal::CheckLowRankArgs(y, omega, d, k, trace, count, r,
                                                beta, k_next));
-    const Eigen::MatrixXd y_mean = FromRowMajor(y, d, k) / count;
-    ASSIGN_OR_RETURN(linalg::EigenPairs e,
-                     linalg::cuda::NystromEigenpairs(
-                         *ctx_, y_mean, FromRowMajor(omega, d, k), r));
+    const Eigen::MatrixXd y_mean = linalg::FromRowMajorFloat(y, d, k) / count;
+    ASSIGN_OR_RETURN(
+        linalg::EigenPairs e,
+        linalg::cuda::NystromEigenpairs(
+            *ctx_, y_mean, linalg::FromRowMajorFloat(omega, d, k), r));
     return internal::FinishLowRank(d, r, e.u.data(), e.lambda.data(),
                                    trace / count, beta, k_next, seed);
   }
@@ -59,7 +47,7 @@ class CudaFactorBuilder : public FactorBuilder {
                                       double trace, int64_t count,
                                       double beta) override {
     RETURN_IF_ERROR(internal::CheckFullArgs(a, d, trace, count, beta));
-    Eigen::MatrixXd m = FromRowMajor(a, d, d) / count;
+    Eigen::MatrixXd m = linalg::FromRowMajorFloat(a, d, d) / count;
     m = 0.5 * (m + m.transpose());
     ASSIGN_OR_RETURN(linalg::EigenPairs top,
                      linalg::cuda::TopEigenpairs(*ctx_, m, 1));
@@ -74,8 +62,8 @@ class CudaFactorBuilder : public FactorBuilder {
                      linalg::cuda::SymmetricPower(*ctx_, m, out.tau, -0.5));
     ASSIGN_OR_RETURN(Eigen::MatrixXd t_inv,
                      linalg::cuda::SymmetricPower(*ctx_, m, out.tau, 0.5));
-    out.t = ToRowMajorFloat(t);
-    out.t_inv = ToRowMajorFloat(t_inv);
+    out.t = linalg::ToRowMajorFloat(t);
+    out.t_inv = linalg::ToRowMajorFloat(t_inv);
     return out;
   }
 

@@ -11,6 +11,7 @@
 #include "common/status_matchers.h"
 #include "linalg/eigen_pairs.h"
 #include "linalg/linalg_testutil.h"
+#include "linalg/row_major.h"
 #include "tools/npy.h"
 
 namespace gift::daemon {
@@ -18,21 +19,8 @@ namespace {
 
 using ::gift::testing::StatusIs;
 using ::testing::HasSubstr;
-using RowMajorF =
-    Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 using RowMajorD =
     Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-
-Eigen::MatrixXd FromRowMajor(const std::vector<float>& v, int64_t rows,
-                             int64_t cols) {
-  return Eigen::Map<const RowMajorF>(v.data(), rows, cols).cast<double>();
-}
-
-std::vector<float> ToRowMajor(const Eigen::MatrixXd& m) {
-  std::vector<float> out(m.size());
-  Eigen::Map<RowMajorF>(out.data(), m.rows(), m.cols()) = m.cast<float>();
-  return out;
-}
 
 Eigen::VectorXd ToVector(const std::vector<float>& v) {
   return Eigen::Map<const Eigen::VectorXf>(v.data(), v.size()).cast<double>();
@@ -41,7 +29,7 @@ Eigen::VectorXd ToVector(const std::vector<float>& v) {
 // x ↦ x + U diag(c) Uᵀ x: the low-rank transform applied to a column.
 Eigen::VectorXd Apply(const LowRankFactorData& f, const Eigen::VectorXd& c,
                       const Eigen::VectorXd& x) {
-  const Eigen::MatrixXd u = FromRowMajor(f.u, f.d_in, f.r);
+  const Eigen::MatrixXd u = linalg::FromRowMajorFloat(f.u, f.d_in, f.r);
   return x + u * c.asDiagonal() * (u.transpose() * x);
 }
 
@@ -61,7 +49,8 @@ Sketch ExactSketch(const Eigen::MatrixXd& a, int64_t k, int64_t count,
                    uint64_t seed) {
   Sketch s;
   s.omega = InitialOmega(a.rows(), k, seed);
-  s.y = ToRowMajor(a * FromRowMajor(s.omega, a.rows(), k) * count);
+  s.y = linalg::ToRowMajorFloat(
+      a * linalg::FromRowMajorFloat(s.omega, a.rows(), k) * count);
   s.trace = a.trace() * count;
   s.count = count;
   return s;
@@ -70,7 +59,7 @@ Sketch ExactSketch(const Eigen::MatrixXd& a, int64_t k, int64_t count,
 TEST(InitialOmegaTest, OrthonormalAndDeterministic) {
   const std::vector<float> o = InitialOmega(96, 40, 7);
   ASSERT_EQ(o.size(), 96u * 40);
-  const Eigen::MatrixXd m = FromRowMajor(o, 96, 40);
+  const Eigen::MatrixXd m = linalg::FromRowMajorFloat(o, 96, 40);
   EXPECT_LT((m.transpose() * m - Eigen::MatrixXd::Identity(40, 40))
                 .cwiseAbs()
                 .maxCoeff(),
@@ -116,7 +105,7 @@ TEST(FactorBuilderTest, LowRankMatchesExactTopEigenpairs) {
     EXPECT_NEAR(f->c_inv[j], exact.c_inv(j), 1e-3 * (1 + exact.c_inv(j)));
   }
   // The clipped directions matter: the top ones match the exact vectors.
-  const Eigen::MatrixXd u = FromRowMajor(f->u, d, r);
+  const Eigen::MatrixXd u = linalg::FromRowMajorFloat(f->u, d, r);
   for (int j = 0; j < 4; ++j) {
     EXPECT_GT(std::abs(u.col(j).dot(exact.u.col(j))), 1 - 1e-4) << j;
   }
@@ -143,12 +132,12 @@ TEST(FactorBuilderTest, NextOmegaStartsWithTheFactor) {
                           /*k_next=*/32, /*seed=*/9);
   ASSERT_OK(f.status());
   ASSERT_EQ(f->omega_next.size(), static_cast<size_t>(d * 32));
-  const Eigen::MatrixXd o = FromRowMajor(f->omega_next, d, 32);
+  const Eigen::MatrixXd o = linalg::FromRowMajorFloat(f->omega_next, d, 32);
   EXPECT_LT((o.transpose() * o - Eigen::MatrixXd::Identity(32, 32))
                 .cwiseAbs()
                 .maxCoeff(),
             1e-5);
-  const Eigen::MatrixXd u = FromRowMajor(f->u, d, r);
+  const Eigen::MatrixXd u = linalg::FromRowMajorFloat(f->u, d, r);
   EXPECT_LT((o.leftCols(r) - u).cwiseAbs().maxCoeff(), 1e-5);
   // Same inputs and seed: the same Ω' on every node.
   auto again =
@@ -203,12 +192,12 @@ TEST(FactorBuilderTest, FullWhitensTheShiftedMoment) {
   const double beta = 0.3;
   const Eigen::MatrixXd a =
       linalg::testing::RandomPsd(linalg::testing::Decaying(d, 0.85), 6);
-  auto f =
-      Cpu()->Full(ToRowMajor(a * count), d, a.trace() * count, count, beta);
+  auto f = Cpu()->Full(linalg::ToRowMajorFloat(a * count), d, a.trace() * count,
+                       count, beta);
   ASSERT_OK(f.status());
   EXPECT_NEAR(f->tau, beta * a.trace() / d, 1e-6 * f->tau);
-  const Eigen::MatrixXd t = FromRowMajor(f->t, d, d);
-  const Eigen::MatrixXd t_inv = FromRowMajor(f->t_inv, d, d);
+  const Eigen::MatrixXd t = linalg::FromRowMajorFloat(f->t, d, d);
+  const Eigen::MatrixXd t_inv = linalg::FromRowMajorFloat(f->t_inv, d, d);
   const Eigen::MatrixXd shifted = a + f->tau * Eigen::MatrixXd::Identity(d, d);
   const Eigen::MatrixXd id = Eigen::MatrixXd::Identity(d, d);
   EXPECT_LT((t * shifted * t - id).cwiseAbs().maxCoeff(), 1e-4);
@@ -223,7 +212,7 @@ TEST(FactorBuilderTest, FullRejectsBadArguments) {
       linalg::testing::RandomPsd(linalg::testing::Decaying(d, 0.5), 1);
   auto b = Cpu();
   const auto kInvalid = absl::StatusCode::kInvalidArgument;
-  const std::vector<float> good = ToRowMajor(a);
+  const std::vector<float> good = linalg::ToRowMajorFloat(a);
   EXPECT_OK(b->Full(good, d, a.trace(), 1, 1.0).status());
   EXPECT_THAT(b->Full(good, d, a.trace(), 0, 1.0), StatusIs(kInvalid));
   EXPECT_THAT(b->Full(good, d, a.trace(), 1, 0.0), StatusIs(kInvalid));
@@ -238,8 +227,9 @@ TEST(FactorBuilderTest, FullRejectsBadArguments) {
   Eigen::VectorXd spectrum = linalg::testing::Decaying(d, 0.5);
   spectrum(d - 1) = -0.5;
   const Eigen::MatrixXd indefinite = linalg::testing::RandomPsd(spectrum, 1);
-  absl::Status st =
-      b->Full(ToRowMajor(indefinite), d, indefinite.trace(), 1, 1.0).status();
+  absl::Status st = b->Full(linalg::ToRowMajorFloat(indefinite), d,
+                            indefinite.trace(), 1, 1.0)
+                        .status();
   EXPECT_THAT(st, StatusIs(kInvalid));
   EXPECT_THAT(std::string(st.message()), HasSubstr("positive semi-definite"));
 }
@@ -254,12 +244,13 @@ TEST(FactorBuilderTest, RealActivationsCaptureTheTopEnergy) {
   ASSERT_EQ(acts->shape.size(), 2u);
   const int64_t rows = acts->shape[0], d = acts->shape[1];
   const int r = 32, k = 48;
-  const Eigen::MatrixXd x = FromRowMajor(acts->data, rows, d);
+  const Eigen::MatrixXd x = linalg::FromRowMajorFloat(acts->data, rows, d);
   const std::vector<float> omega = InitialOmega(d, k, 2024);
   // As a client sums it: Y = Σ aᵀ(aΩ), t = Σ‖a‖², in FP32.
-  const RowMajorF xf = x.cast<float>();
-  const RowMajorF y =
-      xf.transpose() * (xf * Eigen::Map<const RowMajorF>(omega.data(), d, k));
+  const linalg::RowMatrixf xf = x.cast<float>();
+  const linalg::RowMatrixf y =
+      xf.transpose() *
+      (xf * Eigen::Map<const linalg::RowMatrixf>(omega.data(), d, k));
   const std::vector<float> y_vec(y.data(), y.data() + y.size());
   auto f =
       Cpu()->LowRank(y_vec, omega, d, k, xf.squaredNorm(), rows, r, 1.0, k, 7);
@@ -268,7 +259,7 @@ TEST(FactorBuilderTest, RealActivationsCaptureTheTopEnergy) {
   const Eigen::MatrixXd a = x.transpose() * x / rows;
   auto exact = linalg::TopEigenpairs(a, r);
   ASSERT_OK(exact.status());
-  const Eigen::MatrixXd u = FromRowMajor(f->u, d, r);
+  const Eigen::MatrixXd u = linalg::FromRowMajorFloat(f->u, d, r);
   const double captured = (u.transpose() * a * u).trace();
   EXPECT_GE(captured, 0.99 * exact->lambda.sum());
   EXPECT_GT(f->sigma2, 0);

@@ -9,29 +9,17 @@
 #include "daemon/factor_builder.h"
 #include "kernels/gpu.h"
 #include "linalg/linalg_testutil.h"
+#include "linalg/row_major.h"
 
 namespace gift::daemon {
 namespace {
 
 using ::gift::testing::StatusIs;
-using RowMajorF =
-    Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-
-Eigen::MatrixXd FromRowMajor(const std::vector<float>& v, int64_t rows,
-                             int64_t cols) {
-  return Eigen::Map<const RowMajorF>(v.data(), rows, cols).cast<double>();
-}
-
-std::vector<float> ToRowMajor(const Eigen::MatrixXd& m) {
-  std::vector<float> out(m.size());
-  Eigen::Map<RowMajorF>(out.data(), m.rows(), m.cols()) = m.cast<float>();
-  return out;
-}
 
 // Eigenvector signs are arbitrary: compare U diag(c) Uᵀ.
 Eigen::MatrixXd Operator(const LowRankFactorData& f,
                          const std::vector<float>& c) {
-  const Eigen::MatrixXd u = FromRowMajor(f.u, f.d_in, f.r);
+  const Eigen::MatrixXd u = linalg::FromRowMajorFloat(f.u, f.d_in, f.r);
   const Eigen::VectorXd cv =
       Eigen::Map<const Eigen::VectorXf>(c.data(), c.size()).cast<double>();
   return u * cv.asDiagonal() * u.transpose();
@@ -72,8 +60,8 @@ TEST_F(FactorBuilderGpuTest, LowRankMatchesCpu) {
   const Eigen::MatrixXd a =
       linalg::testing::RandomPsd(linalg::testing::Decaying(d, 0.9), 21);
   const std::vector<float> omega = InitialOmega(d, k, 5);
-  const std::vector<float> y =
-      ToRowMajor(a * FromRowMajor(omega, d, k) * count);
+  const std::vector<float> y = linalg::ToRowMajorFloat(
+      a * linalg::FromRowMajorFloat(omega, d, k) * count);
   const double trace = a.trace() * count;
   auto c = cpu_->LowRank(y, omega, d, k, trace, count, r, 1.0, k, 77);
   auto g = gpu_->LowRank(y, omega, d, k, trace, count, r, 1.0, k, 77);
@@ -90,8 +78,8 @@ TEST_F(FactorBuilderGpuTest, LowRankMatchesCpu) {
   EXPECT_GT(op.cwiseAbs().maxCoeff(), 0.1);  // not a trivial factor
   EXPECT_LT((Operator(*g, g->c) - op).cwiseAbs().maxCoeff(), 1e-4);
   // Ω' is sign-dependent in its first r columns; its span is not.
-  const Eigen::MatrixXd oc = FromRowMajor(c->omega_next, d, k);
-  const Eigen::MatrixXd og = FromRowMajor(g->omega_next, d, k);
+  const Eigen::MatrixXd oc = linalg::FromRowMajorFloat(c->omega_next, d, k);
+  const Eigen::MatrixXd og = linalg::FromRowMajorFloat(g->omega_next, d, k);
   EXPECT_LT((og * og.transpose() - oc * oc.transpose()).cwiseAbs().maxCoeff(),
             1e-4);
 }
@@ -100,7 +88,7 @@ TEST_F(FactorBuilderGpuTest, FullMatchesCpu) {
   const int64_t d = 192, count = 300;
   const Eigen::MatrixXd a =
       linalg::testing::RandomPsd(linalg::testing::Decaying(d, 0.95), 8);
-  const std::vector<float> sum = ToRowMajor(a * count);
+  const std::vector<float> sum = linalg::ToRowMajorFloat(a * count);
   auto c = cpu_->Full(sum, d, a.trace() * count, count, 0.3);
   auto g = gpu_->Full(sum, d, a.trace() * count, count, 0.3);
   ASSERT_OK(c.status());
@@ -115,7 +103,7 @@ TEST_F(FactorBuilderGpuTest, FullMatchesCpu) {
   Eigen::VectorXd spectrum = linalg::testing::Decaying(d, 0.95);
   spectrum(d - 1) = -0.5;
   const Eigen::MatrixXd bad = linalg::testing::RandomPsd(spectrum, 8);
-  EXPECT_THAT(gpu_->Full(ToRowMajor(bad), d, 1.0, 1, 0.3),
+  EXPECT_THAT(gpu_->Full(linalg::ToRowMajorFloat(bad), d, 1.0, 1, 0.3),
               StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
