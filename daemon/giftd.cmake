@@ -14,9 +14,9 @@ target_link_libraries(gift_daemon
          gift_daemon_config gift_metrics absl::synchronization absl::time
          absl::str_format Threads::Threads)
 
-add_executable(giftd giftd_main.cc)
+add_executable(giftd giftd_main.cc thread_stack_floor.cc)
 target_link_libraries(giftd PRIVATE gift_daemon gift_grpc_server
-  gift_metrics_http)
+  gift_metrics_http ${CMAKE_DL_LIBS})
 
 if(GIFT_BUILD_TESTS)
   gift_add_test(kv_store_test SOURCES kv_store_test.cc LIBS gift_daemon)

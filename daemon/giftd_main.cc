@@ -30,6 +30,10 @@ int Run(int argc, char** argv) {
               << "run 'giftd --help' for the options\n";
     return 2;
   }
+  if (config->help_markdown) {
+    std::cout << ConfigMarkdown();
+    return 0;
+  }
   if (config->help) {
     std::cout << ConfigHelp();
     return 0;
