@@ -56,7 +56,9 @@ absl::Status DaemonAttachment::Impl::MapFullRegions(const shm::PlanView& plan) {
         e->full_region.generation == mapping->full_generation[j]) {
       continue;
     }
-    ASSIGN_OR_RETURN(mapping->full[j], shm::OpenRegion(e->full_region));
+    shm::RegionDesc desc = e->full_region;
+    desc.device = options.device;  // giftd's number for the GPU may differ
+    ASSIGN_OR_RETURN(mapping->full[j], shm::OpenRegion(desc));
     mapping->full_generation[j] = e->full_region.generation;
   }
   return absl::OkStatus();

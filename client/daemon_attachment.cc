@@ -96,12 +96,14 @@ DaemonAttachment::~DaemonAttachment() {
   shm::Header(impl_->mapping->block())->detached.store(1);
   v1::DeregisterRequest req;
   req.set_session_id(impl_->mapping->session_id);
+  // Unmap first: giftd frees the regions (device memory included) when the
+  // session ends.
+  impl_->mapping.reset();
   v1::DeregisterResponse resp;
   grpc::ClientContext ctx;
   ctx.set_deadline(
       absl::ToChronoTime(absl::Now() + impl_->options.rpc_timeout));
   impl_->stub->Deregister(&ctx, req, &resp);  // best effort
-  impl_->mapping.reset();
 }
 
 AttachmentStats DaemonAttachment::stats() const {
@@ -146,6 +148,10 @@ v1::RegisterRequest DaemonAttachment::Impl::MakeRegisterRequest() {
   r.set_memory(options.device_memory ? v1::MEMORY_KIND_DEVICE
                                      : v1::MEMORY_KIND_HOST);
   r.set_device(options.device);
+  if (options.device_memory) {
+    absl::StatusOr<std::string> bus = shm::CudaPciBusId(options.device);
+    if (bus.ok()) r.set_device_pci_bus_id(*bus);
+  }
   for (const LayerState& s : layers) {
     const LayerSpec& l = base.layers()[s.plan_index];
     v1::LayerShape* shape = r.add_layers();

@@ -99,7 +99,12 @@ class DaemonAttachment {
   bool WantsSketch(const std::string& layer) const;
   // Adds a sample of rows × d_in activations (host or, with device_memory,
   // device memory) to the layer's open window. No-op when not wanted.
-  // INVALID_ARGUMENT for an unknown layer or bad sizes.
+  // INVALID_ARGUMENT for an unknown layer or bad sizes. REQUIRES: the
+  // activations are complete (device memory: the stream that produced them
+  // is synchronised; the sampled rows are copied with a blocking
+  // cudaMemcpy2D on the legacy default stream).
+  // Cost: the copy of min(rows, sketch_rows) rows to the host and one
+  // rows × d_in × (r + p) GEMM pair there, per wanted layer and step.
   absl::Status Sketch(const std::string& layer, const float* activations,
                       int64_t rows);
   // Applies a newer plan epoch (allreduce->AddPlan) and copies new factors

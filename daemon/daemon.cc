@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <time.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <random>
 #include <set>
@@ -78,6 +79,7 @@ void Daemon::Stop() {
   while (!sessions_.empty()) {
     DropSession(sessions_.begin()->first, "giftd stopping");
   }
+  graveyard_.clear();
 }
 
 void Daemon::PollLoop() {
@@ -186,6 +188,25 @@ absl::Status Daemon::AdoptJob(const v1::RegisterRequest& r) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::unique_ptr<RankSession>> Daemon::CreateSession(
+    const v1::RegisterRequest& r, SessionSpec spec) {
+  if (spec.data_kind == shm::RegionKind::kCudaIpc) {
+    if (!r.device_pci_bus_id().empty()) {
+      absl::StatusOr<int> device =
+          shm::CudaDeviceByPciBusId(r.device_pci_bus_id());
+      if (device.ok()) spec.device = *device;
+    }
+    absl::StatusOr<std::unique_ptr<RankSession>> s = RankSession::Create(spec);
+    if (s.ok() || !absl::IsFailedPrecondition(s.status())) return s;
+    // The rank copies sketches and factors through the host anyway: host
+    // shared memory serves it too when this giftd cannot use its GPU.
+    LOG_WARNING("rank %d: no CUDA IPC memory (%s); using host shared memory",
+                r.rank(), s.status().message());
+    spec.data_kind = shm::RegionKind::kPosix;
+  }
+  return RankSession::Create(spec);
+}
+
 absl::StatusOr<v1::RegisterResponse> Daemon::Register(
     const v1::RegisterRequest& r) {
   absl::MutexLock lock(&mu_);
@@ -220,7 +241,7 @@ absl::StatusOr<v1::RegisterResponse> Daemon::Register(
   for (const Layer& l : layers_) {
     spec.layers.push_back({l.name, l.d_out, l.d_in, l.r_cap});
   }
-  ASSIGN_OR_RETURN(std::unique_ptr<RankSession> s, RankSession::Create(spec));
+  ASSIGN_OR_RETURN(std::unique_ptr<RankSession> s, CreateSession(r, spec));
   for (int i = 0; i < s->layers(); ++i) {
     RETURN_IF_ERROR(
         shm::WriteOmega0(*s->entry(i), s->data(i), layers_[i].omega0));
@@ -303,6 +324,13 @@ void Daemon::DropSession(const std::string& id, const std::string& why) {
       metrics_.cosine->Remove(Labels({r, l.name, path}));
     }
   }
+  if (it->second->spec().data_kind == shm::RegionKind::kCudaIpc &&
+      !ProcessGone(it->second->spec().pid)) {
+    // A live (stalled, or re-registered) rank may still write into its
+    // device regions: freeing them now could hand the memory to another
+    // session. Keep them until the process is gone.
+    graveyard_.push_back(std::move(it->second));
+  }
   sessions_.erase(it);  // unmaps and unlinks the rank's shared memory
   metrics_.ranks_registered->WithLabels(Labels({})).Set(sessions_.size());
   LOG_INFO("rank %d left (session %s): %s", rank, id, why);
@@ -312,6 +340,11 @@ void Daemon::DropSession(const std::string& id, const std::string& why) {
 }
 
 void Daemon::ReapDead() {
+  graveyard_.erase(std::remove_if(graveyard_.begin(), graveyard_.end(),
+                                  [](const std::unique_ptr<RankSession>& s) {
+                                    return ProcessGone(s->spec().pid);
+                                  }),
+                   graveyard_.end());
   const absl::Time now = absl::Now();
   const absl::Duration timeout = absl::Milliseconds(config_.rank_timeout_ms);
   std::vector<std::pair<std::string, std::string>> dead;

@@ -124,6 +124,11 @@ class Daemon : public DaemonCore {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status AdoptJob(const v1::RegisterRequest& r)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Device ranks get CUDA IPC data regions (on the GPU named by the rank's
+  // PCI bus id), or host ones when this giftd cannot use that GPU.
+  absl::StatusOr<std::unique_ptr<RankSession>> CreateSession(
+      const v1::RegisterRequest& r, SessionSpec spec)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DropSession(const std::string& id, const std::string& why)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReapDead() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -135,7 +140,9 @@ class Daemon : public DaemonCore {
 
   // ---- daemon_poll.cc: telemetry, selection, windows, refresh
   void ReadTelemetry() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void ApplySelection() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Applies the selector's decision; with `publish`, a change publishes a
+  // new epoch. Returns whether anything changed.
+  bool ApplySelection(bool publish = true) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CollectWindows() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SubmitRefresh(Layer& l, Layer::Pending& p)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -171,6 +178,8 @@ class Daemon : public DaemonCore {
   std::vector<Layer> layers_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::unique_ptr<RankSession>> sessions_
       ABSL_GUARDED_BY(mu_);
+  // Dropped sessions with device regions whose process is still alive.
+  std::vector<std::unique_ptr<RankSession>> graveyard_ ABSL_GUARDED_BY(mu_);
   int64_t session_seq_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t plan_epoch_ ABSL_GUARDED_BY(mu_) = 1;
   int refresh_interval_ ABSL_GUARDED_BY(mu_);

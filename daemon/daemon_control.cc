@@ -211,7 +211,7 @@ absl::StatusOr<v1::SetLayerPolicyResponse> Daemon::SetLayerPolicy(
     // A new transform, rank or β takes effect with the next factor: ask the
     // ranks to close their window now rather than wait up to K steps.
     if (refactor) ++l->refresh_seq;
-    ApplySelection();
+    ApplySelection(/*publish=*/false);  // one epoch for both changes
     NewEpoch(absl::StrFormat("layer %s settings changed", l->name));
   }
   v1::SetLayerPolicyResponse out;

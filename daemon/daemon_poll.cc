@@ -142,7 +142,7 @@ std::map<std::string, SelectorSettings> Daemon::SelectorSettingsByLayer()
   return out;
 }
 
-void Daemon::ApplySelection() {
+bool Daemon::ApplySelection(bool publish) {
   SelectionDecision d = selector_.Decide(SelectorSettingsByLayer());
   bool changed = false;
   std::vector<std::string> moves;
@@ -167,7 +167,8 @@ void Daemon::ApplySelection() {
       moves.push_back(name + " early refresh (gain decayed)");
     }
   }
-  if (changed) NewEpoch(absl::StrJoin(moves, ", "));
+  if (changed && publish) NewEpoch(absl::StrJoin(moves, ", "));
+  return changed;
 }
 
 void Daemon::CollectWindows() {

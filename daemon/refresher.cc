@@ -1,5 +1,9 @@
 #include "daemon/refresher.h"
 
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
@@ -63,6 +67,9 @@ int Refresher::Pending() const {
 }
 
 void Refresher::Work(FactorBuilder* builder) {
+  // Best effort: an unprivileged process may always lower its priority.
+  setpriority(PRIO_PROCESS, static_cast<id_t>(::syscall(SYS_gettid)),
+              kRefreshNice);
   for (;;) {
     RefreshJob job;
     {

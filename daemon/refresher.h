@@ -2,7 +2,9 @@
 // FactorBuilder (CPU, or on a GPU its own CUDA stream and cuSOLVER handle)
 // and turns submitted jobs — a layer's summed sketch window — into factors.
 // Nothing here touches shared memory or blocks a rank: the daemon's poll
-// loop submits jobs and publishes the results it takes back.
+// loop submits jobs and publishes the results it takes back. The worker
+// threads run at nice kRefreshNice, so on a node whose cores the ranks keep
+// busy a refresh takes idle CPU time rather than a rank's.
 //
 //   ASSIGN_OR_RETURN(auto refresher, Refresher::Create(2, /*device=*/-1));
 //   refresher->Submit(std::move(job));
@@ -58,6 +60,9 @@ struct RefreshResult {
   FullFactorData dense;
   double seconds = 0;
 };
+
+// Nice value of the refresher threads (Linux: per thread).
+inline constexpr int kRefreshNice = 10;
 
 class Refresher {
  public:

@@ -234,3 +234,25 @@ absl::StatusOr<std::unique_ptr<Region>> OpenCudaIpcRegion(
 }
 
 }  // namespace gift::shm::internal
+
+namespace gift::shm::internal {
+
+absl::StatusOr<std::string> CudaPciBusId(int device) {
+  if (absl::Status s = CheckDevice(device); !s.ok()) return s;
+  char id[32] = {};
+  GIFT_CUDA_RETURN_IF_ERROR(cudaDeviceGetPCIBusId(id, sizeof(id), device));
+  return std::string(id);
+}
+
+absl::StatusOr<int> CudaDeviceByPciBusId(const std::string& bus_id) {
+  if (absl::Status s = CheckDevice(0); !s.ok()) return s;
+  int device = -1;
+  if (cudaDeviceGetByPCIBusId(&device, bus_id.c_str()) != cudaSuccess) {
+    cudaGetLastError();
+    return absl::NotFoundError(
+        absl::StrCat("no visible CUDA device has PCI bus id '", bus_id, "'"));
+  }
+  return device;
+}
+
+}  // namespace gift::shm::internal

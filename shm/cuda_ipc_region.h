@@ -32,6 +32,9 @@ absl::StatusOr<std::unique_ptr<Region>> CreateCudaIpcRegion(
 absl::StatusOr<std::unique_ptr<Region>> OpenCudaIpcRegion(
     const RegionDesc& desc);
 
+absl::StatusOr<std::string> CudaPciBusId(int device);
+absl::StatusOr<int> CudaDeviceByPciBusId(const std::string& bus_id);
+
 }  // namespace gift::shm::internal
 
 #endif  // GIFT_SHM_CUDA_IPC_REGION_H_

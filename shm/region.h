@@ -71,6 +71,13 @@ absl::StatusOr<std::unique_ptr<Region>> CreateRegion(RegionKind kind,
 // gone, INVALID_ARGUMENT for a malformed descriptor or a size mismatch.
 absl::StatusOr<std::unique_ptr<Region>> OpenRegion(const RegionDesc& desc);
 
+// The PCI bus id of a CUDA device ("0000:3b:00.0") and back. Ranks and the
+// daemon may see different device numbers (CUDA_VISIBLE_DEVICES), so a rank
+// names its GPU by bus id. FAILED_PRECONDITION in a build without CUDA or
+// without the device; NOT_FOUND for a bus id this process cannot see.
+absl::StatusOr<std::string> CudaPciBusId(int device);
+absl::StatusOr<int> CudaDeviceByPciBusId(const std::string& bus_id);
+
 // POSIX object names under /dev/shm starting with `prefix` (e.g.
 // "/gift-node0-"), for cleanup after a crash.
 absl::StatusOr<std::vector<std::string>> ListPosixObjects(

@@ -71,6 +71,24 @@ absl::StatusOr<std::unique_ptr<Region>> OpenRegion(const RegionDesc& desc) {
       absl::StrCat("cannot open a region of kind ", desc.kind));
 }
 
+absl::StatusOr<std::string> CudaPciBusId(int device) {
+#if GIFT_HAVE_CUDA
+  return internal::CudaPciBusId(device);
+#else
+  (void)device;
+  return NoCuda();
+#endif
+}
+
+absl::StatusOr<int> CudaDeviceByPciBusId(const std::string& bus_id) {
+#if GIFT_HAVE_CUDA
+  return internal::CudaDeviceByPciBusId(bus_id);
+#else
+  (void)bus_id;
+  return NoCuda();
+#endif
+}
+
 absl::StatusOr<std::vector<std::string>> ListPosixObjects(
     const std::string& prefix) {
   if (prefix.empty() || prefix[0] != '/') {

@@ -2,7 +2,9 @@
 # The device check for a lent GPU machine (one H200): build with CUDA for
 # sm_90 only, run every GPU-labelled test (including the device allreduce
 # against the host path, 1/2/4 ranks on the GPU), run the GPU benchmarks
-# (kernels, then the allreduce modes), and print a short table last. Finishes in well under 8 minutes on 16 cores.
+# (kernels, then the allreduce modes), run giftd end to end on the GPU (two
+# NCCL ranks on CUDA IPC data regions, CPU and cuSOLVER refresher), and print
+# a short table last. Finishes in well under 8 minutes on 16 cores.
 # Usage (repository root): bash bench/device/run.sh   [OUT=dir for results]
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -22,10 +24,21 @@ cmake --build "$build" -j "$(nproc)" >"$out/build.log" 2>&1 \
   || { echo "build failed"; grep -E 'error' "$out/build.log" | head -30; exit 1; }
 echo "build: $(( $(date +%s) - start )) s"
 
-ctest --test-dir "$build" -L gpu --output-on-failure -j 4 --timeout 300 \
-  >"$out/gpu-tests.log" 2>&1
+# The giftd test runs on its own below, so that its rank processes do not
+# share the GPU with the other tests' ranks.
+ctest --test-dir "$build" -L gpu -E '^GiftdGpuTest\.' --output-on-failure \
+  -j 4 --timeout 300 >"$out/gpu-tests.log" 2>&1
 gpu_rc=$?
 tail -15 "$out/gpu-tests.log"
+
+# giftd + giftctl + 2 GPU ranks (NCCL, device buckets and activations, CUDA
+# IPC data regions): a pinned layer's factors arrive and both ranks take the
+# GIFT path together (tests/gpu/giftd_gpu_test.cc, about a minute).
+timeout -k 10 170 "$build/tests/daemon/giftd_gpu_test" >"$out/giftd-gpu-test.log" 2>&1
+giftd_rc=$?
+[ "$giftd_rc" = 124 ] && echo "giftd_gpu_test: timed out after 170 s" >>"$out/giftd-gpu-test.log"
+grep -E '^\[ +(OK|FAILED|SKIPPED) +\] .*\([0-9]+ ms\)|timed out|NCCL refused' \
+  "$out/giftd-gpu-test.log" | head -12
 
 timeout 240 "$build/bench/kernels_gpu_bench" --benchmark_min_time=0.1 \
   --benchmark_out="$out/kernels_gpu_bench.json" --benchmark_out_format=json \
@@ -43,6 +56,9 @@ echo
 echo "=== device summary ==="
 printf '%-28s %s\n' "gpu" "$(head -1 "$out/gpu.txt" 2>/dev/null)"
 printf '%-28s %s\n' "gpu tests" "$(grep -E 'tests passed|tests failed' "$out/gpu-tests.log" | tail -1)"
+giftd_summary=$(grep -E '^\[ +(PASSED|FAILED|SKIPPED) +\] [0-9]+ tests?' "$out/giftd-gpu-test.log" | tr -s ' ' | paste -sd ' ' -)
+grep -q 'NCCL refused two ranks' "$out/giftd-gpu-test.log" && giftd_summary="$giftd_summary (one rank: NCCL refused two on one GPU)"
+printf '%-28s %s\n' "giftd gpu test" "exit $giftd_rc: ${giftd_summary:-no result, see $out/giftd-gpu-test.log}"
 /usr/bin/python3 - "$out/kernels_gpu_bench.json" <<'PY' || true
 import json, sys
 try:
@@ -58,4 +74,5 @@ PY
 echo "--- allreduce_gpu_bench (ratios vs fp32) ---"
 grep -E '^(fp8|fp32|bf16|nccl-fp8|W =|NCCL)' "$out/allreduce_gpu_bench.txt" || true
 echo "total: $(( $(date +%s) - start )) s"
+[ "$gpu_rc" = 0 ] && exit "$giftd_rc"
 exit $gpu_rc
