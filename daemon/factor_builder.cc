@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "daemon/factor_builder_host.h"
 #include "linalg/eigen_pairs.h"
 #include "linalg/matrix_function.h"
 #include "linalg/nystrom.h"
@@ -60,43 +61,26 @@ absl::StatusOr<Eigen::MatrixXd> Compose(const linalg::EigenPairs& e, double tau,
   return e.u * f.asDiagonal() * e.u.transpose();
 }
 
-class CpuFactorBuilder : public FactorBuilder {
+class CpuFactorBuilder : public internal::HostFactorBuilder {
  public:
   bool on_device() const override { return false; }
 
-  absl::StatusOr<LowRankFactorData> LowRank(const std::vector<float>& y,
-                                            const std::vector<float>& omega,
-                                            int64_t d, int64_t k, double trace,
-                                            int64_t count, int r, double beta,
-                                            int k_next,
-                                            uint64_t seed) override {
-    RETURN_IF_ERROR(internal::CheckLowRankArgs(y, omega, d, k, trace, count, r,
-                                               beta, k_next));
-    const Eigen::MatrixXd y_mean = linalg::FromRowMajorFloat(y, d, k) / count;
-    ASSIGN_OR_RETURN(linalg::EigenPairs e,
-                     linalg::NystromEigenpairs(
-                         y_mean, linalg::FromRowMajorFloat(omega, d, k), r));
-    return internal::FinishLowRank(d, r, e.u.data(), e.lambda.data(),
-                                   trace / count, beta, k_next, seed);
+ protected:
+  absl::StatusOr<linalg::EigenPairs> NystromEigenpairs(
+      const Eigen::MatrixXd& y_mean, const Eigen::MatrixXd& omega,
+      int r) override {
+    return linalg::NystromEigenpairs(y_mean, omega, r);
   }
 
-  absl::StatusOr<FullFactorData> Full(const std::vector<float>& a, int64_t d,
-                                      double trace, int64_t count,
-                                      double beta) override {
-    RETURN_IF_ERROR(internal::CheckFullArgs(a, d, trace, count, beta));
-    Eigen::MatrixXd m = linalg::FromRowMajorFloat(a, d, d) / count;
-    m = 0.5 * (m + m.transpose());
+  absl::StatusOr<WhiteningPair> Whitening(const Eigen::MatrixXd& m,
+                                          double tau) override {
     ASSIGN_OR_RETURN(linalg::EigenPairs e, linalg::AllEigenpairs(m));
     RETURN_IF_ERROR(
         internal::CheckFullSpectrum(e.lambda.minCoeff(), e.lambda.maxCoeff()));
-    FullFactorData out;
-    out.d_in = d;
-    out.tau = beta * m.trace() / d;
-    ASSIGN_OR_RETURN(Eigen::MatrixXd t, Compose(e, out.tau, -0.5));
-    ASSIGN_OR_RETURN(Eigen::MatrixXd t_inv, Compose(e, out.tau, 0.5));
-    out.t = linalg::ToRowMajorFloat(t);
-    out.t_inv = linalg::ToRowMajorFloat(t_inv);
-    return out;
+    WhiteningPair p;
+    ASSIGN_OR_RETURN(p.t, Compose(e, tau, -0.5));
+    ASSIGN_OR_RETURN(p.t_inv, Compose(e, tau, 0.5));
+    return p;
   }
 };
 
@@ -120,6 +104,35 @@ std::vector<float> InitialOmega(int64_t d, int64_t k, uint64_t seed) {
 }
 
 namespace internal {
+
+absl::StatusOr<LowRankFactorData> HostFactorBuilder::LowRank(
+    const std::vector<float>& y, const std::vector<float>& omega, int64_t d,
+    int64_t k, double trace, int64_t count, int r, double beta, int k_next,
+    uint64_t seed) {
+  RETURN_IF_ERROR(
+      CheckLowRankArgs(y, omega, d, k, trace, count, r, beta, k_next));
+  const Eigen::MatrixXd y_mean = linalg::FromRowMajorFloat(y, d, k) / count;
+  ASSIGN_OR_RETURN(
+      linalg::EigenPairs e,
+      NystromEigenpairs(y_mean, linalg::FromRowMajorFloat(omega, d, k), r));
+  return FinishLowRank(d, r, e.u.data(), e.lambda.data(), trace / count, beta,
+                       k_next, seed);
+}
+
+absl::StatusOr<FullFactorData> HostFactorBuilder::Full(
+    const std::vector<float>& a, int64_t d, double trace, int64_t count,
+    double beta) {
+  RETURN_IF_ERROR(CheckFullArgs(a, d, trace, count, beta));
+  Eigen::MatrixXd m = linalg::FromRowMajorFloat(a, d, d) / count;
+  m = 0.5 * (m + m.transpose());
+  FullFactorData out;
+  out.d_in = d;
+  out.tau = beta * m.trace() / d;
+  ASSIGN_OR_RETURN(WhiteningPair p, Whitening(m, out.tau));
+  out.t = linalg::ToRowMajorFloat(p.t);
+  out.t_inv = linalg::ToRowMajorFloat(p.t_inv);
+  return out;
+}
 
 absl::Status CheckLowRankArgs(const std::vector<float>& y,
                               const std::vector<float>& omega, int64_t d,

@@ -77,7 +77,8 @@ class FactorBuilder {
 std::vector<float> InitialOmega(int64_t d, int64_t k, uint64_t seed);
 
 // Shared by the CPU builder (factor_builder.cc) and the GPU builder
-// (factor_builder_cuda.cc), so both validate and finish identically. Kept
+// (factor_builder_cuda.cc) through their common base HostFactorBuilder
+// (factor_builder_host.h), so both validate and finish identically. Kept
 // free of Eigen and CUDA types: this header is included by daemon code that
 // sees neither.
 namespace internal {

@@ -9,62 +9,42 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "daemon/factor_builder.h"
+#include "daemon/factor_builder_host.h"
 #include "kernels/gpu.h"
 #include "linalg/cuda_linalg.h"
-#include "linalg/row_major.h"
 
 namespace gift::daemon {
 namespace {
 
-class CudaFactorBuilder : public FactorBuilder {
+class CudaFactorBuilder : public internal::HostFactorBuilder {
  public:
   explicit CudaFactorBuilder(std::unique_ptr<gpu::Context> ctx)
       : ctx_(std::move(ctx)) {}
 
   bool on_device() const override { return true; }
 
-  absl::StatusOr<LowRankFactorData> LowRank(const std::vector<float>& y,
-                                            const std::vector<float>& omega,
-                                            int64_t d, int64_t k, double trace,
-                                            int64_t count, int r, double beta,
-                                            int k_next,
-                                            uint64_t seed) override {
-    RETURN_IF_ERROR(internal::CheckLowRankArgs(y, omega, d, k, trace, count, r,
-                                               beta, k_next));
-    const Eigen::MatrixXd y_mean = linalg::FromRowMajorFloat(y, d, k) / count;
-    ASSIGN_OR_RETURN(
-        linalg::EigenPairs e,
-        linalg::cuda::NystromEigenpairs(
-            *ctx_, y_mean, linalg::FromRowMajorFloat(omega, d, k), r));
-    return internal::FinishLowRank(d, r, e.u.data(), e.lambda.data(),
-                                   trace / count, beta, k_next, seed);
+ protected:
+  absl::StatusOr<linalg::EigenPairs> NystromEigenpairs(
+      const Eigen::MatrixXd& y_mean, const Eigen::MatrixXd& omega,
+      int r) override {
+    return linalg::cuda::NystromEigenpairs(*ctx_, y_mean, omega, r);
   }
 
   // Three factorisations on the device (extreme eigenvalues for the PSD
   // check, then the two powers); each is O(d³) there, which keeps the host
   // free of any d × d × d product.
-  absl::StatusOr<FullFactorData> Full(const std::vector<float>& a, int64_t d,
-                                      double trace, int64_t count,
-                                      double beta) override {
-    RETURN_IF_ERROR(internal::CheckFullArgs(a, d, trace, count, beta));
-    Eigen::MatrixXd m = linalg::FromRowMajorFloat(a, d, d) / count;
-    m = 0.5 * (m + m.transpose());
+  absl::StatusOr<WhiteningPair> Whitening(const Eigen::MatrixXd& m,
+                                          double tau) override {
     ASSIGN_OR_RETURN(linalg::EigenPairs top,
                      linalg::cuda::TopEigenpairs(*ctx_, m, 1));
     ASSIGN_OR_RETURN(linalg::EigenPairs bottom,
                      linalg::cuda::TopEigenpairs(*ctx_, -m, 1));
     RETURN_IF_ERROR(
         internal::CheckFullSpectrum(-bottom.lambda(0), top.lambda(0)));
-    FullFactorData out;
-    out.d_in = d;
-    out.tau = beta * m.trace() / d;
-    ASSIGN_OR_RETURN(Eigen::MatrixXd t,
-                     linalg::cuda::SymmetricPower(*ctx_, m, out.tau, -0.5));
-    ASSIGN_OR_RETURN(Eigen::MatrixXd t_inv,
-                     linalg::cuda::SymmetricPower(*ctx_, m, out.tau, 0.5));
-    out.t = linalg::ToRowMajorFloat(t);
-    out.t_inv = linalg::ToRowMajorFloat(t_inv);
-    return out;
+    WhiteningPair p;
+    ASSIGN_OR_RETURN(p.t, linalg::cuda::SymmetricPower(*ctx_, m, tau, -0.5));
+    ASSIGN_OR_RETURN(p.t_inv, linalg::cuda::SymmetricPower(*ctx_, m, tau, 0.5));
+    return p;
   }
 
  private:

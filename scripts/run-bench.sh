@@ -7,6 +7,7 @@
 # network namespaces can be made (root, iproute2), again with every rank in a
 # namespace of its own behind a rate-limited veth (scripts/netns.sh), once
 # per egress rate in ALLREDUCE_NETNS_RATES (default: "1gbit 250mbit").
+# daemon_bench starts giftd and 2 rank processes (bench/daemon/).
 # Usage: scripts/run-bench.sh BUILD_DIR [benchmark-name ...]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -14,7 +15,8 @@ build=${1:-build}
 shift || true
 benches=("$@")
 if [[ ${#benches[@]} -eq 0 ]]; then
-  benches=(quantize_bench whiten_bench nystrom_bench allreduce_bench)
+  benches=(quantize_bench whiten_bench nystrom_bench allreduce_bench
+    daemon_bench)
 fi
 
 # The bandwidth-limited allreduce runs: one namespace set per rate, removed
@@ -41,6 +43,7 @@ out="$build/bench-results"
 mkdir -p "$out"
 for b in "${benches[@]}"; do
   exe="$build/bench/$b"
+  [[ "$b" == daemon_bench ]] && exe="$build/bench/daemon/$b"
   if [[ ! -x "$exe" ]]; then
     echo "run-bench: $exe not built" >&2
     exit 1
@@ -49,6 +52,13 @@ for b in "${benches[@]}"; do
   if [[ "$b" == allreduce_bench ]]; then
     "$exe" --label=loopback --json="$out/$b.json" 2>&1 | tee "$out/$b.txt"
     allreduce_netns "$exe"
+    continue
+  fi
+  if [[ "$b" == daemon_bench ]]; then
+    # giftd + 2 ranks: step time with refreshes running vs disabled
+    # (DAEMON_BENCH_FLAGS adds flags, e.g. "--refresh-interval 50").
+    "$exe" --out "$out/$b.json" ${DAEMON_BENCH_FLAGS:-} 2>&1 |
+      tee "$out/$b.txt"
     continue
   fi
   "$exe" --benchmark_min_time=0.2 2>&1 | tee "$out/$b.txt"

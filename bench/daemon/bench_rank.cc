@@ -4,8 +4,9 @@
 // (so the benchmark launches it with the same RankGroup):
 //
 //   daemon_bench_rank --rank R --world-size W --job J --agent-socket S
-//       [--steps N] [--step-sleep-ms MS] [--report FILE] [--comm-timeout-s S]
-//       [--layers L] [--dim D] [--sketch-rows ROWS] [--probe-interval M]
+//       [--store daemon|DIR] [--steps N] [--step-sleep-ms MS] [--report FILE]
+//       [--comm-timeout-s S] [--layers L] [--dim D] [--sketch-rows ROWS]
+//       [--probe-interval M]
 //
 // Gradients: two precomputed anisotropic d × d matrices per layer, cycled
 // (filling the bucket is a memcpy, not a random draw); activations: a pool
@@ -17,8 +18,8 @@
 // run_ms}. Every rank MAX-reduces a stop flag after each step, so SIGTERM
 // to any rank stops all after the same step. Exit 0 or 2 with a message.
 #include <cmath>
-#include <cstdio>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
@@ -26,46 +27,33 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "client/communicator_factory.h"
-#include "client/daemon_attachment.h"
-#include "client/daemon_store.h"
-#include "client/quantized_allreduce.h"
 #include "common/status_macros.h"
-#include "nlohmann/json.hpp"
+#include "tests/daemon/rank_session.h"
 #include "tests/daemon/rank_testutil.h"
 
 namespace gift::bench {
 namespace {
 
 struct Flags {
-  int rank = -1, world_size = 0;
-  std::string job, agent_socket, report;
-  int64_t steps = 1000;
-  int step_sleep_ms = 0, comm_timeout_s = 60;
-  int layers = 4, dim = 1024, sketch_rows = 256, probe_interval = 0;
+  testing_daemon::RankFlags rank;
+  int layers = 4, dim = 1024, sketch_rows = 256;
 };
 
 absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
   Flags f;
-  RETURN_IF_ERROR(
-      testing_daemon::ParseFlagsInto(argc, argv,
-                                     {{"rank", &f.rank},
-                                      {"world-size", &f.world_size},
-                                      {"steps", &f.steps},
-                                      {"step-sleep-ms", &f.step_sleep_ms},
-                                      {"comm-timeout-s", &f.comm_timeout_s},
-                                      {"layers", &f.layers},
-                                      {"dim", &f.dim},
-                                      {"sketch-rows", &f.sketch_rows},
-                                      {"probe-interval", &f.probe_interval},
-                                      {"job", &f.job},
-                                      {"agent-socket", &f.agent_socket},
-                                      {"report", &f.report}}));
-  if (f.rank < 0 || f.rank >= f.world_size || f.job.empty() ||
-      f.agent_socket.empty() || f.layers < 1 || f.dim < 1 ||
-      f.sketch_rows < 1) {
+  f.rank.steps = 1000;
+  f.rank.comm_timeout_s = 60;
+  f.rank.probe_interval = 0;
+  std::map<std::string, testing_daemon::FlagTarget> targets =
+      testing_daemon::RankFlagTargets(&f.rank);
+  targets["layers"] = &f.layers;
+  targets["dim"] = &f.dim;
+  targets["sketch-rows"] = &f.sketch_rows;
+  RETURN_IF_ERROR(testing_daemon::ParseFlagsInto(argc, argv, targets));
+  RETURN_IF_ERROR(testing_daemon::CheckRankFlags(f.rank));
+  if (f.layers < 1 || f.dim < 1 || f.sketch_rows < 1) {
     return absl::InvalidArgumentError(
-        "need --rank R --world-size W --job J --agent-socket S");
+        "--layers, --dim and --sketch-rows must be >= 1");
   }
   return f;
 }
@@ -96,46 +84,26 @@ class Loop {
     }
     ASSIGN_OR_RETURN(client::BucketPlan plan,
                      client::BucketPlan::Create(1, f_.layers * d * d, specs));
-    ASSIGN_OR_RETURN(store_,
-                     client::DaemonStore::Connect(f_.agent_socket, f_.job));
-    client::CommunicatorOptions co;
-    co.rank = f_.rank;
-    co.world_size = f_.world_size;
-    co.store = store_.get();
-    co.timeout = absl::Seconds(f_.comm_timeout_s);
-    ASSIGN_OR_RETURN(comm_, client::CreateCommunicator(co));
-    client::QuantizedAllReduceOptions qo;
-    qo.probe_interval = f_.probe_interval;
-    ASSIGN_OR_RETURN(ar_,
-                     client::QuantizedAllReduce::Create(comm_.get(), plan, qo));
-    client::AttachmentOptions ao;
-    ao.agent_socket = f_.agent_socket;
-    ao.job_id = f_.job;
-    ao.rank = f_.rank;
-    ao.world_size = f_.world_size;
-    ao.local_rank = f_.rank;
-    ao.retry_interval = absl::Milliseconds(200);
-    ASSIGN_OR_RETURN(att_, client::DaemonAttachment::Create(ao, plan));
+    ASSIGN_OR_RETURN(rs_, testing_daemon::RankSession::Connect(
+                              f_.rank, plan, testing_daemon::RankDevice{}));
+    att_ = rs_->att.get();
+    ar_ = rs_->ar.get();
     for (int v = 0; v < 2; ++v) {
-      grads_.push_back(Anisotropic(f_.layers * d, d, 100 * f_.rank + v));
+      grads_.push_back(Anisotropic(f_.layers * d, d, 100 * f_.rank.rank + v));
     }
     for (int l = 0; l < f_.layers; ++l) {
       acts_.push_back(Anisotropic(1024, d, 7000 + l));
       names_.push_back(specs[l].name);
     }
     bucket_.resize(plan.bucket_elements());
-    report_ =
-        std::fopen(f_.report.empty() ? "/dev/null" : f_.report.c_str(), "w");
-    if (report_ == nullptr) return absl::InternalError("cannot write report");
+    ASSIGN_OR_RETURN(report_,
+                     testing_daemon::JsonLinesFile::Open(f_.rank.report));
     return absl::OkStatus();
   }
 
-  ~Loop() {
-    if (report_ != nullptr) std::fclose(report_);
-  }
-
   absl::Status Run() {
-    return testing_daemon::RunSteps(*comm_, f_.steps, f_.step_sleep_ms,
+    return testing_daemon::RunSteps(*rs_->comm, f_.rank.steps,
+                                    f_.rank.step_sleep_ms,
                                     [this](int64_t s) { return Step(s); });
   }
 
@@ -152,7 +120,7 @@ class Loop {
       RETURN_IF_ERROR(
           att_->Sketch(names_[l], acts_[l].data() + first * d, f_.sketch_rows));
     }
-    RETURN_IF_ERROR(att_->BeforeStep(ar_.get(), &factors_));
+    RETURN_IF_ERROR(att_->BeforeStep(ar_, &factors_));
     const std::vector<float>& g = grads_[step % 2];
     std::copy(g.begin(), g.end(), bucket_.begin());
     client::StepTelemetry t;
@@ -172,32 +140,28 @@ class Loop {
                   l.factor_version != prev_versions_[i];
       prev_versions_[i] = l.factor_version;
     }
-    const nlohmann::json j = {
-        {"step", step},
-        {"epoch", ar_->current_epoch()},
-        {"refresh_interval", att_->stats().current_refresh_interval},
-        {"gift_layers", gift},
-        {"factor_switches", switched},
-        {"sketched_layers", sketched},
-        {"step_ms", step_s * 1e3},
-        {"run_ms", run_s * 1e3}};
-    const std::string line = j.dump() + "\n";
-    std::fwrite(line.data(), 1, line.size(), report_);
-    std::fflush(report_);
+    report_->Write(
+        {{"step", step},
+         {"epoch", ar_->current_epoch()},
+         {"refresh_interval", att_->stats().current_refresh_interval},
+         {"gift_layers", gift},
+         {"factor_switches", switched},
+         {"sketched_layers", sketched},
+         {"step_ms", step_s * 1e3},
+         {"run_ms", run_s * 1e3}});
     return absl::OkStatus();
   }
 
   const Flags f_;
-  std::unique_ptr<client::DaemonStore> store_;
-  std::unique_ptr<client::Communicator> comm_;
-  std::unique_ptr<client::QuantizedAllReduce> ar_;
-  std::unique_ptr<client::DaemonAttachment> att_;
+  std::unique_ptr<testing_daemon::RankSession> rs_;
+  client::QuantizedAllReduce* ar_ = nullptr;  // rs_->ar
+  client::DaemonAttachment* att_ = nullptr;   // rs_->att
   client::VersionedFactors factors_;
   std::vector<std::vector<float>> grads_, acts_;
   std::vector<std::string> names_;
   std::vector<float> bucket_;
   std::vector<int64_t> prev_versions_;
-  std::FILE* report_ = nullptr;
+  std::unique_ptr<testing_daemon::JsonLinesFile> report_;
 };
 
 int Main(int argc, char** argv) {
@@ -210,11 +174,7 @@ int Main(int argc, char** argv) {
   Loop loop(*f);
   absl::Status s = loop.Setup();
   if (s.ok()) s = loop.Run();
-  if (!s.ok()) {
-    std::cerr << "daemon_bench_rank " << f->rank << ": " << s << "\n";
-    return 2;
-  }
-  return 0;
+  return testing_daemon::RankExitCode("daemon_bench_rank", f->rank.rank, s);
 }
 
 }  // namespace

@@ -4,7 +4,8 @@
 # against the host path, 1/2/4 ranks on the GPU), run the GPU benchmarks
 # (kernels, then the allreduce modes), run giftd end to end on the GPU (two
 # NCCL ranks on CUDA IPC data regions, CPU and cuSOLVER refresher), and print
-# a short table last. Finishes in well under 8 minutes on 16 cores.
+# a short table last; also the giftd step-time benchmark (CPU ranks) on the
+# machine's 16 cores. Finishes in under 8 minutes on 16 cores.
 # Usage (repository root): bash bench/device/run.sh   [OUT=dir for results]
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -40,6 +41,12 @@ giftd_rc=$?
 grep -E '^\[ +(OK|FAILED|SKIPPED) +\] .*\([0-9]+ ms\)|timed out|NCCL refused' \
   "$out/giftd-gpu-test.log" | head -12
 
+# giftd off the critical path with the cores a GPU node has: 2 CPU rank
+# processes, refreshes running vs disabled, side by side.
+timeout 150 "$build/bench/daemon/daemon_bench" --phases 4 --steps-per-phase 80 \
+  --refresh-interval 10 --out "$out/daemon_bench.json" >"$out/daemon_bench.txt" 2>&1
+tail -8 "$out/daemon_bench.txt"
+
 timeout 240 "$build/bench/kernels_gpu_bench" --benchmark_min_time=0.1 \
   --benchmark_out="$out/kernels_gpu_bench.json" --benchmark_out_format=json \
   >"$out/kernels_gpu_bench.txt" 2>&1
@@ -71,6 +78,7 @@ for r in runs:
     print(f"{r['name']:<44} {r.get('real_time', 0):10.1f} {r.get('time_unit','')}"
           f"  {gbs:8.1f} GB/s  " + " ".join(f"{k}={v:.3f}" for k, v in extra.items()))
 PY
+printf '%-28s %s\n' "giftd step time" "$(grep -E '^p99 ratio' "$out/daemon_bench.txt" || echo 'no result')"
 echo "--- allreduce_gpu_bench (ratios vs fp32) ---"
 grep -E '^(fp8|fp32|bf16|nccl-fp8|W =|NCCL)' "$out/allreduce_gpu_bench.txt" || true
 echo "total: $(( $(date +%s) - start )) s"

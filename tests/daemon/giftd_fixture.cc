@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <sstream>
 
 #include "absl/strings/match.h"
@@ -216,12 +218,81 @@ absl::Status RankGroup::Stop(absl::Duration timeout) {
   return absl::InternalError(absl::StrCat("ranks failed:", bad, "\n", Logs()));
 }
 
+bool RankGroup::AllLast(
+    const std::function<bool(const nlohmann::json&)>& pred) const {
+  for (int r = 0; r < world_size(); ++r) {
+    const std::vector<nlohmann::json> rep = Report(r);
+    if (rep.empty() || !pred(rep.back())) return false;
+  }
+  return true;
+}
+
+int RankGroup::EndedRank() {
+  int ended = -1;
+  for (int r = 0; r < world_size(); ++r) {
+    if (!procs_[r].Running()) ended = r;
+  }
+  return ended;
+}
+
+absl::Status RankGroup::WaitForAll(
+    const std::function<bool(const nlohmann::json&)>& pred,
+    absl::Duration timeout) {
+  int ended = -1;
+  const bool ok = WaitFor(
+      [&] {
+        ended = EndedRank();
+        return ended >= 0 || AllLast(pred);
+      },
+      timeout);
+  if (ended >= 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("rank ", ended, " ended"));
+  }
+  if (!ok) {
+    const std::vector<nlohmann::json> rep = Report(0);
+    return absl::DeadlineExceededError(
+        absl::StrCat("timed out; rank 0's last report: ",
+                     rep.empty() ? "none" : rep.back().dump()));
+  }
+  return absl::OkStatus();
+}
+
 std::string RankGroup::Logs() const {
   std::string s;
   for (int r = 0; r < world_size(); ++r) {
     absl::StrAppend(&s, "---- rank ", r, " log\n", procs_[r].Log());
   }
   return s;
+}
+
+std::map<std::string, uint64_t> ShmObjects(const std::string& prefix) {
+  std::map<std::string, uint64_t> out;
+  if (prefix.empty()) return out;
+  for (const auto& e : std::filesystem::directory_iterator("/dev/shm")) {
+    const std::string name = e.path().filename();
+    if (absl::StartsWith(name, prefix)) out[name] = e.file_size();
+  }
+  return out;
+}
+
+void CleanUpRun(bool failed, const std::string& dir,
+                std::unique_ptr<Giftd>* giftd,
+                std::unique_ptr<RankGroup>* ranks) {
+  if (failed) {
+    if (*giftd) std::cerr << (*giftd)->Log();
+    if (*ranks) std::cerr << (*ranks)->Logs();
+    std::cerr << "(files kept in " << dir << ")\n";
+  }
+  ranks->reset();  // SIGKILLs ranks still running
+  std::string prefix;
+  if (*giftd) prefix = (*giftd)->shm_name_prefix();
+  giftd->reset();  // SIGTERM, so it unlinks its shared memory
+  // What a SIGKILLed giftd left behind (only this run's own prefix).
+  for (const auto& [name, bytes] : ShmObjects(prefix)) {
+    std::filesystem::remove("/dev/shm/" + name);
+  }
+  if (!failed) std::filesystem::remove_all(dir);
 }
 
 }  // namespace gift::testing_daemon

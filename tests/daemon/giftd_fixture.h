@@ -11,7 +11,12 @@
 //   ASSIGN_OR_RETURN(auto ranks, RankGroup::Start(paths.worker, dir,
 //                                                 giftd->agent_socket(), ro));
 //   ... WaitFor([&] { return ranks->MinSteps() >= 50; }, absl::Seconds(30));
+//   RETURN_IF_ERROR(ranks->WaitForAll(
+//       [](const nlohmann::json& l) { return l["attached"] == true; },
+//       absl::Seconds(30)));
 //   RETURN_IF_ERROR(ranks->Stop(absl::Seconds(20)));
+//   // In a test's TearDown:
+//   CleanUpRun(HasFailure(), dir, &giftd, &ranks);
 //
 // Thread safety: not thread-safe; one test thread drives everything.
 #ifndef GIFT_TESTS_DAEMON_GIFTD_FIXTURE_H_
@@ -19,6 +24,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -120,6 +126,16 @@ class RankGroup {
   std::vector<nlohmann::json> Report(int rank) const;
   // Fewest steps any rank has reported.
   int64_t MinSteps() const;
+  // The last report line of every rank satisfies `pred`.
+  bool AllLast(const std::function<bool(const nlohmann::json&)>& pred) const;
+  // The highest rank whose process has ended, or -1 while all run.
+  int EndedRank();
+  // Polls until AllLast(pred). FAILED_PRECONDITION as soon as a rank
+  // process ended (naming it), DEADLINE_EXCEEDED after `timeout` (with rank
+  // 0's last report line).
+  absl::Status WaitForAll(
+      const std::function<bool(const nlohmann::json&)>& pred,
+      absl::Duration timeout);
   // SIGTERM to rank 0 (the ranks agree to stop after the same step), then
   // waits for every rank: an error naming each rank that did not exit 0.
   absl::Status Stop(absl::Duration timeout);
@@ -131,6 +147,19 @@ class RankGroup {
   std::vector<Subprocess> procs_;
   std::vector<std::string> reports_;
 };
+
+// The /dev/shm objects whose names start with `prefix` (none for ""), with
+// their sizes in bytes.
+std::map<std::string, uint64_t> ShmObjects(const std::string& prefix);
+
+// A test's end of a run in `dir`: on failure prints giftd's and the ranks'
+// logs and keeps `dir`; then SIGKILLs ranks still running, stops giftd with
+// SIGTERM (so that it unlinks its shared memory), removes what a SIGKILLed
+// giftd left under its own shm prefix and, without failure, `dir`. Either
+// pointer may hold null.
+void CleanUpRun(bool failed, const std::string& dir,
+                std::unique_ptr<Giftd>* giftd,
+                std::unique_ptr<RankGroup>* ranks);
 
 }  // namespace gift::testing_daemon
 

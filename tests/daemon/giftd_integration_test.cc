@@ -5,7 +5,6 @@
 //
 // Conditions are polled with deadlines; nothing asserts wall-clock time.
 #include <csignal>
-#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -34,17 +33,6 @@ const std::vector<std::string> kRealLayers = {
     "blocks.1.mlp.fc2"};
 constexpr char kSpiky[] = "synthetic.spiky";
 
-// The /dev/shm objects whose names start with `prefix` (none for "").
-std::vector<std::string> ShmObjects(const std::string& prefix) {
-  std::vector<std::string> out;
-  if (prefix.empty()) return out;
-  for (const auto& e : std::filesystem::directory_iterator("/dev/shm")) {
-    const std::string name = e.path().filename();
-    if (absl::StartsWith(name, prefix)) out.push_back(name);
-  }
-  return out;
-}
-
 class GiftdIntegrationTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -53,22 +41,7 @@ class GiftdIntegrationTest : public ::testing::Test {
     dir_ = *dir;
   }
 
-  void TearDown() override {
-    if (HasFailure()) {
-      if (giftd_) std::cerr << giftd_->Log();
-      if (ranks_) std::cerr << ranks_->Logs();
-      std::cerr << "(files kept in " << dir_ << ")\n";
-    }
-    ranks_.reset();  // SIGKILLs ranks still running
-    std::string prefix;
-    if (giftd_) prefix = giftd_->shm_name_prefix();
-    giftd_.reset();  // SIGTERM, so it unlinks its shared memory
-    // What a SIGKILLed giftd left behind (only this test's own prefix).
-    for (const std::string& name : ShmObjects(prefix)) {
-      std::filesystem::remove("/dev/shm/" + name);
-    }
-    if (!HasFailure()) std::filesystem::remove_all(dir_);
-  }
+  void TearDown() override { CleanUpRun(HasFailure(), dir_, &giftd_, &ranks_); }
 
   void StartGiftd(const GiftdConfig& config = {}) {
     absl::StatusOr<std::unique_ptr<Giftd>> d =
@@ -100,40 +73,6 @@ class GiftdIntegrationTest : public ::testing::Test {
     absl::StatusOr<json> j = giftd_->CtlJson({"status"});
     EXPECT_OK(j);
     return j.ok() ? *j : json::object();
-  }
-
-  // Waits until the last report line of every rank satisfies `pred`; gives
-  // up early when a rank process ended (the message says which).
-  ::testing::AssertionResult WaitForRanks(
-      const std::function<bool(const json&)>& pred, absl::Duration timeout) {
-    int ended = -1;
-    const bool ok = WaitFor(
-        [&] {
-          for (int r = 0; r < ranks_->world_size(); ++r) {
-            if (!ranks_->process(r).Running()) ended = r;
-          }
-          return ended >= 0 || AllRanksLast(pred);
-        },
-        timeout);
-    if (ended >= 0) {
-      return ::testing::AssertionFailure() << "rank " << ended << " ended";
-    }
-    if (!ok) {
-      const std::vector<json> rep = ranks_->Report(0);
-      return ::testing::AssertionFailure()
-             << "timed out; rank 0's last report: "
-             << (rep.empty() ? "none" : rep.back().dump());
-    }
-    return ::testing::AssertionSuccess();
-  }
-
-  // The last report line of every rank satisfies `pred`.
-  bool AllRanksLast(const std::function<bool(const json&)>& pred) {
-    for (int r = 0; r < ranks_->world_size(); ++r) {
-      const std::vector<json> rep = ranks_->Report(r);
-      if (rep.empty() || !pred(rep.back())) return false;
-    }
-    return true;
   }
 
   static std::string LayerPath(const json& line, const std::string& layer) {
@@ -185,7 +124,7 @@ TEST_F(GiftdIntegrationTest, SelectsTheLayersWithMeasuredGain) {
         << l;
   }
   // The ranks follow the plan.
-  EXPECT_TRUE(WaitForRanks(
+  EXPECT_OK(ranks_->WaitForAll(
       [](const json& line) {
         return RealLayersOnPath(line, "gift") &&
                LayerPath(line, kSpiky) == "euclid";
@@ -218,14 +157,14 @@ TEST_F(GiftdIntegrationTest, SelectsTheLayersWithMeasuredGain) {
 TEST_F(GiftdIntegrationTest, SetIntervalSwitchesEveryRankAtTheSameStep) {
   StartGiftd();
   StartRanks("interval");
-  ASSERT_TRUE(WaitForRanks([](const json& l) { return l["attached"] == true; },
-                           absl::Seconds(60)));
+  ASSERT_OK(ranks_->WaitForAll(
+      [](const json& l) { return l["attached"] == true; }, absl::Seconds(60)));
   WaitForSteps(10);
   absl::StatusOr<json> set = giftd_->CtlJson({"set-interval", "7"});
   ASSERT_OK(set);
   const int64_t epoch = Int(*set, "plan_epoch");
   ASSERT_GT(epoch, 1) << set->dump();
-  ASSERT_TRUE(WaitForRanks(
+  ASSERT_OK(ranks_->WaitForAll(
       [&](const json& l) { return l["epoch"].get<int64_t>() >= epoch; },
       absl::Seconds(60)));
   WaitForSteps(ranks_->MinSteps() + 10);
@@ -276,9 +215,9 @@ TEST_F(GiftdIntegrationTest, PinForcesALayerOntoTheGiftPath) {
       absl::Seconds(60), absl::Milliseconds(300)))
       << json(layers).dump(1);
   EXPECT_THAT(Str(layers[kSpiky], "reason"), HasSubstr("pin"));
-  EXPECT_TRUE(
-      WaitForRanks([](const json& l) { return LayerPath(l, kSpiky) == "gift"; },
-                   absl::Seconds(60)));
+  EXPECT_OK(ranks_->WaitForAll(
+      [](const json& l) { return LayerPath(l, kSpiky) == "gift"; },
+      absl::Seconds(60)));
   ASSERT_OK(ranks_->Stop(absl::Seconds(30)));
 }
 
@@ -288,15 +227,15 @@ TEST_F(GiftdIntegrationTest,
   config.staleness_limit = 40;
   StartGiftd(config);
   StartRanks("restart");
-  ASSERT_TRUE(
-      WaitForRanks([](const json& l) { return RealLayersOnPath(l, "gift"); },
-                   absl::Seconds(60)));
+  ASSERT_OK(ranks_->WaitForAll(
+      [](const json& l) { return RealLayersOnPath(l, "gift"); },
+      absl::Seconds(60)));
 
   ASSERT_OK(giftd_->Kill(SIGKILL));
   const int64_t killed_at = ranks_->MinSteps();
   // The ranks keep stepping, and once the factors are older than the
   // staleness limit every rank is back on the Euclidean path.
-  ASSERT_TRUE(WaitForRanks(
+  ASSERT_OK(ranks_->WaitForAll(
       [](const json& l) {
         if (!RealLayersOnPath(l, "euclid")) return false;
         for (const std::string& name : kRealLayers) {
@@ -312,7 +251,7 @@ TEST_F(GiftdIntegrationTest,
   }
 
   ASSERT_OK(giftd_->Restart());
-  EXPECT_TRUE(WaitForRanks(
+  EXPECT_OK(ranks_->WaitForAll(
       [](const json& l) {
         return l["attaches"] == 2 && RealLayersOnPath(l, "gift");
       },
@@ -333,8 +272,8 @@ TEST_F(GiftdIntegrationTest,
 TEST_F(GiftdIntegrationTest, AKilledRankIsReapedAndItsSharedMemoryFreed) {
   StartGiftd();
   StartRanks("solo", 1);
-  ASSERT_TRUE(WaitForRanks([](const json& l) { return l["attached"] == true; },
-                           absl::Seconds(60)));
+  ASSERT_OK(ranks_->WaitForAll(
+      [](const json& l) { return l["attached"] == true; }, absl::Seconds(60)));
   ASSERT_EQ(Int(Status(), "ranks_registered"), 1);
   ASSERT_FALSE(ShmObjects(giftd_->shm_name_prefix()).empty())
       << "no /dev/shm objects under " << giftd_->shm_name_prefix();

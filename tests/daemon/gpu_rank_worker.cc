@@ -12,7 +12,7 @@
 //
 // The bucket: blocks.{0,1}.mlp.fc1 (256 × 64), blocks.{0,1}.mlp.fc2
 // (64 × 128) with the committed real gradients (worker = rank % 4, cycled
-// as in rank_worker.cc) and a 1-D `bias`. The activations of every
+// as in rank_data.h) and a 1-D `bias`. The activations of every
 // snapshot are uploaded once; each step sketches rows of them straight from
 // device memory, starting at row step % 4 and passing more rows than the
 // plan's sketch_rows, so the attachment's strided device copy is used.
@@ -38,6 +38,7 @@
 #include <cmath>
 #include <cstdio>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
@@ -48,71 +49,47 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
-#include "client/communicator_factory.h"
-#include "client/daemon_attachment.h"
-#include "client/daemon_store.h"
-#include "client/quantized_allreduce.h"
-#include "client/store.h"
 #include "common/status_macros.h"
 #include "kernels/gpu.h"
 #include "nlohmann/json.hpp"
+#include "tests/daemon/rank_data.h"
+#include "tests/daemon/rank_session.h"
 #include "tests/daemon/rank_testutil.h"
-#include "tools/npy.h"
 
 namespace gift::testing_daemon {
 namespace {
 
-using client::BucketPlan;
 using client::LayerSpec;
 
 constexpr int kExitError = 2;
 constexpr int kExitDuplicateGpu = 3;
 
 struct Flags {
-  int rank = -1;
-  int world_size = 0;
-  std::string job;
-  std::string agent_socket;
-  std::string store = "daemon";
-  int64_t steps = 100;
-  int step_sleep_ms = 0;
+  RankFlags rank;
   std::string data = GIFT_TEST_DATA_DIR;
-  std::string report;
-  int comm_timeout_s = 30;
-  int probe_interval = 2;
   int device = 0;
   int distinct_nccl_hosts = -1;  // -1: when world_size > 1
 };
 
 absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
   Flags f;
-  RETURN_IF_ERROR(
-      ParseFlagsInto(argc, argv,
-                     {{"rank", &f.rank},
-                      {"world-size", &f.world_size},
-                      {"job", &f.job},
-                      {"agent-socket", &f.agent_socket},
-                      {"store", &f.store},
-                      {"steps", &f.steps},
-                      {"step-sleep-ms", &f.step_sleep_ms},
-                      {"data", &f.data},
-                      {"report", &f.report},
-                      {"comm-timeout-s", &f.comm_timeout_s},
-                      {"probe-interval", &f.probe_interval},
-                      {"device", &f.device},
-                      {"distinct-nccl-hosts", &f.distinct_nccl_hosts}}));
-  if (f.rank < 0 || f.rank >= f.world_size || f.job.empty() ||
-      f.agent_socket.empty() || f.device < 0) {
-    return absl::InvalidArgumentError(
-        "need --rank R --world-size W (0 <= R < W) --job J --agent-socket S");
+  std::map<std::string, FlagTarget> targets = RankFlagTargets(&f.rank);
+  targets["data"] = &f.data;
+  targets["device"] = &f.device;
+  targets["distinct-nccl-hosts"] = &f.distinct_nccl_hosts;
+  RETURN_IF_ERROR(ParseFlagsInto(argc, argv, targets));
+  RETURN_IF_ERROR(CheckRankFlags(f.rank));
+  if (f.device < 0) return absl::InvalidArgumentError("--device must be >= 0");
+  if (f.distinct_nccl_hosts < 0) {
+    f.distinct_nccl_hosts = f.rank.world_size > 1;
   }
-  if (f.distinct_nccl_hosts < 0) f.distinct_nccl_hosts = f.world_size > 1;
   return f;
 }
 
 // See the file comment: one NCCL "host" per rank, joined over loopback.
 void UseDistinctNcclHosts(const Flags& f) {
-  const std::string host_id = absl::StrCat("gift-", f.job, "-rank", f.rank);
+  const std::string host_id =
+      absl::StrCat("gift-", f.rank.job, "-rank", f.rank.rank);
   setenv("NCCL_HOSTID", host_id.c_str(), /*overwrite=*/0);
   setenv("NCCL_SOCKET_IFNAME", "lo", 0);
   setenv("NCCL_NET", "Socket", 0);
@@ -122,32 +99,12 @@ void UseDistinctNcclHosts(const Flags& f) {
   setenv("NCCL_MNNVL_ENABLE", "0", 0);
 }
 
-const char* const kFc1[] = {"blocks.0.mlp.fc1", "blocks.1.mlp.fc1"};
-const char* const kFc2[] = {"blocks.0.mlp.fc2", "blocks.1.mlp.fc2"};
 constexpr int64_t kBias = 64;
 
-BucketPlan MakePlan() {
-  std::vector<LayerSpec> l;
-  int64_t off = 0;
-  auto add = [&](std::string name, std::vector<int64_t> shape) {
-    l.push_back({.name = std::move(name), .shape = shape, .offset = off});
-    off += l.back().size();
-  };
-  for (int b = 0; b < 2; ++b) {
-    add(kFc1[b], {256, 64});
-    add(kFc2[b], {64, 128});
-  }
-  add("bias", {kBias});
-  return *BucketPlan::Create(1, off, std::move(l));
-}
-
-// The committed arrays; activations also as device copies.
+// The committed arrays, and their activations as device copies.
 struct Data {
-  tools::NpyArray fc2_run[2];      // [10, 4, 64, 128]
-  tools::NpyArray fc1_snap[2][2];  // [snapshot][block] -> [4, 256, 64]
-  tools::NpyArray fc2_acts[2][2];  // [snapshot][block] -> [512, 128]
-  tools::NpyArray fc1_acts[2];     // step 290, [512, 64]
-  gpu::DeviceBuffer<float> dev_fc2_acts[2][2], dev_fc1_acts[2];
+  RealData host;
+  gpu::DeviceBuffer<float> fc2_acts[2][2], fc1_acts[2];
 };
 
 absl::Status Upload(const tools::NpyArray& a, gpu::DeviceBuffer<float>* d) {
@@ -159,21 +116,11 @@ absl::Status Upload(const tools::NpyArray& a, gpu::DeviceBuffer<float>* d) {
 }
 
 absl::Status LoadData(const std::string& dir, Data* d) {
-  const char* snaps[] = {"step100", "step290"};
+  ASSIGN_OR_RETURN(d->host, LoadRealData(dir));
   for (int b = 0; b < 2; ++b) {
-    ASSIGN_OR_RETURN(d->fc2_run[b], tools::ReadNpy(absl::StrCat(
-                                        dir, "/run/", kFc2[b], ".grad.npy")));
-    ASSIGN_OR_RETURN(d->fc1_acts[b],
-                     tools::ReadNpy(absl::StrCat(dir, "/snap/step290.", kFc1[b],
-                                                 ".acts.npy")));
-    RETURN_IF_ERROR(Upload(d->fc1_acts[b], &d->dev_fc1_acts[b]));
+    RETURN_IF_ERROR(Upload(d->host.fc1_acts[b], &d->fc1_acts[b]));
     for (int s = 0; s < 2; ++s) {
-      const std::string p = absl::StrCat(dir, "/snap/", snaps[s], ".");
-      ASSIGN_OR_RETURN(d->fc1_snap[s][b],
-                       tools::ReadNpy(p + kFc1[b] + ".grad.npy"));
-      ASSIGN_OR_RETURN(d->fc2_acts[s][b],
-                       tools::ReadNpy(p + kFc2[b] + ".acts.npy"));
-      RETURN_IF_ERROR(Upload(d->fc2_acts[s][b], &d->dev_fc2_acts[s][b]));
+      RETURN_IF_ERROR(Upload(d->host.fc2_acts[s][b], &d->fc2_acts[s][b]));
     }
   }
   return absl::OkStatus();
@@ -188,74 +135,35 @@ uint64_t Fnv1a(const void* p, size_t n) {
 
 class Loop {
  public:
-  Loop(const Flags& f, Data* data) : f_(f), data_(*data), plan_(MakePlan()) {}
-
-  ~Loop() {
-    if (report_ != nullptr) std::fclose(report_);
-  }
+  Loop(const Flags& f, Data* data)
+      : f_(f), data_(*data), plan_(RealDataPlan({{"bias", {kBias}}})) {}
 
   absl::Status Setup() {
-    if (f_.store == "daemon") {
-      ASSIGN_OR_RETURN(daemon_store_,
-                       client::DaemonStore::Connect(f_.agent_socket, f_.job));
-      store_ =
-          std::make_unique<client::PrefixStore>("grad/", daemon_store_.get());
-    } else {
-      ASSIGN_OR_RETURN(file_store_, client::FileStore::Create(f_.store));
-      store_ =
-          std::make_unique<client::PrefixStore>("grad/", file_store_.get());
-    }
-    client::CommunicatorOptions co;
-    co.backend = "nccl";
-    co.device = f_.device;
-    co.rank = f_.rank;
-    co.world_size = f_.world_size;
-    co.store = store_.get();
-    co.timeout = absl::Seconds(f_.comm_timeout_s);
-    ASSIGN_OR_RETURN(comm_, client::CreateCommunicator(co));
-    client::QuantizedAllReduceOptions qo;
-    qo.probe_interval = f_.probe_interval;
-    ASSIGN_OR_RETURN(
-        ar_, client::QuantizedAllReduce::Create(comm_.get(), plan_, qo));
-    client::AttachmentOptions ao;
-    ao.agent_socket = f_.agent_socket;
-    ao.job_id = f_.job;
-    ao.rank = f_.rank;
-    ao.world_size = f_.world_size;
-    ao.local_rank = f_.rank;
-    ao.device_memory = true;
-    ao.device = f_.device;
-    ao.retry_interval = absl::Milliseconds(200);
-    ASSIGN_OR_RETURN(att_, client::DaemonAttachment::Create(ao, plan_));
-    if (!f_.report.empty()) {
-      report_ = std::fopen(f_.report.c_str(), "w");
-      if (report_ == nullptr) {
-        return absl::InternalError("cannot write " + f_.report);
-      }
-    }
+    ASSIGN_OR_RETURN(rs_,
+                     RankSession::Connect(
+                         f_.rank, plan_,
+                         RankDevice{.on_device = true, .device = f_.device}));
+    ASSIGN_OR_RETURN(report_, JsonLinesFile::Open(f_.rank.report));
     bucket_.resize(plan_.bucket_elements());
     RETURN_IF_ERROR(dev_bucket_.Allocate(bucket_.size()));
     return dev_stop_.Allocate(1);
   }
 
+  // RunSteps with the stop flag in device memory: the communicator takes no
+  // other.
   absl::Status Run() {
-    for (int64_t s = 0; s < f_.steps; ++s) {
-      RETURN_IF_ERROR(Step(s));
-      if (f_.step_sleep_ms > 0) {
-        absl::SleepFor(absl::Milliseconds(f_.step_sleep_ms));
-      }
-      // Everyone stops after the same step when any rank was told to
-      // (RunSteps of rank_testutil.h, with the flag in device memory: the
-      // communicator takes no other).
-      int64_t stop = g_stop_requested.load() ? 1 : 0;
-      RETURN_IF_ERROR(dev_stop_.Upload(&stop, 1));
-      RETURN_IF_ERROR(comm_->AllReduce(dev_stop_.get(), dev_stop_.get(), 1,
-                                       client::DataType::kInt64,
-                                       client::ReduceOp::kMax));
-      RETURN_IF_ERROR(dev_stop_.Download(&stop, 1));
-      if (stop != 0) break;
-    }
-    return absl::OkStatus();
+    return RunSteps(
+        f_.rank.steps, f_.rank.step_sleep_ms,
+        [this](int64_t s) { return Step(s); },
+        [this](bool stop_here) -> absl::StatusOr<bool> {
+          int64_t stop = stop_here ? 1 : 0;
+          RETURN_IF_ERROR(dev_stop_.Upload(&stop, 1));
+          RETURN_IF_ERROR(rs_->comm->AllReduce(dev_stop_.get(), dev_stop_.get(),
+                                               1, client::DataType::kInt64,
+                                               client::ReduceOp::kMax));
+          RETURN_IF_ERROR(dev_stop_.Download(&stop, 1));
+          return stop != 0;
+        });
   }
 
  private:
@@ -267,42 +175,28 @@ class Loop {
                           int64_t step) {
     const int64_t n = static_cast<int64_t>(acts.size()) / d;
     const int64_t first = step % 4;
-    return att_->Sketch(layer, acts.get() + first * d, n - 4);
+    return rs_->att->Sketch(layer, acts.get() + first * d, n - 4);
   }
 
   absl::Status Sketch(int64_t step) {
     for (int b = 0; b < 2; ++b) {
-      if (att_->WantsSketch(kFc2[b])) {
+      if (rs_->att->WantsSketch(kFc2[b])) {
         RETURN_IF_ERROR(
-            SketchFrom(kFc2[b], data_.dev_fc2_acts[step % 2][b], 128, step));
+            SketchFrom(kFc2[b], data_.fc2_acts[step % 2][b], kFc2In, step));
       }
-      if (att_->WantsSketch(kFc1[b])) {
-        RETURN_IF_ERROR(SketchFrom(kFc1[b], data_.dev_fc1_acts[b], 64, step));
+      if (rs_->att->WantsSketch(kFc1[b])) {
+        RETURN_IF_ERROR(SketchFrom(kFc1[b], data_.fc1_acts[b], kFc1In, step));
       }
     }
     return absl::OkStatus();
   }
 
   void FillBucket(int64_t step) {
-    const int w = f_.rank % 4;
     for (const LayerSpec& l : plan_.layers()) {
       float* dst = bucket_.data() + l.offset;
-      const tools::NpyArray* src = nullptr;
-      int64_t index = 0;  // [.., worker] slice number
-      for (int b = 0; b < 2; ++b) {
-        if (l.name == kFc2[b]) {
-          src = &data_.fc2_run[b];
-          index = (step % 10) * 4 + w;
-        } else if (l.name == kFc1[b]) {
-          src = &data_.fc1_snap[step % 2][b];
-          index = w;
-        }
-      }
-      if (src != nullptr) {
-        std::copy_n(src->data.data() + index * l.size(), l.size(), dst);
-        continue;
-      }
-      std::mt19937_64 rng(uint64_t(f_.rank) * 7919u + uint64_t(step) * 31u);
+      if (FillRealLayer(data_.host, l, f_.rank.rank, step, dst)) continue;
+      std::mt19937_64 rng(uint64_t(f_.rank.rank) * 7919u +
+                          uint64_t(step) * 31u);
       std::normal_distribution<float> g(0.f, 1e-2f);
       for (int64_t i = 0; i < l.size(); ++i) dst[i] = g(rng);
     }
@@ -310,63 +204,44 @@ class Loop {
 
   absl::Status Step(int64_t step) {
     RETURN_IF_ERROR(Sketch(step));
-    RETURN_IF_ERROR(att_->BeforeStep(ar_.get(), &factors_));
+    RETURN_IF_ERROR(rs_->att->BeforeStep(rs_->ar.get(), &factors_));
     FillBucket(step);
     // Synchronous with every stream: the allreduce reads it on its own.
     RETURN_IF_ERROR(dev_bucket_.Upload(bucket_.data(), bucket_.size()));
     client::StepTelemetry t;
     const absl::Time start = absl::Now();
-    RETURN_IF_ERROR(ar_->Run(dev_bucket_.get(), factors_, &t));
+    RETURN_IF_ERROR(rs_->ar->Run(dev_bucket_.get(), factors_, &t));
     const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
     RETURN_IF_ERROR(dev_bucket_.Download(bucket_.data(), bucket_.size()));
-    RETURN_IF_ERROR(att_->AfterStep(*ar_, t, seconds));
-    if (report_ != nullptr) Report(step, t, seconds);
+    RETURN_IF_ERROR(rs_->att->AfterStep(*rs_->ar, t, seconds));
+    Report(step, t, seconds);
     return absl::OkStatus();
   }
 
   void Report(int64_t step, const client::StepTelemetry& t, double seconds) {
-    const client::AttachmentStats st = att_->stats();
+    const client::AttachmentStats st = rs_->att->stats();
     bool finite = true;
     for (float x : bucket_) finite = finite && std::isfinite(x);
-    nlohmann::json j = {
-        {"step", step},
-        {"epoch", ar_->current_epoch()},
-        {"attached", st.attached},
-        {"attaches", st.attaches},
-        {"factors_received", st.factors_received},
-        {"windows_closed", st.windows_closed},
-        {"last_error", st.last_error},
-        {"finite", finite},
-        {"nonfinite_layers", t.nonfinite_layers},
-        {"hash",
-         absl::StrFormat("%016x", Fnv1a(bucket_.data(), bucket_.size() * 4))},
-        {"run_ms", seconds * 1e3},
-    };
-    nlohmann::json layers = nlohmann::json::object();
-    for (const client::LayerTelemetry& l : t.layers) {
-      layers[l.name] = {{"path", client::LayerPathName(l.path)},
-                        {"version", l.factor_version}};
-    }
-    j["layers"] = std::move(layers);
-    const std::string line = j.dump() + "\n";
-    std::fwrite(line.data(), 1, line.size(), report_);
-    std::fflush(report_);
+    nlohmann::json line = rs_->StepLine(step, t, seconds, st);
+    line["factors_received"] = st.factors_received;
+    line["windows_closed"] = st.windows_closed;
+    line["last_error"] = st.last_error;
+    line["finite"] = finite;
+    line["nonfinite_layers"] = t.nonfinite_layers;
+    line["hash"] =
+        absl::StrFormat("%016x", Fnv1a(bucket_.data(), bucket_.size() * 4));
+    report_->Write(line);
   }
 
   const Flags f_;
   const Data& data_;
-  const BucketPlan plan_;
-  std::unique_ptr<client::DaemonStore> daemon_store_;
-  std::unique_ptr<client::FileStore> file_store_;
-  std::unique_ptr<client::PrefixStore> store_;
-  std::unique_ptr<client::Communicator> comm_;
-  std::unique_ptr<client::QuantizedAllReduce> ar_;
-  std::unique_ptr<client::DaemonAttachment> att_;
+  const client::BucketPlan plan_;
+  std::unique_ptr<RankSession> rs_;
+  std::unique_ptr<JsonLinesFile> report_;
   client::VersionedFactors factors_;
   std::vector<float> bucket_;
   gpu::DeviceBuffer<float> dev_bucket_;
   gpu::DeviceBuffer<int64_t> dev_stop_;
-  std::FILE* report_ = nullptr;
 };
 
 bool DuplicateGpu(const absl::Status& s) {
@@ -400,7 +275,7 @@ int Main(int argc, char** argv) {
     if (s.ok()) s = loop.Run();
   }
   if (!s.ok()) {
-    std::cerr << "gpu_rank_worker " << flags->rank << ": " << s << "\n";
+    std::cerr << "gpu_rank_worker " << flags->rank.rank << ": " << s << "\n";
     return setup_failed && DuplicateGpu(s) ? kExitDuplicateGpu : kExitError;
   }
   return 0;

@@ -1,18 +1,21 @@
 // Test helper for the binaries that giftd's integration tests and the daemon
-// benchmark run (rank_worker.cc, bench/daemon/bench_rank.cc and
-// step_time_bench.cc): the parts of their main loop that are the same in all
-// of them. Flags are `--key=value` or `--key value`, each bound to a
-// variable. In the rank binaries SIGTERM asks the loop to stop, and every
-// rank MAX-reduces that request after each step, so all ranks stop after the
-// same step and none is left waiting in a collective.
+// benchmark run (rank_worker.cc, gpu_rank_worker.cc,
+// bench/daemon/bench_rank.cc and step_time_bench.cc): the parts of their
+// main loop that are the same in all of them. Flags are `--key=value` or
+// `--key value`, each bound to a variable; RankFlags are the ones every rank
+// binary takes. In the rank binaries SIGTERM asks the loop to stop, and
+// every rank MAX-reduces that request after each step, so all ranks stop
+// after the same step and none is left waiting in a collective.
 //
+//   struct Flags { RankFlags rank; int layers = 4; };
 //   Flags f;
-//   RETURN_IF_ERROR(ParseFlagsInto(argc, argv, {{"rank", &f.rank},
-//                                               {"steps", &f.steps},
-//                                               {"job", &f.job}}));
+//   std::map<std::string, FlagTarget> targets = RankFlagTargets(&f.rank);
+//   targets["layers"] = &f.layers;
+//   RETURN_IF_ERROR(ParseFlagsInto(argc, argv, targets));
+//   RETURN_IF_ERROR(CheckRankFlags(f.rank));
 //   StopOnSigterm();
 //   ... set up comm ...
-//   RETURN_IF_ERROR(RunSteps(*comm, f.steps, f.step_sleep_ms,
+//   RETURN_IF_ERROR(RunSteps(*comm, f.rank.steps, f.rank.step_sleep_ms,
 //                            [&](int64_t step) { return Step(step); }));
 //
 // Thread safety: ParseFlagsInto and RunSteps are called from the one main
@@ -25,12 +28,14 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <iostream>
 #include <map>
 #include <string>
 #include <type_traits>
 #include <variant>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -92,6 +97,54 @@ inline absl::Status ParseFlagsInto(
   return absl::OkStatus();
 }
 
+// The flags of every rank binary (rank_worker, gpu_rank_worker and the
+// benchmark's rank), with the test ranks' defaults.
+struct RankFlags {
+  // REQUIRES: 0 <= rank < world_size.
+  int rank = -1;
+  int world_size = 0;
+  // REQUIRES: not empty (both).
+  std::string job;
+  std::string agent_socket;
+  // "daemon": rendezvous through giftd's store; otherwise a FileStore
+  // directory. Default: "daemon".
+  std::string store = "daemon";
+  int64_t steps = 100;
+  // Sleep after each step, standing in for forward and backward. Default: 0.
+  int step_sleep_ms = 0;
+  // JSON-lines report, one line a step. Default: "" (none).
+  std::string report;
+  int comm_timeout_s = 30;
+  int probe_interval = 2;
+};
+
+// ParseFlagsInto targets for `f`: --rank, --world-size, --job,
+// --agent-socket, --store, --steps, --step-sleep-ms, --report,
+// --comm-timeout-s and --probe-interval. A binary adds its own.
+inline std::map<std::string, FlagTarget> RankFlagTargets(RankFlags* f) {
+  return {{"rank", &f->rank},
+          {"world-size", &f->world_size},
+          {"job", &f->job},
+          {"agent-socket", &f->agent_socket},
+          {"store", &f->store},
+          {"steps", &f->steps},
+          {"step-sleep-ms", &f->step_sleep_ms},
+          {"report", &f->report},
+          {"comm-timeout-s", &f->comm_timeout_s},
+          {"probe-interval", &f->probe_interval}};
+}
+
+// INVALID_ARGUMENT unless 0 <= rank < world_size and job and agent socket
+// are given.
+inline absl::Status CheckRankFlags(const RankFlags& f) {
+  if (f.rank < 0 || f.rank >= f.world_size || f.job.empty() ||
+      f.agent_socket.empty()) {
+    return absl::InvalidArgumentError(
+        "need --rank R --world-size W (0 <= R < W) --job J --agent-socket S");
+  }
+  return absl::OkStatus();
+}
+
 inline std::atomic<bool> g_stop_requested{false};
 
 // Makes SIGTERM ask RunSteps to stop after the current step.
@@ -103,19 +156,41 @@ inline void StopOnSigterm() {
 
 // Runs step(0), step(1), ... step(steps - 1), sleeping `step_sleep_ms`
 // (standing in for forward and backward) after each, and stops early, on
-// every rank after the same step, once any rank got SIGTERM.
-inline absl::Status RunSteps(client::Communicator& comm, int64_t steps,
-                             int step_sleep_ms,
-                             const std::function<absl::Status(int64_t)>& step) {
+// every rank after the same step, once any rank got SIGTERM:
+// `any_rank_stops(stop)` is this rank's request MAX-reduced over all ranks.
+inline absl::Status RunSteps(
+    int64_t steps, int step_sleep_ms,
+    const std::function<absl::Status(int64_t)>& step,
+    const std::function<absl::StatusOr<bool>(bool)>& any_rank_stops) {
   for (int64_t s = 0; s < steps; ++s) {
     RETURN_IF_ERROR(step(s));
     if (step_sleep_ms > 0) absl::SleepFor(absl::Milliseconds(step_sleep_ms));
-    int64_t stop = g_stop_requested.load() ? 1 : 0;
-    RETURN_IF_ERROR(comm.AllReduce(&stop, &stop, 1, client::DataType::kInt64,
-                                   client::ReduceOp::kMax));
-    if (stop != 0) break;
+    ASSIGN_OR_RETURN(const bool stop, any_rank_stops(g_stop_requested.load()));
+    if (stop) break;
   }
   return absl::OkStatus();
+}
+
+// The same, reducing the stop request with `comm` in host memory.
+inline absl::Status RunSteps(client::Communicator& comm, int64_t steps,
+                             int step_sleep_ms,
+                             const std::function<absl::Status(int64_t)>& step) {
+  return RunSteps(
+      steps, step_sleep_ms, step,
+      [&comm](bool stop_here) -> absl::StatusOr<bool> {
+        int64_t stop = stop_here ? 1 : 0;
+        RETURN_IF_ERROR(comm.AllReduce(
+            &stop, &stop, 1, client::DataType::kInt64, client::ReduceOp::kMax));
+        return stop != 0;
+      });
+}
+
+// The end of a rank binary's main: 0 for OK, else 2 after printing
+// "`who` `rank`: `s`" to stderr.
+inline int RankExitCode(const char* who, int rank, const absl::Status& s) {
+  if (s.ok()) return 0;
+  std::cerr << who << " " << rank << ": " << s << "\n";
+  return 2;
 }
 
 }  // namespace gift::testing_daemon

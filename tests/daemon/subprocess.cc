@@ -14,32 +14,15 @@
 #include <fstream>
 #include <sstream>
 
-#include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-
-extern char** environ;
+#include "tests/multiprocess/harness.h"
 
 namespace gift::testing_daemon {
 namespace {
 
 absl::Status Errno(const std::string& what) {
   return absl::InternalError(absl::StrCat(what, ": ", std::strerror(errno)));
-}
-
-std::vector<std::string> Environment(
-    const std::vector<std::pair<std::string, std::string>>& set) {
-  std::vector<std::string> env;
-  for (char** e = environ; *e != nullptr; ++e) {
-    bool overridden = false;
-    for (const auto& [name, value] : set) {
-      overridden |= absl::StartsWith(*e, name + "=");
-    }
-    if (!overridden) env.emplace_back(*e);
-  }
-  for (const auto& [name, value] : set) env.push_back(name + "=" + value);
-  return env;
 }
 
 std::vector<char*> CStrings(std::vector<std::string>& v) {
@@ -86,7 +69,8 @@ absl::StatusOr<Subprocess> Subprocess::Start(
     const std::vector<std::pair<std::string, std::string>>& env) {
   const int fd = OpenLog(log_file);
   if (fd < 0) return Errno(absl::StrCat("open ", log_file));
-  absl::StatusOr<pid_t> pid = Spawn(argv, Environment(env), fd, fd);
+  absl::StatusOr<pid_t> pid =
+      Spawn(argv, multiprocess::MergeEnvironment(env), fd, fd);
   ::close(fd);
   if (!pid.ok()) return pid.status();
   return Subprocess(*pid, log_file);
@@ -161,9 +145,10 @@ absl::StatusOr<CommandResult> Run(
   if (!dir.ok()) return dir.status();
   const std::string out_path = *dir + "/out", err_path = *dir + "/err";
   const int out = OpenLog(out_path), err = OpenLog(err_path);
-  absl::StatusOr<pid_t> pid = (out < 0 || err < 0)
-                                  ? Errno("open")
-                                  : Spawn(argv, Environment(env), out, err);
+  absl::StatusOr<pid_t> pid =
+      (out < 0 || err < 0)
+          ? Errno("open")
+          : Spawn(argv, multiprocess::MergeEnvironment(env), out, err);
   if (out >= 0) ::close(out);
   if (err >= 0) ::close(err);
   CommandResult result;

@@ -24,7 +24,6 @@
 // asserts wall-clock time.
 #include <sys/stat.h>
 
-#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <iostream>
@@ -55,17 +54,6 @@ using json = nlohmann::json;
 constexpr uint32_t kDeclaredLayers = 4;
 constexpr char kPinned[] = "blocks.0.mlp.fc2";
 constexpr int kExitDuplicateGpu = 3;
-
-// The /dev/shm objects whose names start with `prefix`, with their sizes.
-std::map<std::string, uint64_t> ShmObjects(const std::string& prefix) {
-  std::map<std::string, uint64_t> out;
-  if (prefix.empty()) return out;
-  for (const auto& e : std::filesystem::directory_iterator("/dev/shm")) {
-    const std::string name = e.path().filename();
-    if (absl::StartsWith(name, prefix)) out[name] = e.file_size();
-  }
-  return out;
-}
 
 // The largest sample of metric `name` in a Prometheus text scrape (0 when
 // it has none).
@@ -116,19 +104,7 @@ class GiftdGpuTest : public ::testing::Test {
 
   void TearDown() override {
     if (dir_.empty()) return;  // skipped
-    if (HasFailure()) {
-      if (giftd_) std::cerr << giftd_->Log();
-      if (ranks_) std::cerr << ranks_->Logs();
-      std::cerr << "(files kept in " << dir_ << ")\n";
-    }
-    ranks_.reset();  // SIGKILLs ranks still running
-    std::string prefix;
-    if (giftd_) prefix = giftd_->shm_name_prefix();
-    giftd_.reset();  // SIGTERM, so it unlinks its shared memory
-    for (const auto& [name, bytes] : ShmObjects(prefix)) {
-      std::filesystem::remove("/dev/shm/" + name);
-    }
-    if (!HasFailure()) std::filesystem::remove_all(dir_);
+    CleanUpRun(HasFailure(), dir_, &giftd_, &ranks_);
   }
 
   static GiftdConfig Config(bool device_refresher) {
@@ -165,19 +141,12 @@ class GiftdGpuTest : public ::testing::Test {
           GIFT_GPU_RANK_WORKER_BIN, dir_, giftd_->agent_socket(), o);
       ASSERT_OK(g);
       ranks_ = *std::move(g);
-      int ended = -1;
-      const bool up = WaitFor(
-          [&] {
-            for (int r = 0; r < world; ++r) {
-              if (!ranks_->process(r).Running()) ended = r;
-            }
-            return ended >= 0 || AllRanksLast([](const json& l) {
-                     return l["attached"] == true;
-                   });
-          },
+      const absl::Status up = ranks_->WaitForAll(
+          [](const json& l) { return l["attached"] == true; },
           absl::Seconds(60));
+      const int ended = up.ok() ? -1 : ranks_->EndedRank();
       if (ended < 0) {
-        ASSERT_TRUE(up) << "ranks did not attach and step in time";
+        ASSERT_OK(up) << "ranks did not attach and step in time";
         world_ = world;
         return;
       }
@@ -193,40 +162,6 @@ class GiftdGpuTest : public ::testing::Test {
       RecordProperty("nccl_world_fallback", 1);
       ranks_.reset();
     }
-  }
-
-  // The last report line of every rank satisfies `pred`.
-  bool AllRanksLast(const std::function<bool(const json&)>& pred) {
-    for (int r = 0; r < ranks_->world_size(); ++r) {
-      const std::vector<json> rep = ranks_->Report(r);
-      if (rep.empty() || !pred(rep.back())) return false;
-    }
-    return true;
-  }
-
-  // Waits until the last report line of every rank satisfies `pred`; gives
-  // up early when a rank process ended.
-  ::testing::AssertionResult WaitForRanks(
-      const std::function<bool(const json&)>& pred, absl::Duration timeout) {
-    int ended = -1;
-    const bool ok = WaitFor(
-        [&] {
-          for (int r = 0; r < ranks_->world_size(); ++r) {
-            if (!ranks_->process(r).Running()) ended = r;
-          }
-          return ended >= 0 || AllRanksLast(pred);
-        },
-        timeout);
-    if (ended >= 0) {
-      return ::testing::AssertionFailure() << "rank " << ended << " ended";
-    }
-    if (!ok) {
-      const std::vector<json> rep = ranks_->Report(0);
-      return ::testing::AssertionFailure()
-             << "timed out; rank 0's last report: "
-             << (rep.empty() ? "none" : rep.back().dump());
-    }
-    return ::testing::AssertionSuccess();
   }
 
   // giftctl layers: the pinned layer's status ({} when the call fails).
@@ -276,7 +211,7 @@ class GiftdGpuTest : public ::testing::Test {
     absl::StatusOr<CommandResult> pin = giftd_->Ctl({"pin", kPinned});
     ASSERT_OK(pin);
     ASSERT_EQ(pin->exit_code, 0) << pin->err;
-    ASSERT_TRUE(WaitForRanks(
+    ASSERT_OK(ranks_->WaitForAll(
         [](const json& l) {
           return PathOf(l, kPinned) == "gift" && VersionOf(l, kPinned) >= 0;
         },
@@ -296,7 +231,7 @@ class GiftdGpuTest : public ::testing::Test {
         },
         absl::Seconds(40), absl::Milliseconds(200)))
         << "refreshes stayed at " << refreshes << ": " << now.dump();
-    EXPECT_TRUE(WaitForRanks(
+    EXPECT_OK(ranks_->WaitForAll(
         [&](const json& l) {
           return PathOf(l, kPinned) == "gift" &&
                  VersionOf(l, kPinned) > version;

@@ -38,16 +38,7 @@ std::vector<std::string> RankEnvironment(const LaunchOptions& options, int rank,
       {"GIFT_OUT_DIR", dir + "/out"},
   };
   set.insert(set.end(), options.env.begin(), options.env.end());
-  std::vector<std::string> env;
-  for (char** e = environ; *e != nullptr; ++e) {
-    bool overridden = false;
-    for (const auto& [name, value] : set) {
-      overridden |= absl::StartsWith(*e, name + "=");
-    }
-    if (!overridden) env.emplace_back(*e);
-  }
-  for (const auto& [name, value] : set) env.push_back(name + "=" + value);
-  return env;
+  return MergeEnvironment(set);
 }
 
 std::vector<char*> CStrings(std::vector<std::string>& v) {
@@ -190,6 +181,20 @@ absl::Status WriteRankReport(const RankEnv& env, absl::string_view text) {
   f.close();
   if (!f) return absl::InternalError(absl::StrCat("cannot write ", path));
   return absl::OkStatus();
+}
+
+std::vector<std::string> MergeEnvironment(
+    const std::vector<std::pair<std::string, std::string>>& set) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    bool overridden = false;
+    for (const auto& [name, value] : set) {
+      overridden |= absl::StartsWith(*e, name + "=");
+    }
+    if (!overridden) env.emplace_back(*e);
+  }
+  for (const auto& [name, value] : set) env.push_back(name + "=" + value);
+  return env;
 }
 
 }  // namespace gift::multiprocess

@@ -90,6 +90,12 @@ absl::StatusOr<RankEnv> RankEnvFromEnvironment();
 // Writes (replaces) this rank's report, which RunRanks returns to the parent.
 absl::Status WriteRankReport(const RankEnv& env, absl::string_view text);
 
+// The environment for a child process, as execve takes it ("NAME=value"):
+// this process's, minus the variables `set` names, plus `set` in its order.
+// Also used by the giftd tests' Subprocess (tests/daemon/subprocess.cc).
+std::vector<std::string> MergeEnvironment(
+    const std::vector<std::pair<std::string, std::string>>& set);
+
 }  // namespace gift::multiprocess
 
 #endif  // GIFT_TESTS_MULTIPROCESS_HARNESS_H_

@@ -1,0 +1,94 @@
+#include "tests/daemon/rank_session.h"
+
+#include <utility>
+
+#include "absl/time/time.h"
+#include "client/communicator_factory.h"
+#include "client/daemon_store.h"
+#include "common/status_macros.h"
+
+namespace gift::testing_daemon {
+namespace {
+
+absl::StatusOr<std::unique_ptr<client::Store>> OpenStore(const RankFlags& f) {
+  if (f.store == "daemon") {
+    return client::DaemonStore::Connect(f.agent_socket, f.job);
+  }
+  return client::FileStore::Create(f.store);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<RankSession>> RankSession::Connect(
+    const RankFlags& f, const client::BucketPlan& plan,
+    const RankDevice& device) {
+  auto s = std::make_unique<RankSession>();
+  ASSIGN_OR_RETURN(s->base_store, OpenStore(f));
+  s->store =
+      std::make_unique<client::PrefixStore>("grad/", s->base_store.get());
+  client::CommunicatorOptions co;
+  if (device.on_device) {
+    co.backend = "nccl";
+    co.device = device.device;
+  }
+  co.rank = f.rank;
+  co.world_size = f.world_size;
+  co.store = s->store.get();
+  co.timeout = absl::Seconds(f.comm_timeout_s);
+  ASSIGN_OR_RETURN(s->comm, client::CreateCommunicator(co));
+  client::QuantizedAllReduceOptions qo;
+  qo.probe_interval = f.probe_interval;
+  ASSIGN_OR_RETURN(s->ar,
+                   client::QuantizedAllReduce::Create(s->comm.get(), plan, qo));
+  client::AttachmentOptions ao;
+  ao.agent_socket = f.agent_socket;
+  ao.job_id = f.job;
+  ao.rank = f.rank;
+  ao.world_size = f.world_size;
+  ao.local_rank = f.rank;
+  ao.device_memory = device.on_device;
+  if (device.on_device) ao.device = device.device;
+  ao.retry_interval = absl::Milliseconds(200);
+  ASSIGN_OR_RETURN(s->att, client::DaemonAttachment::Create(ao, plan));
+  return s;
+}
+
+absl::StatusOr<std::unique_ptr<JsonLinesFile>> JsonLinesFile::Open(
+    const std::string& path) {
+  std::FILE* file = nullptr;
+  if (!path.empty()) {
+    file = std::fopen(path.c_str(), "w");
+    if (file == nullptr) return absl::InternalError("cannot write " + path);
+  }
+  return std::unique_ptr<JsonLinesFile>(new JsonLinesFile(file));
+}
+
+JsonLinesFile::~JsonLinesFile() {
+  if (file_ != nullptr) std::fclose(file_);
+}
+
+void JsonLinesFile::Write(const nlohmann::json& line) {
+  if (file_ == nullptr) return;
+  const std::string text = line.dump() + "\n";
+  std::fwrite(text.data(), 1, text.size(), file_);
+  std::fflush(file_);
+}
+
+nlohmann::json RankSession::StepLine(int64_t step,
+                                     const client::StepTelemetry& t,
+                                     double run_seconds,
+                                     const client::AttachmentStats& st) const {
+  nlohmann::json layers = nlohmann::json::object();
+  for (const client::LayerTelemetry& l : t.layers) {
+    layers[l.name] = {{"path", client::LayerPathName(l.path)},
+                      {"version", l.factor_version}};
+  }
+  return {{"step", step},
+          {"epoch", ar->current_epoch()},
+          {"attached", st.attached},
+          {"attaches", st.attaches},
+          {"run_ms", run_seconds * 1e3},
+          {"layers", std::move(layers)}};
+}
+
+}  // namespace gift::testing_daemon

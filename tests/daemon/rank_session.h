@@ -1,0 +1,94 @@
+// What every rank binary of giftd's tests and benchmark (rank_worker.cc,
+// gpu_rank_worker.cc, bench/daemon/bench_rank.cc) sets up before its first
+// step: the rendezvous store, the communicator, the QuantizedAllReduce of
+// its bucket plan and the DaemonAttachment to the node's giftd; and the
+// JSON-lines report they write, one line a step.
+//
+//   ASSIGN_OR_RETURN(std::unique_ptr<RankSession> s,
+//                    RankSession::Connect(flags, plan, RankDevice{}));
+//   ASSIGN_OR_RETURN(std::unique_ptr<JsonLinesFile> report,
+//                    JsonLinesFile::Open(flags.report));
+//   RETURN_IF_ERROR(s->att->BeforeStep(s->ar.get(), &factors));
+//   ...
+//   const client::AttachmentStats st = s->att->stats();
+//   nlohmann::json line = s->StepLine(step, telemetry, run_seconds, st);
+//   line["stale_drops"] = st.stale_drops;
+//   report->Write(line);
+//
+// Thread safety: used by the rank's one main thread.
+#ifndef GIFT_TESTS_DAEMON_RANK_SESSION_H_
+#define GIFT_TESTS_DAEMON_RANK_SESSION_H_
+
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "client/bucket_plan.h"
+#include "client/communicator.h"
+#include "client/daemon_attachment.h"
+#include "client/quantized_allreduce.h"
+#include "client/store.h"
+#include "client/telemetry.h"
+#include "nlohmann/json.hpp"
+#include "tests/daemon/rank_testutil.h"
+
+namespace gift::testing_daemon {
+
+// Where a rank's bucket lives.
+struct RankDevice {
+  // false: host memory, Gloo. true: device memory on `device`, NCCL, and
+  // giftd asked for CUDA IPC data regions. Default: false.
+  bool on_device = false;
+  // The CUDA device when on_device. Default: 0.
+  int device = 0;
+};
+
+struct RankSession {
+  // Store (flags.store "daemon": giftd's store, else a FileStore in that
+  // directory), communicator (keys under "grad/"), allreduce with
+  // flags.probe_interval and the attachment (local rank = rank, retry every
+  // 200 ms).
+  static absl::StatusOr<std::unique_ptr<RankSession>> Connect(
+      const RankFlags& flags, const client::BucketPlan& plan,
+      const RankDevice& device);
+
+  // A step's report line: {step, epoch (agreed), attached, attaches (from
+  // `st`, the attachment's stats taken once for the whole line), run_ms,
+  // layers: {name: {path, version}}}; a binary adds its own fields.
+  nlohmann::json StepLine(int64_t step, const client::StepTelemetry& t,
+                          double run_seconds,
+                          const client::AttachmentStats& st) const;
+
+  // Destroyed last to first: the attachment before the allreduce it
+  // feeds, the stores after the communicator.
+  std::unique_ptr<client::Store> base_store;
+  std::unique_ptr<client::PrefixStore> store;
+  std::unique_ptr<client::Communicator> comm;
+  std::unique_ptr<client::QuantizedAllReduce> ar;
+  std::unique_ptr<client::DaemonAttachment> att;
+};
+
+// A report of one JSON object a line, flushed after each line so that a
+// reader never waits on a buffered step (it may see a half-written last
+// line). With an empty path it writes nothing.
+class JsonLinesFile {
+ public:
+  // INTERNAL when `path` cannot be written.
+  static absl::StatusOr<std::unique_ptr<JsonLinesFile>> Open(
+      const std::string& path);
+  ~JsonLinesFile();
+  JsonLinesFile(const JsonLinesFile&) = delete;
+  JsonLinesFile& operator=(const JsonLinesFile&) = delete;
+
+  void Write(const nlohmann::json& line);
+
+ private:
+  explicit JsonLinesFile(std::FILE* file) : file_(file) {}
+  std::FILE* const file_;  // null: no report
+};
+
+}  // namespace gift::testing_daemon
+
+#endif  // GIFT_TESTS_DAEMON_RANK_SESSION_H_
