@@ -95,6 +95,26 @@ struct QuantizedAllReduceOptions {
   bool error_feedback = true;
 };
 
+// Everything a QuantizedAllReduce carries from one step to the next, as
+// plain host data (checkpointing: a job restored from it continues exactly,
+// given the same factors). Scratch buffers are not part of it.
+struct AllReduceState {
+  struct GiftLayer {
+    std::string name;
+    // Worker residual in the coordinates of `factor` (empty: none yet).
+    std::vector<float> residual;
+    bool has_factor = false;
+    GiftFactor factor;  // the factor the residual is in
+    int64_t owner_version = kNoVersion;
+  };
+  int64_t step = 0;               // Run calls so far
+  int64_t current_epoch = 0;      // the epoch in use
+  std::vector<BucketPlan> plans;  // held epochs, ascending
+  std::vector<GiftLayer> gift_layers;
+  // Per piece; an empty vector = not allocated yet.
+  std::vector<std::vector<float>> owner_residuals;
+};
+
 class QuantizedAllReduce {
  public:
   // Collective: checks the plan across ranks (FAILED_PRECONDITION "bucket
@@ -122,6 +142,14 @@ class QuantizedAllReduce {
   // partial results.
   absl::Status Run(float* bucket, const VersionedFactors& factors,
                    StepTelemetry* telemetry);
+
+  // Local. Host-memory backends only (FAILED_PRECONDITION on the device
+  // path for now).
+  absl::StatusOr<AllReduceState> ExportState() const;
+  // Local: replaces the state; every rank must import its own export of the
+  // same step. INVALID_ARGUMENT unless every plan shares this allreduce's
+  // layout, the current epoch is among them and the residual sizes fit.
+  absl::Status ImportState(const AllReduceState& state);
 
   const QuantizedAllReduceOptions& options() const { return options_; }
   // The epoch used by the last Run (the creation plan's before the first).

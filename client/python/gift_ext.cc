@@ -1,0 +1,161 @@
+// The extension module `gift._gift`: Session (session.h) for the Python
+// package. Host buffers come in as float32 numpy arrays (the buffer
+// protocol; torch CPU tensors through .numpy(), which shares memory);
+// device buffers as integer data pointers (torch CUDA tensors' data_ptr(),
+// REQUIRES the producing stream synchronised). Errors are raised as
+// RuntimeError("CODE: message"). The GIL is released around collectives.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "client/python/session.h"
+#include "client/python/state_convert.h"
+
+namespace gift::client::python {
+namespace {
+
+using FloatArray = py::array_t<float, py::array::c_style>;
+
+void ThrowIfError(const absl::Status& s) {
+  if (s.ok()) return;
+  throw std::runtime_error(
+      absl::StrCat(absl::StatusCodeToString(s.code()), ": ", s.message()));
+}
+
+template <typename T>
+T ValueOrThrow(absl::StatusOr<T> v) {
+  ThrowIfError(v.status());
+  return *std::move(v);
+}
+
+std::vector<LayerSpec> LayersFromPython(const py::list& list) {
+  std::vector<LayerSpec> layers;
+  for (const py::handle& h : list) {
+    const py::tuple t = h.cast<py::tuple>();
+    LayerSpec l;
+    l.name = t[0].cast<std::string>();
+    l.shape = t[1].cast<std::vector<int64_t>>();
+    l.offset = t[2].cast<int64_t>();
+    layers.push_back(std::move(l));
+  }
+  return layers;
+}
+
+std::unique_ptr<Session> CreateSession(const py::dict& o,
+                                       const py::list& layers, int64_t total) {
+  SessionOptions s;
+  auto str = [&](const char* k, std::string* v) {
+    if (o.contains(k) && !o[k].is_none()) *v = o[k].cast<std::string>();
+  };
+  auto num = [&](const char* k, auto* v) {
+    if (o.contains(k) && !o[k].is_none()) {
+      *v = o[k].cast<std::remove_pointer_t<decltype(v)>>();
+    }
+  };
+  str("mode", &s.mode);
+  str("backend", &s.backend);
+  str("store_dir", &s.store_dir);
+  str("key_prefix", &s.key_prefix);
+  str("agent_socket", &s.agent_socket);
+  str("job_id", &s.job_id);
+  num("rank", &s.rank);
+  num("world_size", &s.world_size);
+  num("local_rank", &s.local_rank);
+  num("device", &s.device);
+  num("daemon_store", &s.daemon_store);
+  num("probe_interval", &s.probe_interval);
+  num("timeout_seconds", &s.timeout_seconds);
+  std::vector<LayerSpec> specs = LayersFromPython(layers);
+  py::gil_scoped_release release;  // rendezvous is collective
+  return ValueOrThrow(Session::Create(s, std::move(specs), total));
+}
+
+// A host array of exactly `n` floats, writable when `write`.
+float* HostFloats(FloatArray& a, int64_t n, bool write, const char* what) {
+  if (a.size() != n) {
+    throw py::value_error(absl::StrCat(what, ": expected ", n,
+                                       " float32 elements, got ", a.size()));
+  }
+  if (write && !a.writeable()) {
+    throw py::value_error(absl::StrCat(what, ": array is read-only"));
+  }
+  return write ? a.mutable_data() : const_cast<float*>(a.data());
+}
+
+py::dict Step(Session& s, float* flat) {
+  StepResult r;
+  {
+    py::gil_scoped_release release;
+    r = ValueOrThrow(s.Step(flat));
+  }
+  return TelemetryToPython(r.telemetry, r.seconds);
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_gift, m) {
+  m.doc() = "libgift bindings for the gift package (one Session per rank)";
+  py::class_<Session>(m, "Session")
+      .def(py::init(&CreateSession), py::arg("options"), py::arg("layers"),
+           py::arg("total_elements"))
+      .def_property_readonly("mode",
+                             [](const Session& s) { return s.options().mode; })
+      .def_property_readonly(
+          "total_elements",
+          [](const Session& s) { return s.base_plan().bucket_elements(); })
+      .def("wants_sketch", &Session::WantsSketch)
+      .def("sketch",
+           [](Session& s, const std::string& layer, FloatArray a) {
+             if (a.ndim() != 2) throw py::value_error("sketch: rows × d_in");
+             const float* p = HostFloats(a, a.size(), false, "sketch");
+             ThrowIfError(s.Sketch(layer, p, a.shape(0)));
+           })
+      .def("sketch_ptr",
+           [](Session& s, const std::string& layer, uintptr_t ptr,
+              int64_t rows) {
+             ThrowIfError(
+                 s.Sketch(layer, reinterpret_cast<const float*>(ptr), rows));
+           })
+      .def("step",
+           [](Session& s, FloatArray flat) {
+             return Step(s, HostFloats(flat, s.base_plan().bucket_elements(),
+                                       true, "step"));
+           })
+      .def("step_ptr",
+           [](Session& s, uintptr_t ptr) {
+             return Step(s, reinterpret_cast<float*>(ptr));
+           })
+      .def("attachment_stats",
+           [](const Session& s) {
+             return AttachmentStatsToPython(s.attachment_stats());
+           })
+      .def("current_epoch",
+           [](const Session& s) { return s.allreduce().current_epoch(); })
+      .def("base_plan",
+           [](const Session& s) { return PlanToPython(s.base_plan()); })
+      .def("add_plan",
+           [](Session& s, int64_t epoch, const std::vector<std::string>& l) {
+             ThrowIfError(s.AddPlan(epoch, l));
+           })
+      .def("put_factor",
+           [](Session& s, const std::string& layer, const py::dict& f) {
+             ThrowIfError(s.PutFactor(layer, FactorFromPython(f)));
+           })
+      .def("export_state",
+           [](const Session& s) {
+             return StateToPython(ValueOrThrow(s.ExportState()),
+                                  s.ExportFactors());
+           })
+      .def("import_state", [](Session& s, const py::dict& d) {
+        NamedFactors factors;
+        AllReduceState st = ValueOrThrow(StateFromPython(d, &factors));
+        ThrowIfError(s.ImportState(st, std::move(factors)));
+      });
+}
+
+}  // namespace gift::client::python

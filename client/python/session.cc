@@ -1,0 +1,183 @@
+#include "client/python/session.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "client/communicator_factory.h"
+#include "client/daemon_store.h"
+#include "common/status_macros.h"
+
+namespace gift::client::python {
+namespace {
+
+absl::Status CheckOptions(const SessionOptions& o) {
+  if (o.mode != "fp32" && o.mode != "bf16" && o.mode != "euclid" &&
+      o.mode != "gift") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gift: unknown mode '", o.mode, "' (fp32, bf16, euclid, gift)"));
+  }
+  if ((o.mode == "gift" || o.daemon_store) && o.job_id.empty()) {
+    return absl::InvalidArgumentError("gift: job_id must be set");
+  }
+  if (!o.daemon_store && o.store_dir.empty()) {
+    return absl::InvalidArgumentError(
+        "gift: store_dir must be set without the daemon store");
+  }
+  if (o.timeout_seconds <= 0 || o.probe_interval < 0) {
+    return absl::InvalidArgumentError(
+        "gift: timeout_seconds must be > 0 and probe_interval >= 0");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Session>> Session::Create(
+    const SessionOptions& options, std::vector<LayerSpec> layers,
+    int64_t total_elements) {
+  RETURN_IF_ERROR(CheckOptions(options));
+  ASSIGN_OR_RETURN(
+      BucketPlan base,
+      BucketPlan::Create(/*epoch=*/0, total_elements, std::move(layers)));
+  std::unique_ptr<Session> s(new Session(options, std::move(base)));
+  RETURN_IF_ERROR(s->Connect());
+  return s;
+}
+
+Session::~Session() {
+  // The attachment references the allreduce only inside calls; the
+  // allreduce references the communicator: tear down in reverse.
+  attachment_.reset();
+  allreduce_.reset();
+  comm_.reset();
+}
+
+absl::Status Session::Connect() {
+  const SessionOptions& o = options_;
+  if (o.daemon_store) {
+    ASSIGN_OR_RETURN(store_, DaemonStore::Connect(o.agent_socket, o.job_id));
+  } else {
+    ASSIGN_OR_RETURN(store_, FileStore::Create(o.store_dir));
+  }
+  prefixed_ = std::make_unique<PrefixStore>(absl::StrCat(o.key_prefix, "grad/"),
+                                            store_.get());
+  CommunicatorOptions c;
+  c.backend = o.backend;
+  c.rank = o.rank;
+  c.world_size = o.world_size;
+  c.store = prefixed_.get();
+  c.device = o.device;
+  c.timeout = absl::Seconds(o.timeout_seconds);
+  ASSIGN_OR_RETURN(comm_, CreateCommunicator(c));
+
+  QuantizedAllReduceOptions a;
+  a.probe_interval = o.probe_interval;
+  if (o.mode == "fp32") a.mode = AllReduceMode::kFp32;
+  if (o.mode == "bf16") a.mode = AllReduceMode::kBf16;
+  ASSIGN_OR_RETURN(allreduce_,
+                   QuantizedAllReduce::Create(comm_.get(), base_, a));
+  if (o.mode != "gift") return absl::OkStatus();
+  AttachmentOptions t;
+  t.agent_socket = o.agent_socket;
+  t.job_id = o.job_id;
+  t.rank = o.rank;
+  t.world_size = o.world_size;
+  t.local_rank = o.local_rank;
+  t.device_memory = device_memory();
+  t.device = o.device;
+  ASSIGN_OR_RETURN(attachment_, DaemonAttachment::Create(t, base_));
+  return absl::OkStatus();
+}
+
+bool Session::WantsSketch(const std::string& layer) const {
+  return attachment_ != nullptr && attachment_->WantsSketch(layer);
+}
+
+absl::Status Session::Sketch(const std::string& layer, const float* activations,
+                             int64_t rows) {
+  if (attachment_ == nullptr) return absl::OkStatus();
+  return attachment_->Sketch(layer, activations, rows);
+}
+
+absl::StatusOr<StepResult> Session::Step(float* flat) {
+  StepResult r;
+  const absl::Time start = absl::Now();
+  if (attachment_ != nullptr) {
+    RETURN_IF_ERROR(attachment_->BeforeStep(allreduce_.get(), &factors_));
+  }
+  RETURN_IF_ERROR(allreduce_->Run(flat, factors_, &r.telemetry));
+  r.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  if (attachment_ != nullptr) {
+    RETURN_IF_ERROR(
+        attachment_->AfterStep(*allreduce_, r.telemetry, r.seconds));
+  }
+  return r;
+}
+
+AttachmentStats Session::attachment_stats() const {
+  return attachment_ != nullptr ? attachment_->stats() : AttachmentStats();
+}
+
+absl::Status Session::AddPlan(int64_t epoch,
+                              const std::vector<std::string>& gift_layers) {
+  std::vector<LayerSpec> specs = base_.layers();
+  for (const std::string& name : gift_layers) {
+    const int i = base_.FindLayer(name);
+    if (i < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("AddPlan: unknown layer '", name, "'"));
+    }
+    specs[i].path = LayerPath::kGift;
+  }
+  ASSIGN_OR_RETURN(
+      BucketPlan plan,
+      BucketPlan::Create(epoch, base_.bucket_elements(), std::move(specs)));
+  return allreduce_->AddPlan(std::move(plan));
+}
+
+absl::Status Session::PutFactor(const std::string& layer, GiftFactor factor) {
+  const int i = base_.FindLayer(layer);
+  if (i < 0 || base_.layers()[i].shape.size() != 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("PutFactor: '", layer, "' is not a 2-D layer"));
+  }
+  RETURN_IF_ERROR(factor.Validate(base_.layers()[i].d_in()));
+  return factors_.Put(layer, std::move(factor));
+}
+
+absl::StatusOr<AllReduceState> Session::ExportState() const {
+  return allreduce_->ExportState();
+}
+
+std::vector<std::pair<std::string, GiftFactor>> Session::ExportFactors() const {
+  std::vector<std::pair<std::string, GiftFactor>> out;
+  for (const LayerSpec& l : base_.layers()) {
+    if (l.shape.size() != 2) continue;
+    for (int64_t v : factors_.Held(l.name)) {
+      out.emplace_back(l.name, *factors_.Find(l.name, v));
+    }
+  }
+  return out;
+}
+
+absl::Status Session::ImportState(
+    const AllReduceState& state,
+    std::vector<std::pair<std::string, GiftFactor>> factors) {
+  VersionedFactors held;
+  for (auto& [name, f] : factors) {
+    const int i = base_.FindLayer(name);
+    if (i < 0 || base_.layers()[i].shape.size() != 2) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("ImportState: factor of unknown layer '", name, "'"));
+    }
+    RETURN_IF_ERROR(f.Validate(base_.layers()[i].d_in()));
+    RETURN_IF_ERROR(held.Put(name, std::move(f)));
+  }
+  RETURN_IF_ERROR(allreduce_->ImportState(state));
+  factors_ = std::move(held);
+  return absl::OkStatus();
+}
+
+}  // namespace gift::client::python

@@ -1,0 +1,135 @@
+// One training rank's libgift session behind the Python package `gift`
+// (client/python/gift/__init__.py): the communicator, ONE bucket plan over
+// all of the model's trainable parameters (a flat buffer in the order the
+// Python side chooses), ONE QuantizedAllReduce over it, and in gift mode the
+// attachment to the local giftd. The Python comm hook gathers DDP's
+// GradBuckets into the flat buffer and calls Step once per iteration, when
+// the last bucket arrives (see __init__.py for why one flat plan).
+//
+//   SessionOptions o;
+//   o.mode = "gift";
+//   o.rank = 0; o.world_size = 2; o.store_dir = "/tmp/job/store";
+//   o.job_id = "job42";
+//   ASSIGN_OR_RETURN(auto s, Session::Create(o, layers, total_elements));
+//   if (s->WantsSketch("fc1")) RETURN_IF_ERROR(s->Sketch("fc1", x, rows));
+//   ASSIGN_OR_RETURN(StepResult r, s->Step(flat.data()));
+//
+// Modes: fp32, bf16 (QuantizedAllReduce modes of the same names), euclid
+// (fp8, every layer Euclidean, no factors, no daemon) and gift (fp8 with the
+// attachment: the daemon's plans and factors).
+// Thread safety: not thread-safe; the training thread only (the attachment
+// has its own thread).
+#ifndef GIFT_CLIENT_PYTHON_SESSION_H_
+#define GIFT_CLIENT_PYTHON_SESSION_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "client/bucket_plan.h"
+#include "client/communicator.h"
+#include "client/daemon_attachment.h"
+#include "client/quantized_allreduce.h"
+#include "client/store.h"
+#include "client/telemetry.h"
+#include "client/versioned_factors.h"
+
+namespace gift::client::python {
+
+struct SessionOptions {
+  // "fp32", "bf16", "euclid" or "gift". Default: gift.
+  std::string mode = "gift";
+  // "gloo" (host buffers) or "nccl" (device buffers). Default: gloo.
+  std::string backend = "gloo";
+  // REQUIRES: 0 <= rank < world_size.
+  int rank = -1;
+  int world_size = 0;
+  // Default: 0.
+  int local_rank = 0;
+  // CUDA device (nccl). Default: 0.
+  int device = 0;
+  // Rendezvous: through giftd's Agent socket when daemon_store, else a
+  // FileStore on store_dir (REQUIRES: empty at the start, the same for
+  // every rank). Keys are prefixed with key_prefix. Default: FileStore.
+  bool daemon_store = false;
+  std::string store_dir;
+  std::string key_prefix;
+  // giftd's Agent socket (gift mode and daemon_store). Default: the
+  // attachment's default ($GIFT_AGENT_SOCKET, else /tmp/gift/agent.sock).
+  std::string agent_socket;
+  // REQUIRES: not empty in gift mode or with daemon_store; the same on
+  // every rank.
+  std::string job_id;
+  // Default: 10. REQUIRES: >= 0.
+  int probe_interval = 10;
+  // Bound of rendezvous and of every collective. Default: 60 s.
+  double timeout_seconds = 60;
+};
+
+struct StepResult {
+  StepTelemetry telemetry;
+  double seconds = 0;  // wall time of BeforeStep + Run
+};
+
+class Session {
+ public:
+  // Collective (the communicator and the allreduce are created on every
+  // rank). `layers`: the flat buffer's layout (all Euclidean; 2-D layers
+  // are the candidates declared to the daemon).
+  static absl::StatusOr<std::unique_ptr<Session>> Create(
+      const SessionOptions& options, std::vector<LayerSpec> layers,
+      int64_t total_elements);
+  ~Session();
+
+  const SessionOptions& options() const { return options_; }
+  const BucketPlan& base_plan() const { return base_; }
+  bool device_memory() const { return options_.backend == "nccl"; }
+
+  bool WantsSketch(const std::string& layer) const;
+  // rows × d_in activations (host, or device memory with nccl).
+  absl::Status Sketch(const std::string& layer, const float* activations,
+                      int64_t rows);
+  // Averages the flat buffer (base_plan().bucket_elements() floats) in
+  // place across the ranks. Collective.
+  absl::StatusOr<StepResult> Step(float* flat);
+
+  // Attachment state (gift mode); attached == false otherwise.
+  AttachmentStats attachment_stats() const;
+  const QuantizedAllReduce& allreduce() const { return *allreduce_; }
+
+  // Offline use and tests (no daemon): a plan epoch with `gift_layers` on
+  // the GIFT path, and factors by hand. A daemon's later epochs must then
+  // exceed `epoch`.
+  absl::Status AddPlan(int64_t epoch,
+                       const std::vector<std::string>& gift_layers);
+  absl::Status PutFactor(const std::string& layer, GiftFactor factor);
+
+  // The allreduce's state and the factors held (every version of every
+  // 2-D layer), for checkpoints.
+  absl::StatusOr<AllReduceState> ExportState() const;
+  std::vector<std::pair<std::string, GiftFactor>> ExportFactors() const;
+  absl::Status ImportState(
+      const AllReduceState& state,
+      std::vector<std::pair<std::string, GiftFactor>> factors);
+
+ private:
+  Session(const SessionOptions& options, BucketPlan base)
+      : options_(options), base_(std::move(base)) {}
+  absl::Status Connect();
+
+  const SessionOptions options_;
+  const BucketPlan base_;
+  std::unique_ptr<Store> store_;
+  std::unique_ptr<PrefixStore> prefixed_;
+  std::unique_ptr<Communicator> comm_;
+  std::unique_ptr<QuantizedAllReduce> allreduce_;
+  std::unique_ptr<DaemonAttachment> attachment_;  // gift mode only
+  VersionedFactors factors_;
+};
+
+}  // namespace gift::client::python
+
+#endif  // GIFT_CLIENT_PYTHON_SESSION_H_

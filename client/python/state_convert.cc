@@ -1,0 +1,203 @@
+#include "client/python/state_convert.h"
+
+#include <pybind11/numpy.h>
+#include <pybind11/stl.h>
+
+#include <cstring>
+
+namespace gift::client::python {
+namespace {
+
+py::array_t<float> ToArray(const std::vector<float>& v) {
+  py::array_t<float> a(static_cast<py::ssize_t>(v.size()));
+  if (!v.empty()) std::memcpy(a.mutable_data(), v.data(), v.size() * 4);
+  return a;
+}
+
+std::vector<float> FromArray(const py::handle& h) {
+  auto a =
+      py::array_t<float, py::array::c_style | py::array::forcecast>::ensure(h);
+  if (!a) throw py::type_error("gift state: expected a float array");
+  return std::vector<float>(a.data(), a.data() + a.size());
+}
+
+}  // namespace
+
+py::dict FactorToPython(const GiftFactor& f) {
+  py::dict d;
+  d["version"] = f.version;
+  d["kind"] = f.kind == GiftTransform::kFull ? "full" : "low-rank";
+  d["d_in"] = f.d_in;
+  d["r"] = f.r;
+  d["u"] = ToArray(f.u);
+  d["c"] = ToArray(f.c);
+  d["c_inv"] = ToArray(f.c_inv);
+  d["t"] = ToArray(f.t);
+  d["t_inv"] = ToArray(f.t_inv);
+  return d;
+}
+
+GiftFactor FactorFromPython(const py::dict& d) {
+  GiftFactor f;
+  f.version = d["version"].cast<int64_t>();
+  f.kind = d["kind"].cast<std::string>() == "full" ? GiftTransform::kFull
+                                                   : GiftTransform::kLowRank;
+  f.d_in = d["d_in"].cast<int64_t>();
+  f.r = d["r"].cast<int64_t>();
+  f.u = FromArray(d["u"]);
+  f.c = FromArray(d["c"]);
+  f.c_inv = FromArray(d["c_inv"]);
+  if (d.contains("t")) f.t = FromArray(d["t"]);
+  if (d.contains("t_inv")) f.t_inv = FromArray(d["t_inv"]);
+  return f;
+}
+
+py::dict PlanToPython(const BucketPlan& plan) {
+  py::list layers;
+  for (const LayerSpec& l : plan.layers()) {
+    py::dict d;
+    d["name"] = l.name;
+    d["shape"] = l.shape;
+    d["offset"] = l.offset;
+    d["path"] = static_cast<int>(l.path);
+    d["transform"] = static_cast<int>(l.transform);
+    d["format"] = static_cast<int>(l.format);
+    d["block_size"] = l.block_size;
+    layers.append(d);
+  }
+  py::dict d;
+  d["epoch"] = plan.epoch();
+  d["bucket_elements"] = plan.bucket_elements();
+  d["layers"] = layers;
+  return d;
+}
+
+absl::StatusOr<BucketPlan> PlanFromPython(const py::dict& d) {
+  std::vector<LayerSpec> layers;
+  for (const py::handle& h : d["layers"].cast<py::list>()) {
+    const py::dict l = h.cast<py::dict>();
+    LayerSpec s;
+    s.name = l["name"].cast<std::string>();
+    s.shape = l["shape"].cast<std::vector<int64_t>>();
+    s.offset = l["offset"].cast<int64_t>();
+    s.path = static_cast<LayerPath>(l["path"].cast<int>());
+    s.transform = static_cast<GiftTransform>(l["transform"].cast<int>());
+    s.format = static_cast<kernels::Fp8Format>(l["format"].cast<int>());
+    s.block_size = l["block_size"].cast<int64_t>();
+    layers.push_back(std::move(s));
+  }
+  return BucketPlan::Create(d["epoch"].cast<int64_t>(),
+                            d["bucket_elements"].cast<int64_t>(),
+                            std::move(layers));
+}
+
+py::dict StateToPython(const AllReduceState& s, const NamedFactors& factors) {
+  py::dict d;
+  d["step"] = s.step;
+  d["current_epoch"] = s.current_epoch;
+  py::list plans, gift, owner, held;
+  for (const BucketPlan& p : s.plans) plans.append(PlanToPython(p));
+  for (const AllReduceState::GiftLayer& l : s.gift_layers) {
+    py::dict g;
+    g["name"] = l.name;
+    g["residual"] = ToArray(l.residual);
+    g["factor"] = l.has_factor ? py::object(FactorToPython(l.factor))
+                               : py::object(py::none());
+    g["owner_version"] = l.owner_version;
+    gift.append(g);
+  }
+  for (const std::vector<float>& r : s.owner_residuals)
+    owner.append(ToArray(r));
+  for (const auto& [name, f] : factors) {
+    held.append(py::make_tuple(name, FactorToPython(f)));
+  }
+  d["plans"] = plans;
+  d["gift_layers"] = gift;
+  d["owner_residuals"] = owner;
+  d["factors"] = held;
+  return d;
+}
+
+absl::StatusOr<AllReduceState> StateFromPython(const py::dict& d,
+                                               NamedFactors* factors) {
+  AllReduceState s;
+  s.step = d["step"].cast<int64_t>();
+  s.current_epoch = d["current_epoch"].cast<int64_t>();
+  for (const py::handle& h : d["plans"].cast<py::list>()) {
+    absl::StatusOr<BucketPlan> p = PlanFromPython(h.cast<py::dict>());
+    if (!p.ok()) return p.status();
+    s.plans.push_back(*std::move(p));
+  }
+  for (const py::handle& h : d["gift_layers"].cast<py::list>()) {
+    const py::dict g = h.cast<py::dict>();
+    AllReduceState::GiftLayer l;
+    l.name = g["name"].cast<std::string>();
+    l.residual = FromArray(g["residual"]);
+    l.has_factor = !g["factor"].is_none();
+    if (l.has_factor) l.factor = FactorFromPython(g["factor"].cast<py::dict>());
+    l.owner_version = g["owner_version"].cast<int64_t>();
+    s.gift_layers.push_back(std::move(l));
+  }
+  for (const py::handle& h : d["owner_residuals"].cast<py::list>()) {
+    s.owner_residuals.push_back(FromArray(h));
+  }
+  factors->clear();
+  for (const py::handle& h : d["factors"].cast<py::list>()) {
+    const py::tuple t = h.cast<py::tuple>();
+    factors->emplace_back(t[0].cast<std::string>(),
+                          FactorFromPython(t[1].cast<py::dict>()));
+  }
+  return s;
+}
+
+py::dict TelemetryToPython(const StepTelemetry& t, double seconds) {
+  py::list layers;
+  for (const LayerTelemetry& l : t.layers) {
+    py::dict d;
+    d["name"] = l.name;
+    d["path"] = LayerPathName(l.path);
+    d["factor_version"] = l.factor_version;
+    d["n"] = l.local.n;
+    d["upper"] = l.local.upper;
+    d["lower"] = l.local.lower;
+    d["nonfinite"] = l.local.nonfinite;
+    d["rel_l2"] =
+        l.local.x_sq > 0 ? std::sqrt(l.local.err_sq / l.local.x_sq) : 0.0;
+    d["nonfinite_result"] = l.nonfinite_result;
+    d["probed"] = l.probed;
+    d["probe_euclid_rel_l2"] = l.probe_euclid_rel_l2;
+    d["probe_gift_rel_l2"] = l.probe_gift_rel_l2;
+    layers.append(d);
+  }
+  py::dict d;
+  d["step"] = t.step;
+  d["plan_epoch"] = t.plan_epoch;
+  d["probe_step"] = t.probe_step;
+  d["nonfinite_layers"] = t.nonfinite_layers;
+  d["bytes_euclid"] = t.bytes_euclid;
+  d["bytes_gift"] = t.bytes_gift;
+  d["bytes_control"] = t.bytes_control;
+  d["transform_seconds"] = t.transform_seconds;
+  d["seconds"] = seconds;
+  d["layers"] = layers;
+  return d;
+}
+
+py::dict AttachmentStatsToPython(const AttachmentStats& s) {
+  py::dict d;
+  d["attached"] = s.attached;
+  d["attaches"] = s.attaches;
+  d["detaches"] = s.detaches;
+  d["plans_applied"] = s.plans_applied;
+  d["factors_received"] = s.factors_received;
+  d["stale_drops"] = s.stale_drops;
+  d["windows_closed"] = s.windows_closed;
+  d["windows_skipped"] = s.windows_skipped;
+  d["current_epoch"] = s.current_epoch;
+  d["current_refresh_interval"] = s.current_refresh_interval;
+  d["daemon_instance"] = s.daemon_instance;
+  d["last_error"] = s.last_error;
+  return d;
+}
+
+}  // namespace gift::client::python

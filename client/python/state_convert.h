@@ -1,0 +1,46 @@
+// Conversions between libgift's checkpoint state (AllReduceState, plans,
+// GIFT factors, telemetry) and plain Python objects (dicts, lists, ints,
+// floats, strings and float32 numpy arrays), so that GiftState.state_dict()
+// can be pickled or torch.save-d without this extension.
+//
+//   py::dict d = StateToPython(*session->ExportState(), factors);
+//   ASSIGN_OR_RETURN(auto state, StateFromPython(d, &factors));
+//
+// Thread safety: needs the GIL.
+#ifndef GIFT_CLIENT_PYTHON_STATE_CONVERT_H_
+#define GIFT_CLIENT_PYTHON_STATE_CONVERT_H_
+
+#include <pybind11/pybind11.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "client/daemon_attachment.h"
+#include "client/quantized_allreduce.h"
+
+namespace gift::client::python {
+
+namespace py = pybind11;
+
+using NamedFactors = std::vector<std::pair<std::string, GiftFactor>>;
+
+py::dict FactorToPython(const GiftFactor& f);
+GiftFactor FactorFromPython(const py::dict& d);  // throws on bad input
+
+py::dict PlanToPython(const BucketPlan& plan);
+absl::StatusOr<BucketPlan> PlanFromPython(const py::dict& d);
+
+py::dict StateToPython(const AllReduceState& state,
+                       const NamedFactors& factors);
+// Throws (KeyError / TypeError) on a malformed dict.
+absl::StatusOr<AllReduceState> StateFromPython(const py::dict& d,
+                                               NamedFactors* factors);
+
+py::dict TelemetryToPython(const StepTelemetry& t, double seconds);
+py::dict AttachmentStatsToPython(const AttachmentStats& s);
+
+}  // namespace gift::client::python
+
+#endif  // GIFT_CLIENT_PYTHON_STATE_CONVERT_H_

@@ -1,0 +1,84 @@
+"""Shared pieces of the gift package tests: a tiny MLP, deterministic data
+per (rank, step), a two-process gloo job, and parameter checks."""
+
+import os
+import tempfile
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch import nn
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+WORLD = 2
+BATCH, D_IN, D_OUT = 48, 32, 16
+
+
+def make_model(seed=0):
+    torch.manual_seed(seed)
+    return nn.Sequential(nn.Linear(D_IN, 128), nn.ReLU(), nn.Linear(128, 64),
+                         nn.ReLU(), nn.Linear(64, D_OUT))
+
+
+def batch(rank, step):
+    g = torch.Generator().manual_seed(1000 * step + rank)
+    x = torch.randn(BATCH, D_IN, generator=g)
+    # Correlated inputs (a decaying spectrum), so whitening has structure.
+    x = x * torch.pow(torch.tensor(0.85), torch.arange(D_IN).float())
+    return x, torch.randn(BATCH, D_OUT, generator=g)
+
+
+def train_step(ddp, opt, rank, step):
+    x, y = batch(rank, step)
+    opt.zero_grad()
+    nn.functional.mse_loss(ddp(x), y).backward()
+    opt.step()
+
+
+def wrap(model):
+    # Small buckets (the first one too, which DDP caps at 1 MiB by default):
+    # after DDP's rebuild (iteration 1) the gradients come in several
+    # buckets; iteration 0 has one.
+    dist._DEFAULT_FIRST_BUCKET_BYTES = 8192
+    return DDP(model, bucket_cap_mb=0.01)
+
+
+def flat_params(model):
+    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+
+
+def assert_same_on_all_ranks(model):
+    mine = flat_params(model)
+    all_ = [torch.empty_like(mine) for _ in range(dist.get_world_size())]
+    dist.all_gather(all_, mine)
+    for other in all_:
+        assert torch.equal(other, mine), "parameters differ across ranks"
+
+
+def _entry(rank, fn, init_file, args):
+    dist.init_process_group("gloo", init_method=f"file://{init_file}",
+                            rank=rank, world_size=WORLD)
+    try:
+        fn(rank, *args)
+    finally:
+        dist.destroy_process_group()
+
+
+def spawn(fn, *args):
+    """Runs fn(rank, *args) in WORLD processes of a fresh gloo group."""
+    with tempfile.TemporaryDirectory() as d:
+        # fork: the children inherit the imported torch (a fresh interpreter
+        # takes seconds to import it); the parent never starts CUDA or gloo.
+        mp.start_processes(_entry, args=(fn, os.path.join(d, "init"), args),
+                           nprocs=WORLD, join=True, start_method="fork")
+
+
+def lowrank_factor(d_in, r, version, seed):
+    """T = I + U diag(c) Uᵀ with orthonormal U, and its exact inverse."""
+    g = torch.Generator().manual_seed(seed)
+    u, _ = torch.linalg.qr(torch.randn(d_in, r, generator=g,
+                                       dtype=torch.float64))
+    c = torch.linspace(2.0, 0.5, r, dtype=torch.float64)
+    return {"version": version, "kind": "low-rank", "d_in": d_in, "r": r,
+            "u": u.float().numpy().reshape(-1), "c": c.float().numpy(),
+            "c_inv": (-c / (1 + c)).float().numpy()}

@@ -1,0 +1,99 @@
+"""gift mode against a real giftd (started here on a temporary socket): the
+ranks rendezvous through the daemon, attach, feed activation sketches from
+the forward hooks; a layer pinned with giftctl gets factors and takes the
+GIFT path on both ranks in the same steps, and parameters stay identical
+across ranks. Skipped when giftd/giftctl were not given ($GIFTD, $GIFTCTL).
+"""
+
+import os
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import gift
+import gift_testutil as u
+
+PINNED = "2"  # the middle Linear (128 -> 64)
+MAX_STEPS = 60
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _worker(rank, sock, control):
+    ddp = u.wrap(u.make_model())
+    state = gift.init(ddp, mode="gift", agent_socket=sock, job_id="pytest",
+                      sketch_rows=64, probe_interval=2)
+    ddp.register_comm_hook(state, gift.comm_hook)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
+    deadline = time.monotonic() + 20
+    while not state.stats()["attachment"]["attached"]:
+        assert time.monotonic() < deadline, state.stats()["attachment"]
+        time.sleep(0.02)
+    dist.barrier()
+    if rank == 0:
+        r = subprocess.run([os.environ["GIFTCTL"], "--address", control, "pin",
+                            PINNED], capture_output=True, text=True, timeout=10)
+        assert r.returncode == 0, r.stderr
+    dist.barrier()
+    gift_steps = 0
+    for s in range(MAX_STEPS):
+        u.train_step(ddp, opt, rank, s)
+        u.assert_same_on_all_ranks(ddp)
+        path = [l["path"] for l in state.last_telemetry["layers"]
+                if l["name"] == PINNED][0]
+        flag = torch.tensor([1 if path == "gift" else 0])
+        both = [torch.zeros_like(flag) for _ in range(u.WORLD)]
+        dist.all_gather(both, flag)
+        assert both[0].item() == both[1].item(), "ranks took different paths"
+        gift_steps += int(flag.item())
+        if gift_steps >= 3:
+            break
+        time.sleep(0.02)  # let the daemon's refresher keep up
+    att = state.stats()["attachment"]
+    assert gift_steps >= 3, f"pinned layer never went GIFT: {att}"
+    assert att["attached"] and att["factors_received"] > 0 \
+        and att["windows_closed"] > 0, att
+    state.remove_hooks()
+
+
+@pytest.mark.skipif(not os.environ.get("GIFTD") or not os.environ.get("GIFTCTL"),
+                    reason="GIFTD / GIFTCTL not set")
+def test_pinned_layer_goes_gift():
+    with tempfile.TemporaryDirectory() as d:
+        sock = os.path.join(d, "agent.sock")
+        control = f"127.0.0.1:{_free_port()}"
+        log = open(os.path.join(d, "giftd.log"), "w")
+        p = subprocess.Popen(
+            [os.environ["GIFTD"], f"--agent-socket={sock}",
+             f"--control-address={control}", "--metrics-address=",
+             f"--shm-prefix=/giftpy-{os.getpid()}x", "--refresh-interval=4",
+             "--rank=8", "--poll-interval-ms=10",
+             "--heartbeat-interval-ms=50", "--refresh-threads=1"],
+            stdout=log, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + 20
+            while not os.path.exists(sock):
+                assert p.poll() is None and time.monotonic() < deadline, \
+                    open(os.path.join(d, "giftd.log")).read()
+                time.sleep(0.02)
+            u.spawn(_worker, sock, control)
+        except BaseException:
+            print(open(os.path.join(d, "giftd.log")).read())
+            raise
+        finally:
+            p.send_signal(signal.SIGTERM)
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+            log.close()
