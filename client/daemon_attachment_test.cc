@@ -55,6 +55,7 @@ struct Record {
   int64_t version;
   bool attached;
   int64_t attaches;
+  bool full;  // the factor used is a `full` (dense) one
 };
 
 class Giftd {
@@ -105,86 +106,117 @@ class Giftd {
   std::unique_ptr<daemon::GrpcServer> server_;
 };
 
-TEST(DaemonAttachmentTest, FollowsDaemonThroughDeathAndRestart) {
-  char dir[] = "/tmp/gift_attach_XXXXXX";
-  ASSERT_NE(::mkdtemp(dir), nullptr);
-  const std::string socket = absl::StrCat(dir, "/agent.sock");
-  const std::string prefix = absl::StrCat("/gift-atest", ::getpid());
-  auto giftd = std::make_unique<Giftd>(socket, prefix);
+// Two Gloo ranks in threads training the layers "w" (GIFT-capable) and "b"
+// against the giftd on `socket`, recording every step, until Stop().
+class TwoRanks {
+ public:
+  explicit TwoRanks(const std::string& socket)
+      : records_(2), thread_([this, socket] { Run(socket); }) {}
+  ~TwoRanks() { Stop(); }
 
-  absl::Mutex mu;
-  std::vector<std::vector<Record>> records(2);
-  std::atomic<bool> done{false};
-  std::atomic<int> failures{0};
-
-  std::thread ranks([&] {
-    RunThreadRanks(2, [&](Communicator& comm) {
-      std::vector<LayerSpec> layers = {
-          {.name = "w", .shape = {kOut, kIn}, .offset = 0},
-          {.name = "b", .shape = {kOut}, .offset = kOut * kIn}};
-      auto plan = BucketPlan::Create(0, kOut * kIn + kOut, layers);
-      ASSERT_OK(plan);
-      AttachmentOptions o;
-      o.agent_socket = socket;
-      o.job_id = "attach-test";
-      o.rank = comm.rank();
-      o.world_size = 2;
-      o.retry_interval = absl::Milliseconds(50);
-      auto att = DaemonAttachment::Create(o, *plan);
-      ASSERT_OK(att);
-      QuantizedAllReduceOptions qo;
-      qo.probe_interval = 2;
-      auto ar = QuantizedAllReduce::Create(&comm, *plan, qo);
-      ASSERT_OK(ar);
-      VersionedFactors factors;
-      std::vector<float> acts, bucket;
-      for (int64_t step = 0; !done && step < 20000; ++step) {
-        MakeStep(comm.rank(), step, &acts, &bucket);
-        if ((*att)->WantsSketch("w")) {
-          ASSERT_OK((*att)->Sketch("w", acts.data(), kRows));
-        }
-        ASSERT_OK((*att)->BeforeStep(ar->get(), &factors));
-        StepTelemetry t;
-        absl::Status st = (*ar)->Run(bucket.data(), factors, &t);
-        if (!st.ok()) {
-          ++failures;
-          ADD_FAILURE() << st;
-          return;
-        }
-        ASSERT_OK((*att)->AfterStep(**ar, t, 0.001));
-        const AttachmentStats s = (*att)->stats();
-        absl::MutexLock lock(&mu);
-        records[comm.rank()].push_back({t.layers[0].path,
-                                        t.layers[0].factor_version, s.attached,
-                                        s.attaches});
-        absl::SleepFor(absl::Milliseconds(2));
-      }
-    });
-  });
-  auto wait_for = [&](const std::function<bool(const Record&)>& pred) {
+  void Stop() {
+    done_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+  int failures() const { return failures_; }
+  // Waits (60 s at most) until the newest record of both ranks satisfies
+  // `pred`.
+  bool WaitFor(const std::function<bool(const Record&)>& pred) {
     const absl::Time deadline = absl::Now() + absl::Seconds(60);
-    while (absl::Now() < deadline && failures == 0) {
+    while (absl::Now() < deadline && failures_ == 0) {
       {
-        absl::MutexLock lock(&mu);
-        if (!records[0].empty() && !records[1].empty() &&
-            pred(records[0].back()) && pred(records[1].back())) {
+        absl::MutexLock lock(&mu_);
+        if (!records_[0].empty() && !records_[1].empty() &&
+            pred(records_[0].back()) && pred(records_[1].back())) {
           return true;
         }
       }
       absl::SleepFor(absl::Milliseconds(10));
     }
     return false;
+  }
+  std::vector<std::vector<Record>> records() {
+    absl::MutexLock lock(&mu_);
+    return records_;
+  }
+
+ private:
+  void Run(const std::string& socket) {
+    RunThreadRanks(2, [&](Communicator& comm) { Rank(socket, comm); });
+  }
+  void Rank(const std::string& socket, Communicator& comm) {
+    std::vector<LayerSpec> layers = {
+        {.name = "w", .shape = {kOut, kIn}, .offset = 0},
+        {.name = "b", .shape = {kOut}, .offset = kOut * kIn}};
+    auto plan = BucketPlan::Create(0, kOut * kIn + kOut, layers);
+    ASSERT_OK(plan);
+    AttachmentOptions o;
+    o.agent_socket = socket;
+    o.job_id = "attach-test";
+    o.rank = comm.rank();
+    o.world_size = 2;
+    o.retry_interval = absl::Milliseconds(50);
+    auto att = DaemonAttachment::Create(o, *plan);
+    ASSERT_OK(att);
+    QuantizedAllReduceOptions qo;
+    qo.probe_interval = 2;
+    auto ar = QuantizedAllReduce::Create(&comm, *plan, qo);
+    ASSERT_OK(ar);
+    VersionedFactors factors;
+    std::vector<float> acts, bucket;
+    for (int64_t step = 0; step < 20000; ++step) {
+      // Both ranks stop after the same step, or one would wait for the
+      // other in a collective.
+      int64_t stop = done_ ? 1 : 0;
+      ASSERT_OK(
+          comm.AllReduce(&stop, &stop, 1, DataType::kInt64, ReduceOp::kMax));
+      if (stop != 0) break;
+      MakeStep(comm.rank(), step, &acts, &bucket);
+      if ((*att)->WantsSketch("w")) {
+        ASSERT_OK((*att)->Sketch("w", acts.data(), kRows));
+      }
+      ASSERT_OK((*att)->BeforeStep(ar->get(), &factors));
+      StepTelemetry t;
+      absl::Status st = (*ar)->Run(bucket.data(), factors, &t);
+      if (!st.ok()) {
+        ++failures_;
+        ADD_FAILURE() << st;
+        return;
+      }
+      ASSERT_OK((*att)->AfterStep(**ar, t, 0.001));
+      const AttachmentStats s = (*att)->stats();
+      const GiftFactor* used = factors.Find("w", t.layers[0].factor_version);
+      absl::MutexLock lock(&mu_);
+      records_[comm.rank()].push_back(
+          {t.layers[0].path, t.layers[0].factor_version, s.attached, s.attaches,
+           used != nullptr && used->kind == GiftTransform::kFull});
+      absl::SleepFor(absl::Milliseconds(2));
+    }
+  }
+
+  absl::Mutex mu_;
+  std::vector<std::vector<Record>> records_ ABSL_GUARDED_BY(mu_);
+  std::atomic<bool> done_{false};
+  std::atomic<int> failures_{0};
+  std::thread thread_;  // last: started once the rest is set up
+};
+
+TEST(DaemonAttachmentTest, FollowsDaemonThroughDeathAndRestart) {
+  char dir[] = "/tmp/gift_attach_XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const std::string socket = absl::StrCat(dir, "/agent.sock");
+  const std::string prefix = absl::StrCat("/gift-atest", ::getpid());
+  auto giftd = std::make_unique<Giftd>(socket, prefix);
+  TwoRanks ranks(socket);
+  auto wait_for = [&](const std::function<bool(const Record&)>& pred) {
+    return ranks.WaitFor(pred);
   };
 
   giftd->Pin("w");
   EXPECT_TRUE(wait_for([](const Record& r) {
     return r.path == LayerPath::kGift && r.version >= 1;
   })) << "the pinned layer never took the GIFT path";
-  int64_t old_version;
-  {
-    absl::MutexLock lock(&mu);
-    old_version = records[0].back().version;
-  }
+  const int64_t old_version = ranks.records()[0].back().version;
   giftd.reset();  // the daemon dies
   EXPECT_TRUE(wait_for([](const Record& r) {
     return !r.attached && r.path == LayerPath::kEuclid;
@@ -196,11 +228,11 @@ TEST(DaemonAttachmentTest, FollowsDaemonThroughDeathAndRestart) {
     return r.attached && r.attaches == 2 && r.path == LayerPath::kGift &&
            r.version > old_version;
   })) << "the restarted daemon was not re-adopted";
-  done = true;
-  ranks.join();
+  ranks.Stop();
   giftd.reset();
 
-  ASSERT_EQ(failures, 0);
+  ASSERT_EQ(ranks.failures(), 0);
+  const std::vector<std::vector<Record>> records = ranks.records();
   // Both ranks took the same path with the same version in every step.
   const size_t n = std::min(records[0].size(), records[1].size());
   for (size_t i = 0; i < n; ++i) {
@@ -210,6 +242,34 @@ TEST(DaemonAttachmentTest, FollowsDaemonThroughDeathAndRestart) {
   auto left = shm::ListPosixObjects(prefix + "-");
   ASSERT_OK(left);
   EXPECT_TRUE(left->empty());
+}
+
+// The `full` transform: giftd gives the layer a full region, the ranks
+// accumulate Σaᵀa there, and the dense factor (A + τI)^(-1/2) it computes
+// is what both ranks whiten with.
+TEST(DaemonAttachmentTest, FullTransformRefreshesFromTheAccumulatedMoment) {
+  char dir[] = "/tmp/gift_attach_XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const std::string socket = absl::StrCat(dir, "/agent.sock");
+  const std::string prefix = absl::StrCat("/gift-ftest", ::getpid());
+  auto giftd = std::make_unique<Giftd>(socket, prefix);
+  TwoRanks ranks(socket);
+  giftd->Pin("w");
+  v1::SetLayerPolicyRequest full;
+  full.set_layer("w");
+  full.mutable_settings()->set_transform(v1::TRANSFORM_FULL);
+  ASSERT_OK(giftd->core().SetLayerPolicy(full));
+  EXPECT_TRUE(ranks.WaitFor([](const Record& r) {
+    return r.path == LayerPath::kGift && r.full;
+  })) << "no full factor reached the ranks";
+  ranks.Stop();
+  ASSERT_EQ(ranks.failures(), 0);
+  const std::vector<std::vector<Record>> records = ranks.records();
+  const size_t n = std::min(records[0].size(), records[1].size());
+  for (size_t i = 0; i < n; ++i) {
+    EXPECT_EQ(records[0][i].version, records[1][i].version) << "step " << i;
+    EXPECT_EQ(records[0][i].full, records[1][i].full) << "step " << i;
+  }
 }
 
 TEST(DaemonStoreTest, RendezvousThroughTheDaemon) {
