@@ -1,7 +1,6 @@
 // DaemonAttachment's per-step work on the training thread: plans, factors,
 // staleness, sketches, windows and telemetry.
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -197,9 +196,8 @@ void DaemonAttachment::Impl::WriteTelemetry(const StepTelemetry& t,
     c.x_sq += q.x_sq;
     c.xhat_x += q.xhat_x;
     if (q.x_sq > 0) {
-      c.rel_l2_sum += std::sqrt(q.err_sq / q.x_sq);
-      const double xhat_sq = std::max(0.0, q.err_sq - q.x_sq + 2 * q.xhat_x);
-      c.cosine_sum += xhat_sq > 0 ? q.xhat_x / std::sqrt(q.x_sq * xhat_sq) : 1;
+      c.rel_l2_sum += q.RelL2();
+      c.cosine_sum += q.Cosine();
     }
     if (lt.probed) {
       ++c.probes;

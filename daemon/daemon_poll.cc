@@ -1,7 +1,6 @@
 // The poll cycle of giftd: telemetry → metrics and selector → plan;
 // closed sketch windows → refresher → factor slots.
 #include <algorithm>
-#include <cmath>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -9,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "daemon/daemon.h"
 #include "daemon/log.h"
+#include "kernels/quantize.h"
 
 namespace gift::daemon {
 
@@ -35,13 +35,16 @@ int64_t Daemon::SlowestStep() const {
 
 namespace {
 
-// RelL2 and cosine of a round trip from its error sums.
+// RelL2 and cosine of a round trip from its error sums (the kernels'
+// definitions).
 void RoundTrip(double err_sq, double x_sq, double xhat_x, double* rel_l2,
                double* cosine) {
-  *rel_l2 = x_sq > 0 ? std::sqrt(err_sq / x_sq) : 0;
-  // ‖x̂‖² = err² − ‖x‖² + 2 x̂·x.
-  const double xhat_sq = std::max(0.0, err_sq - x_sq + 2 * xhat_x);
-  *cosine = x_sq > 0 && xhat_sq > 0 ? xhat_x / std::sqrt(x_sq * xhat_sq) : 1;
+  kernels::QuantizeStats q;
+  q.err_sq = err_sq;
+  q.x_sq = x_sq;
+  q.xhat_x = xhat_x;
+  *rel_l2 = q.RelL2();
+  *cosine = q.Cosine();
 }
 
 }  // namespace

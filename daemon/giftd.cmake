@@ -11,7 +11,7 @@ add_library(gift_daemon
 )
 target_link_libraries(gift_daemon
   PUBLIC gift_proto gift_shm gift_selector gift_factor_builder
-         gift_daemon_config gift_metrics absl::synchronization absl::time
+         gift_daemon_config gift_metrics gift_kernels absl::synchronization absl::time
          absl::str_format Threads::Threads)
 
 add_executable(giftd giftd_main.cc thread_stack_floor.cc)
