@@ -89,12 +89,7 @@ void Daemon::PollLoop() {
 
 std::vector<std::string> Daemon::Labels(
     std::initializer_list<std::string> extra) const {
-  std::vector<std::string> v;
-  {
-    // job_id_ is read without the lock only by callers holding it.
-    v.push_back(job_id_);
-  }
-  v.push_back(config_.node);
+  std::vector<std::string> v = {job_id_, config_.node};
   v.insert(v.end(), extra.begin(), extra.end());
   return v;
 }
