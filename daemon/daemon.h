@@ -161,8 +161,9 @@ class Daemon : public DaemonCore {
   absl::Status ValidateLayerSettings(const Layer& l,
                                      const v1::LayerSettings& s) const;
 
-  std::vector<std::string> Labels(
-      std::initializer_list<std::string> extra) const;
+  // {job_id, node, extra...}: the label values of a metric series.
+  std::vector<std::string> Labels(std::initializer_list<std::string> extra)
+      const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const DaemonConfig config_;
   const std::string instance_;
