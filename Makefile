@@ -1,7 +1,9 @@
 # GIFT sidecar — top-level entry points. Everything goes through CMake; this
 # file only sequences install → configure → build → run.
 #
-#   make demo    install what is missing, build, run the main job (CPU)
+#   make demo    install what is missing, build, run the main job (CPU):
+#                giftd + 4 ranks training a tiny Llama (examples/demo.py)
+#   make fidelity  the offline FP8 fidelity report on the committed gradients
 #   make test    install what is missing, build, run every test (ctest)
 #   make bench   build and run the benchmarks (figures, no assertions)
 #   make format  clang-format every C++/CUDA file in place
@@ -14,7 +16,7 @@ PYTHON := /usr/bin/python3
 CMAKE_FLAGS ?=
 CTEST_FLAGS ?=
 
-.PHONY: all deps configure build demo test bench format format-check data clean
+.PHONY: all deps configure build demo fidelity test bench format format-check data clean
 
 all: build
 
@@ -33,6 +35,9 @@ build: deps $(BUILD_DIR)/CMakeCache.txt
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 
 demo: build
+	$(PYTHON) examples/demo.py --build $(BUILD_DIR)
+
+fidelity: build
 	$(PYTHON) tools/fidelity_report.py --bin $(BUILD_DIR)/tools/gift-fidelity --data tests/data
 
 test: build

@@ -100,6 +100,8 @@ struct DaemonAttachment::Impl {
   std::map<int64_t, shm::PlanView> plans ABSL_GUARDED_BY(mu);  // by epoch
   int64_t newest_epoch ABSL_GUARDED_BY(mu);  // highest epoch given to AddPlan
   int64_t step ABSL_GUARDED_BY(mu) = 0;      // steps completed
+  // options.resume.gift_layers went to a daemon (they are sent once).
+  bool resume_registered ABSL_GUARDED_BY(mu) = false;
   int64_t staleness_limit ABSL_GUARDED_BY(mu);
   int heartbeat_ms ABSL_GUARDED_BY(mu) = 1000;
   shm::StepCounters totals ABSL_GUARDED_BY(mu){};

@@ -56,7 +56,8 @@ absl::Status CheckOptions(const AttachmentOptions& o) {
 DaemonAttachment::Impl::Impl(const AttachmentOptions& o, BucketPlan b)
     : options(o),
       base(std::move(b)),
-      newest_epoch(base.epoch()),
+      newest_epoch(std::max(base.epoch(), o.resume.plan_epoch)),
+      step(o.resume.step),
       staleness_limit(o.staleness_limit) {
   for (size_t i = 0; i < base.layers().size(); ++i) {
     const LayerSpec& l = base.layers()[i];
@@ -64,6 +65,11 @@ DaemonAttachment::Impl::Impl(const AttachmentOptions& o, BucketPlan b)
     LayerState s;
     s.plan_index = static_cast<int>(i);
     s.d_in = l.d_in();
+    if (auto it = o.resume.factor_versions.find(l.name);
+        it != o.resume.factor_versions.end()) {
+      s.newest_received = it->second;
+      s.window_end[it->second] = o.resume.step;
+    }
     by_name[l.name] = static_cast<int>(layers.size());
     layers.push_back(std::move(s));
   }
@@ -78,6 +84,17 @@ absl::StatusOr<std::unique_ptr<DaemonAttachment>> DaemonAttachment::Create(
   if (o.agent_socket.empty()) o.agent_socket = DefaultSocket();
   RETURN_IF_ERROR(CheckOptions(o));
   auto impl = std::make_unique<Impl>(o, base);
+  std::vector<std::string> named = o.resume.gift_layers;
+  for (const auto& [name, version] : o.resume.factor_versions) {
+    named.push_back(name);
+  }
+  for (const std::string& name : named) {
+    if (impl->by_name.count(name) == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("attachment: resume names '", name,
+                       "', not a 2-D layer of the plan"));
+    }
+  }
   Impl* p = impl.get();
   std::unique_ptr<DaemonAttachment> a(new DaemonAttachment(std::move(impl)));
   p->TryAttach();  // one synchronous try, so a running daemon is used at once
@@ -164,6 +181,11 @@ v1::RegisterRequest DaemonAttachment::Impl::MakeRegisterRequest() {
   }
   r.set_last_plan_epoch(newest_epoch);
   r.set_step(step);
+  if (!resume_registered) {
+    for (const std::string& name : options.resume.gift_layers) {
+      r.add_resumed_gift_layers(name);
+    }
+  }
   return r;
 }
 
@@ -222,6 +244,7 @@ void DaemonAttachment::Impl::TryAttach() {
     return;
   }
   mapping = *std::move(m);
+  resume_registered = true;  // a later daemon learns the paths by itself
   heartbeat_ms = std::max(10, resp.heartbeat_interval_ms());
   for (LayerState& s : layers) {
     // Windows and Ω belong to a daemon instance; counters to a control block.

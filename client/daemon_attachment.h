@@ -32,8 +32,10 @@
 #define GIFT_CLIENT_DAEMON_ATTACHMENT_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -67,6 +69,20 @@ struct AttachmentOptions {
   // Staleness limit used before the first plan arrives (steps).
   // Default: 200. REQUIRES: >= 1.
   int64_t staleness_limit = 200;
+
+  // A rank resumed from a checkpoint: what it restored into its allreduce,
+  // so the daemon continues above these epochs and versions and keeps the
+  // GIFT layers selected. Default: nothing (a fresh job).
+  struct Resume {
+    int64_t plan_epoch = 0;  // newest plan epoch held
+    int64_t step = 0;        // steps completed (the allreduce's step)
+    // Newest factor version held, by layer; their staleness counts from
+    // `step` (the checkpoint does not keep the windows' end steps).
+    std::map<std::string, int64_t> factor_versions;
+    // Layers on the GIFT path in the epoch in use.
+    std::vector<std::string> gift_layers;
+  };
+  Resume resume;
 };
 
 struct AttachmentStats {

@@ -272,6 +272,33 @@ TEST(DaemonAttachmentTest, FullTransformRefreshesFromTheAccumulatedMoment) {
   }
 }
 
+TEST(DaemonAttachmentTest, ResumeMustNameTwoDimensionalLayers) {
+  std::vector<LayerSpec> layers = {
+      {.name = "w", .shape = {kOut, kIn}, .offset = 0},
+      {.name = "b", .shape = {kOut}, .offset = kOut * kIn}};
+  auto plan = BucketPlan::Create(0, kOut * kIn + kOut, layers);
+  ASSERT_OK(plan);
+  AttachmentOptions o;
+  o.agent_socket = "/nonexistent/agent.sock";  // no daemon: never attaches
+  o.job_id = "job";
+  o.rank = 0;
+  o.world_size = 1;
+  o.resume.gift_layers = {"b"};  // 1-D: never a GIFT layer
+  EXPECT_THAT(DaemonAttachment::Create(o, *plan).status(),
+              testing::StatusIs(absl::StatusCode::kInvalidArgument,
+                                ::testing::HasSubstr("'b'")));
+  o.resume.gift_layers = {"w"};
+  o.resume.factor_versions = {{"nope", 3}};
+  EXPECT_THAT(DaemonAttachment::Create(o, *plan).status(),
+              testing::StatusIs(absl::StatusCode::kInvalidArgument));
+  o.resume.factor_versions = {{"w", 3}};
+  o.resume.plan_epoch = 12;
+  o.resume.step = 40;
+  auto a = DaemonAttachment::Create(o, *plan);
+  ASSERT_OK(a);
+  EXPECT_FALSE((*a)->stats().attached);  // and training goes on without it
+}
+
 TEST(DaemonStoreTest, RendezvousThroughTheDaemon) {
   char dir[] = "/tmp/gift_store_XXXXXX";
   ASSERT_NE(::mkdtemp(dir), nullptr);

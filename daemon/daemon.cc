@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "daemon/log.h"
 
@@ -220,6 +221,14 @@ absl::StatusOr<v1::RegisterResponse> Daemon::Register(
     }
   }
   RETURN_IF_ERROR(AdoptJob(r));
+  const std::vector<std::string> resumed(r.resumed_gift_layers().begin(),
+                                         r.resumed_gift_layers().end());
+  for (const std::string& name : resumed) {
+    if (!selector_.HasLayer(name)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "resumed GIFT layer '%s' is not a declared layer", name));
+    }
+  }
   SessionSpec spec;
   spec.session_id = absl::StrCat(instance_, "-", ++session_seq_);
   spec.name_prefix =
@@ -250,6 +259,17 @@ absl::StatusOr<v1::RegisterResponse> Daemon::Register(
     if (it != r.last_factor_version().end()) {
       l.next_version = std::max(l.next_version, it->second + 1);
     }
+  }
+  if (!resumed.empty()) {
+    // A job resumed from a checkpoint holds factors of these layers: keep
+    // them on the GIFT path; a changed selection is a new epoch.
+    RETURN_IF_ERROR(selector_.Resume(resumed));
+    if (ApplySelection(/*publish=*/false) && !raise) {
+      ++plan_epoch_;
+      raise = true;
+    }
+    LOG_INFO("rank %d resumed with %d GIFT layers (%s)", r.rank(),
+             resumed.size(), absl::StrJoin(resumed, ", "));
   }
   s->last_seen = absl::Now();
   s->last_step = r.step();

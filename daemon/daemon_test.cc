@@ -149,6 +149,37 @@ TEST_F(DaemonTest, SharedMemoryLifecycle) {
   EXPECT_THAT(daemon_->Deregister(bye), StatusIs(absl::StatusCode::kNotFound));
 }
 
+TEST_F(DaemonTest, ResumedRankKeepsItsGiftLayersAndEpochs) {
+  v1::RegisterRequest r = Request(0);
+  r.add_resumed_gift_layers("nope");
+  EXPECT_THAT(daemon_->Register(r).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("nope")));
+  EXPECT_EQ(ShmObjects(), 0u);
+  r = Request(0);
+  r.set_last_plan_epoch(41);
+  (*r.mutable_last_factor_version())["fc2"] = 7;
+  r.add_resumed_gift_layers("fc2");
+  auto resp = daemon_->Register(r);
+  ASSERT_OK(resp);
+  FakeRank rank = FakeRank::Map(*resp);
+  shm::PlanView plan;
+  ASSERT_TRUE(shm::ReadPlan(rank.control->data(), &plan));
+  EXPECT_GT(plan.plan_epoch, 41);
+  EXPECT_EQ(plan.layers[0].path, 0);       // Euclidean
+  EXPECT_EQ(plan.layers[1].path, 1);       // GIFT
+  EXPECT_EQ(plan.layers[1].candidate, 1);  // so it gets fresh factors
+  // The second rank of the job sees the same plan; polls without telemetry
+  // change nothing.
+  auto second = daemon_->Register(Request(1));
+  ASSERT_OK(second);
+  daemon_->PollOnce();
+  FakeRank other = FakeRank::Map(*second);
+  shm::PlanView plan1;
+  ASSERT_TRUE(shm::ReadPlan(other.control->data(), &plan1));
+  EXPECT_EQ(plan1.plan_epoch, plan.plan_epoch);
+  EXPECT_EQ(plan1.layers[1].path, 1);
+}
+
 TEST_F(DaemonTest, DeadRankIsReaped) {
   const pid_t child = fork();
   if (child == 0) _exit(0);

@@ -120,6 +120,7 @@ struct LayerSelector::State {
   int64_t early_refresh_version = -1;  // version already listed
   bool candidate = false;              // at the last Decide (hysteresis memory)
   bool selected = false;
+  bool resumed = false;  // Resume() until a gain is measured
 };
 
 LayerSelector::LayerSelector(SelectorPolicy policy)
@@ -199,6 +200,7 @@ struct Row {
   bool has_telemetry = false;
   bool was_candidate = false;
   bool was_selected = false;
+  bool resumed = false;
   int64_t factor_version = -1;
   double best_gain = kNaN;
   int64_t early_refresh_version = -1;
@@ -312,6 +314,9 @@ void ApplyCandidates(const SelectorPolicy& policy, std::vector<Row>& rows) {
     } else if (r.settings.pin == PinState::kIn) {
       r.score.candidate = r.score.selected = true;
       r.score.reason = "selected: pinned in";
+    } else if (r.resumed && !r.has_telemetry) {
+      r.score.candidate = r.score.selected = true;
+      r.score.reason = "selected: resumed from a checkpoint, no telemetry yet";
     } else if (!(r.score.vulnerability > 0)) {
       r.score.reason = r.has_telemetry
                            ? "not a candidate: no boundary hits in the window"
@@ -341,9 +346,13 @@ void ApplyGainGuard(const SelectorPolicy& policy, std::vector<Row>& rows) {
   const double stay = entry * (1 - policy.hysteresis);
   for (Row& r : rows) {
     if (!r.score.candidate || r.settings.pin == PinState::kIn) continue;
+    if (r.resumed && !r.has_telemetry) continue;  // ApplyCandidates said why
     const double g = r.score.gain;
     std::string verdict;
-    if (std::isnan(g)) {
+    if (std::isnan(g) && r.resumed) {
+      r.score.selected = true;
+      verdict = "selected: resumed from a checkpoint, no gain measured yet";
+    } else if (std::isnan(g)) {
       verdict = "candidate, not selected: no gain measured yet";
     } else if (g >= entry) {
       r.score.selected = true;
@@ -429,6 +438,20 @@ std::vector<std::string> EarlyRefresh(const SelectorPolicy& policy,
 
 }  // namespace
 
+absl::Status LayerSelector::Resume(const std::vector<std::string>& selected) {
+  for (const std::string& name : selected) {
+    if (state_.count(name) == 0) {
+      return absl::NotFoundError(
+          absl::StrCat("selector: resume: unknown layer '", name, "'"));
+    }
+  }
+  for (const std::string& name : selected) {
+    State& st = *state_.at(name);
+    st.resumed = st.candidate = st.selected = true;
+  }
+  return absl::OkStatus();
+}
+
 SelectionDecision LayerSelector::Decide(
     const std::map<std::string, SelectorSettings>& settings) {
   std::vector<Row> rows(layers_.size());
@@ -442,6 +465,7 @@ SelectionDecision LayerSelector::Decide(
             st.window.sum.n > 0,
             st.candidate,
             st.selected,
+            st.resumed,
             st.factor_version,
             st.best_gain,
             st.early_refresh_version};
@@ -460,6 +484,7 @@ SelectionDecision LayerSelector::Decide(
     State& st = *state_.at(r.layer->name);
     st.candidate = r.score.candidate;
     st.selected = r.score.selected;
+    st.resumed = st.resumed && std::isnan(r.score.gain);
     st.early_refresh_version = r.early_refresh_version;
     if (r.score.candidate) d.candidates.push_back(r.layer->name);
     if (r.score.selected) d.selected.push_back(r.layer->name);

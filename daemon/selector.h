@@ -138,6 +138,14 @@ class LayerSelector {
   // NOT_FOUND for an unknown layer. Negative counts: INVALID_ARGUMENT.
   absl::Status Observe(const std::string& layer, const SelectorSample& s);
 
+  // A job resumed from a checkpoint had `selected` on the GIFT path (and
+  // holds their factors): keep them selected (candidates, so they get new
+  // factors) until their window holds telemetry, then until a gain is
+  // measured; from then on the usual rules decide, with `selected` as the
+  // hysteresis memory. Pins and the budget still apply. NOT_FOUND (state
+  // unchanged) for an unknown layer.
+  absl::Status Resume(const std::vector<std::string>& selected);
+
   // settings: by layer name; a missing layer has the defaults.
   SelectionDecision Decide(
       const std::map<std::string, SelectorSettings>& settings);

@@ -443,5 +443,35 @@ TEST_F(SelectorTest, ChangedOnlyWhenSetsChange) {
   EXPECT_THAT(d.selected, IsEmpty());
 }
 
+TEST_F(SelectorTest, ResumedLayersStaySelectedUntilAGainIsMeasured) {
+  SelectorPolicy p;
+  p.min_gain = 0.05;
+  Make(p, 3);
+  EXPECT_THAT(selector_->Resume({"l1", "nope"}),
+              StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(Decide().selected, IsEmpty());  // nothing was resumed
+  ASSERT_OK(selector_->Resume({"l1", "l2"}));
+  settings_["l2"].pin = PinState::kOut;  // pins still win
+  SelectionDecision d = Decide();
+  EXPECT_THAT(d.selected, ElementsAre("l1"));
+  EXPECT_THAT(d.candidates, ElementsAre("l1"));
+  EXPECT_EQ(d.scores["l1"].reason,
+            "selected: resumed from a checkpoint, no telemetry yet");
+  // Telemetry without probes: still selected, now by the policy's cut.
+  ASSERT_OK(selector_->Observe("l1", Sample(0.2, 50)));
+  d = Decide();
+  EXPECT_THAT(d.selected, ElementsAre("l1"));
+  EXPECT_THAT(d.scores["l1"].reason,
+              HasSubstr("selected: resumed from a checkpoint, no gain "
+                        "measured yet; candidate: vulnerability 0.2"));
+  // A measured gain below the guard ends it, and it does not come back.
+  Feed({0, 0.2}, 0.01);
+  d = Decide();
+  EXPECT_THAT(d.selected, IsEmpty());
+  EXPECT_THAT(d.candidates, ElementsAre("l1"));
+  ASSERT_OK(selector_->Observe("l1", Sample(0.2, 1000)));  // probes age out
+  EXPECT_THAT(Decide().selected, IsEmpty());
+}
+
 }  // namespace
 }  // namespace gift::daemon

@@ -14,7 +14,7 @@ PACKAGES=(
   libeigen3-dev liblapacke-dev libopenblas-dev
   nlohmann-json3-dev pybind11-dev
   python3-numpy python3-torch python3-pytest
-  libyaml-cpp-dev prometheus python3-grpcio
+  libyaml-cpp-dev prometheus python3-grpcio python3-matplotlib
   clang-format iproute2
 )
 

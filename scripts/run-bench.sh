@@ -8,6 +8,10 @@
 # namespace of its own behind a rate-limited veth (scripts/netns.sh), once
 # per egress rate in ALLREDUCE_NETNS_RATES (default: "1gbit 250mbit").
 # daemon_bench starts giftd and 2 rank processes (bench/daemon/).
+# hooks_bench (bench/python/hooks_bench.py, only when named: it needs the
+# gift_python and giftd targets and takes several minutes) compares gift's
+# DDP comm hook with PyTorch's fp16/bf16/PowerSGD hooks on 4 gloo ranks
+# (HOOKS_BENCH_FLAGS adds flags, e.g. "--steps 40").
 # Usage: scripts/run-bench.sh BUILD_DIR [benchmark-name ...]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -42,6 +46,12 @@ allreduce_netns() {
 out="$build/bench-results"
 mkdir -p "$out"
 for b in "${benches[@]}"; do
+  if [[ "$b" == hooks_bench ]]; then
+    echo "=== $b ==="
+    /usr/bin/python3 "$here/../bench/python/hooks_bench.py" --build "$build" \
+      --out "$out" ${HOOKS_BENCH_FLAGS:-} 2>&1 | tee "$out/$b.txt"
+    continue
+  fi
   exe="$build/bench/$b"
   [[ "$b" == daemon_bench ]] && exe="$build/bench/daemon/$b"
   if [[ ! -x "$exe" ]]; then

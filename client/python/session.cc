@@ -1,5 +1,6 @@
 #include "client/python/session.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -79,6 +80,13 @@ absl::Status Session::Connect() {
   ASSIGN_OR_RETURN(allreduce_,
                    QuantizedAllReduce::Create(comm_.get(), base_, a));
   if (o.mode != "gift") return absl::OkStatus();
+  ASSIGN_OR_RETURN(attachment_,
+                   DaemonAttachment::Create(AttachmentOptionsFor(), base_));
+  return absl::OkStatus();
+}
+
+AttachmentOptions Session::AttachmentOptionsFor() const {
+  const SessionOptions& o = options_;
   AttachmentOptions t;
   t.agent_socket = o.agent_socket;
   t.job_id = o.job_id;
@@ -87,8 +95,7 @@ absl::Status Session::Connect() {
   t.local_rank = o.local_rank;
   t.device_memory = device_memory();
   t.device = o.device;
-  ASSIGN_OR_RETURN(attachment_, DaemonAttachment::Create(t, base_));
-  return absl::OkStatus();
+  return t;
 }
 
 bool Session::WantsSketch(const std::string& layer) const {
@@ -175,8 +182,30 @@ absl::Status Session::ImportState(
     RETURN_IF_ERROR(f.Validate(base_.layers()[i].d_in()));
     RETURN_IF_ERROR(held.Put(name, std::move(f)));
   }
+  AttachmentOptions resumed = AttachmentOptionsFor();
+  if (attachment_ != nullptr) {
+    // A new registration tells the daemon what the rank now holds.
+    AttachmentOptions::Resume& r = resumed.resume;
+    r.step = state.step;
+    for (const BucketPlan& p : state.plans) {
+      r.plan_epoch = std::max(r.plan_epoch, p.epoch());
+      if (p.epoch() != state.current_epoch) continue;
+      for (const LayerSpec& l : p.layers()) {
+        if (l.path == LayerPath::kGift) r.gift_layers.push_back(l.name);
+      }
+    }
+    for (const LayerSpec& l : base_.layers()) {
+      if (const GiftFactor* f = held.Newest(l.name); f != nullptr) {
+        r.factor_versions[l.name] = f->version;
+      }
+    }
+  }
   RETURN_IF_ERROR(allreduce_->ImportState(state));
   factors_ = std::move(held);
+  if (attachment_ != nullptr) {
+    attachment_.reset();  // deregisters first: one session per rank
+    ASSIGN_OR_RETURN(attachment_, DaemonAttachment::Create(resumed, base_));
+  }
   return absl::OkStatus();
 }
 

@@ -108,7 +108,10 @@ class Session {
   absl::Status PutFactor(const std::string& layer, GiftFactor factor);
 
   // The allreduce's state and the factors held (every version of every
-  // 2-D layer), for checkpoints.
+  // 2-D layer), for checkpoints. In gift mode ImportState re-registers with
+  // the daemon as a resumed rank (AttachmentOptions::resume): it continues
+  // above the restored epochs and versions and keeps the restored GIFT
+  // layers selected.
   absl::StatusOr<AllReduceState> ExportState() const;
   std::vector<std::pair<std::string, GiftFactor>> ExportFactors() const;
   absl::Status ImportState(
@@ -119,6 +122,7 @@ class Session {
   Session(const SessionOptions& options, BucketPlan base)
       : options_(options), base_(std::move(base)) {}
   absl::Status Connect();
+  AttachmentOptions AttachmentOptionsFor() const;
 
   const SessionOptions options_;
   const BucketPlan base_;

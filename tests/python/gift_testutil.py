@@ -1,8 +1,13 @@
 """Shared pieces of the gift package tests: a tiny MLP, deterministic data
 per (rank, step), a two-process gloo job, and parameter checks."""
 
+import contextlib
 import os
+import signal
+import socket
+import subprocess
 import tempfile
+import time
 
 import torch
 import torch.distributed as dist
@@ -55,6 +60,13 @@ def assert_same_on_all_ranks(model):
         assert torch.equal(other, mine), "parameters differ across ranks"
 
 
+def all_true(flag):
+    """True on every rank iff `flag` is true on every rank."""
+    t = torch.tensor([1 if flag else 0])
+    dist.all_reduce(t, op=dist.ReduceOp.MIN)
+    return bool(t.item())
+
+
 def _entry(rank, fn, init_file, args):
     dist.init_process_group("gloo", init_method=f"file://{init_file}",
                             rank=rank, world_size=WORLD)
@@ -82,3 +94,56 @@ def lowrank_factor(d_in, r, version, seed):
     return {"version": version, "kind": "low-rank", "d_in": d_in, "r": r,
             "u": u.float().numpy().reshape(-1), "c": c.float().numpy(),
             "c_inv": (-c / (1 + c)).float().numpy()}
+
+
+def free_address():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{s.getsockname()[1]}"
+
+
+@contextlib.contextmanager
+def giftd(*flags):
+    """A real giftd ($GIFTD) on a temporary socket and a free control port,
+    fast polling; yields (process, agent socket, control address). Its log
+    is printed when the body fails; SIGTERM (then SIGKILL) at the end."""
+    with tempfile.TemporaryDirectory() as d:
+        sock = os.path.join(d, "agent.sock")
+        control = free_address()
+        log_path = os.path.join(d, "giftd.log")
+        log = open(log_path, "w")
+        p = subprocess.Popen(
+            [os.environ["GIFTD"], f"--agent-socket={sock}",
+             f"--control-address={control}", "--metrics-address=",
+             f"--shm-prefix=/giftpy-{os.getpid()}x", "--poll-interval-ms=10",
+             "--heartbeat-interval-ms=50", "--refresh-threads=1", *flags],
+            stdout=log, stderr=subprocess.STDOUT)
+        try:
+            deadline = time.monotonic() + 20
+            while not os.path.exists(sock):
+                assert p.poll() is None and time.monotonic() < deadline, \
+                    open(log_path).read()
+                time.sleep(0.02)
+            yield p, sock, control
+        except BaseException:
+            print(open(log_path).read())
+            raise
+        finally:
+            if p.poll() is None:
+                p.send_signal(signal.SIGCONT)  # a test may have stopped it
+                p.send_signal(signal.SIGTERM)
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+            log.close()
+
+
+def giftctl(control, *args):
+    """giftctl --json ARGS against `control`; the parsed reply."""
+    import json  # noqa: PLC0415
+    r = subprocess.run([os.environ["GIFTCTL"], "--address", control,
+                        "--json", *args], capture_output=True, text=True,
+                       timeout=10)
+    assert r.returncode == 0, r.stderr
+    return json.loads(r.stdout) if r.stdout.strip() else {}

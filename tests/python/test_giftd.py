@@ -6,10 +6,7 @@ across ranks. Skipped when giftd/giftctl were not given ($GIFTD, $GIFTCTL).
 """
 
 import os
-import signal
-import socket
 import subprocess
-import tempfile
 import time
 
 import pytest
@@ -21,12 +18,6 @@ import gift_testutil as u
 
 PINNED = "2"  # the middle Linear (128 -> 64)
 MAX_STEPS = 60
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _worker(rank, sock, control):
@@ -69,31 +60,5 @@ def _worker(rank, sock, control):
 @pytest.mark.skipif(not os.environ.get("GIFTD") or not os.environ.get("GIFTCTL"),
                     reason="GIFTD / GIFTCTL not set")
 def test_pinned_layer_goes_gift():
-    with tempfile.TemporaryDirectory() as d:
-        sock = os.path.join(d, "agent.sock")
-        control = f"127.0.0.1:{_free_port()}"
-        log = open(os.path.join(d, "giftd.log"), "w")
-        p = subprocess.Popen(
-            [os.environ["GIFTD"], f"--agent-socket={sock}",
-             f"--control-address={control}", "--metrics-address=",
-             f"--shm-prefix=/giftpy-{os.getpid()}x", "--refresh-interval=4",
-             "--rank=8", "--poll-interval-ms=10",
-             "--heartbeat-interval-ms=50", "--refresh-threads=1"],
-            stdout=log, stderr=subprocess.STDOUT)
-        try:
-            deadline = time.monotonic() + 20
-            while not os.path.exists(sock):
-                assert p.poll() is None and time.monotonic() < deadline, \
-                    open(os.path.join(d, "giftd.log")).read()
-                time.sleep(0.02)
-            u.spawn(_worker, sock, control)
-        except BaseException:
-            print(open(os.path.join(d, "giftd.log")).read())
-            raise
-        finally:
-            p.send_signal(signal.SIGTERM)
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-            log.close()
+    with u.giftd("--refresh-interval=4", "--rank=8") as (_, sock, control):
+        u.spawn(_worker, sock, control)

@@ -1,0 +1,318 @@
+#!/usr/bin/env python3
+"""Trains the tiny Llama (tiny_llama.py) with DDP on N CPU ranks, with the
+gradients exchanged by GIFT (or plain PyTorch DDP for comparison).
+
+    # its own spawner (4 gloo ranks on this machine), FP8 + geometry:
+    python3 examples/train_tiny_llama.py --nproc 4 --mode gift --steps 300
+    # or under torchrun (RANK / WORLD_SIZE / MASTER_ADDR from the launcher):
+    torchrun --nproc_per_node 4 examples/train_tiny_llama.py --mode gift
+
+Modes: ddp (PyTorch's own FP32 allreduce, no GIFT code at all), fp32 and
+bf16 (libgift's plain allreduce in that precision), euclid (FP8 without
+geometry) and gift (FP8; the local giftd picks the layers to whiten and
+refreshes their factors; without a giftd it runs Euclidean and keeps trying
+to attach). PYTHONPATH must reach the `gift` package (build/python).
+
+Rank 0 writes one JSON line per step to --log (loss, bytes, per-layer
+telemetry) and a final --summary JSON; `make demo` (examples/demo.py) turns
+them into the report and the figure. --check-identical compares a SHA-256
+of every rank's parameters after every step and stops the job on the first
+difference. --checkpoint / --checkpoint-at / --resume save and restore the
+model, the optimizer and GIFT's state (error-feedback residuals, factors,
+plans).
+"""
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+import tempfile
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from tiny_llama import Config, Corpus, TinyLlama  # noqa: E402
+
+MODES = ("ddp", "fp32", "bf16", "euclid", "gift")
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--mode", choices=MODES, default="gift")
+    p.add_argument("--nproc", type=int, default=4,
+                   help="ranks to spawn when not under torchrun (default 4)")
+    p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--batch", type=int, default=8, help="sequences per rank")
+    p.add_argument("--seq-len", type=int, default=64)
+    p.add_argument("--dim", type=int, default=128)
+    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--warmup", type=int, default=20)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch threads per rank (default 1)")
+    p.add_argument("--agent-socket", default=None,
+                   help="giftd's Agent socket (default $GIFT_AGENT_SOCKET, "
+                   "else /tmp/gift/agent.sock)")
+    p.add_argument("--job-id", default=None)
+    p.add_argument("--sketch-rows", type=int, default=256)
+    p.add_argument("--probe-interval", type=int, default=10)
+    p.add_argument("--eval-every", type=int, default=50)
+    p.add_argument("--log", default=None, help="per-step JSON lines (rank 0)")
+    p.add_argument("--summary", default=None, help="final JSON (rank 0)")
+    p.add_argument("--check-identical", action="store_true",
+                   help="assert identical parameters on all ranks every step")
+    p.add_argument("--checkpoint", default=None, help="checkpoint file")
+    p.add_argument("--checkpoint-at", type=int, default=-1,
+                   help="save --checkpoint after this step")
+    p.add_argument("--resume", action="store_true",
+                   help="start from --checkpoint")
+    p.add_argument("--progress", choices=("auto", "bar", "lines", "none"),
+                   default="auto")
+    p.add_argument("--label", default=None, help="name in the progress bar")
+    return p.parse_args(argv)
+
+
+def model_config(args):
+    return Config(dim=args.dim, layers=args.layers, heads=args.heads,
+                  ffn=int(8 * args.dim / 3 + 7) // 8 * 8,
+                  seq_len=args.seq_len)
+
+
+def param_digest(model):
+    """SHA-256 of the parameters' bytes: equal iff bitwise identical."""
+    h = hashlib.sha256()
+    for p in model.parameters():
+        h.update(p.detach().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+def assert_identical(model, step):
+    mine = param_digest(model)
+    every = [None] * dist.get_world_size()
+    dist.all_gather_object(every, mine)
+    if any(d != mine for d in every):
+        raise RuntimeError(f"step {step}: parameters differ across ranks "
+                           f"({sorted(set(every))})")
+    return mine
+
+
+def lr_at(args, step):
+    return args.lr * min(1.0, (step + 1) / max(1, args.warmup))
+
+
+class Trainer:
+    """One rank's model, optimizer, data and (unless mode ddp) GIFT state."""
+
+    def __init__(self, args, rank, world):
+        torch.set_num_threads(args.threads)
+        self.args, self.rank, self.world = args, rank, world
+        self.cfg = model_config(args)
+        self.corpus = Corpus(self.cfg.seq_len, seed=args.seed)
+        self.model = TinyLlama(self.cfg, seed=args.seed)
+        self.ddp = DDP(self.model)
+        self.gift = None
+        if args.mode != "ddp":
+            import gift  # noqa: PLC0415 -- only the GIFT modes need it
+            self.gift = gift.init(self.ddp, mode=args.mode,
+                                  agent_socket=args.agent_socket,
+                                  job_id=args.job_id,
+                                  sketch_rows=args.sketch_rows,
+                                  probe_interval=args.probe_interval)
+            self.ddp.register_comm_hook(self.gift, gift.comm_hook)
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=args.lr,
+                                     betas=(0.9, 0.95), weight_decay=0.0)
+        self.step = 0
+
+    def train_step(self):
+        """One optimizer step; returns the loss averaged over the ranks."""
+        x, y = self.corpus.batch(self.step, self.rank, self.world,
+                                 self.args.batch)
+        for g in self.opt.param_groups:
+            g["lr"] = lr_at(self.args, self.step)
+        self.opt.zero_grad(set_to_none=True)
+        loss = self.ddp(x, y)
+        loss.backward()
+        self.opt.step()
+        self.step += 1
+        t = loss.detach().clone()
+        dist.all_reduce(t)
+        return t.item() / self.world
+
+    @torch.no_grad()
+    def val_loss(self):
+        self.model.eval()
+        x, y = self.corpus.val_batch(32)
+        loss = self.model(x, y).item()
+        self.model.train()
+        return loss
+
+    def state_dict(self):
+        return {"step": self.step, "model": self.model.state_dict(),
+                "opt": self.opt.state_dict(),
+                "gift": self.gift.state_dict() if self.gift else None,
+                "mode": self.args.mode, "world_size": self.world}
+
+    def load_state_dict(self, s):
+        if s["mode"] != self.args.mode or s["world_size"] != self.world:
+            raise ValueError(f"checkpoint of mode {s['mode']} on "
+                             f"{s['world_size']} ranks; this job is "
+                             f"{self.args.mode} on {self.world}")
+        self.model.load_state_dict(s["model"])
+        self.opt.load_state_dict(s["opt"])
+        if self.gift is not None:
+            self.gift.load_state_dict(s["gift"])
+        self.step = s["step"]
+
+    def save(self, path):
+        """Every rank writes path.rankR (GIFT state is per rank)."""
+        tmp = f"{path}.rank{self.rank}.tmp"
+        torch.save(self.state_dict(), tmp)
+        os.replace(tmp, f"{path}.rank{self.rank}")
+
+    def load(self, path):
+        self.load_state_dict(torch.load(f"{path}.rank{self.rank}"))
+
+
+def step_record(tr, loss, seconds):
+    """The per-step log line (rank 0)."""
+    rec = {"step": tr.step - 1, "loss": loss, "seconds": seconds,
+           "lr": lr_at(tr.args, tr.step - 1)}
+    if tr.gift is None:
+        return rec
+    t = tr.gift.last_telemetry
+    rec.update({k: t[k] for k in ("plan_epoch", "probe_step", "bytes_euclid",
+                                  "bytes_gift", "bytes_control",
+                                  "transform_seconds")})
+    linear = set(tr.model.linear_names())
+    rec["layers"] = {
+        l["name"]: {"path": l["path"], "v": l["factor_version"],
+                    "rel_l2": l["rel_l2"],
+                    "upper": l["upper"], "lower": l["lower"], "n": l["n"],
+                    **({"probe_euclid": l["probe_euclid_rel_l2"],
+                        "probe_gift": l["probe_gift_rel_l2"]}
+                       if l["probed"] else {})}
+        for l in t["layers"] if l["name"] in linear}
+    return rec
+
+
+class Progress:
+    """A one-line progress bar on a terminal, periodic lines otherwise."""
+
+    def __init__(self, kind, total, label):
+        if kind == "auto":
+            kind = "bar" if sys.stderr.isatty() else "lines"
+        self.kind, self.total, self.label = kind, total, label
+        self.start = time.monotonic()
+        self.every = max(1, total // 10)
+
+    def update(self, step, loss, extra):
+        done = step + 1
+        rate = (time.monotonic() - self.start) / max(1, done)
+        text = (f"{self.label} step {done}/{self.total} loss {loss:.3f} "
+                f"{extra}{rate:.2f} s/step")
+        if self.kind == "bar":
+            width = 24
+            fill = width * done // self.total
+            sys.stderr.write(f"\r[{'#' * fill}{'.' * (width - fill)}] {text}")
+            if done == self.total:
+                sys.stderr.write("\n")
+            sys.stderr.flush()
+        elif self.kind == "lines" and (done % self.every == 0
+                                       or done == self.total):
+            print(text, file=sys.stderr, flush=True)
+
+
+def gift_extra(tr):
+    if tr.gift is None:
+        return ""
+    s = tr.gift.stats()
+    sent = s["bytes_euclid"] + s["bytes_gift"] + s["bytes_control"]
+    ratio = sent / max(1, s["bytes_fp32_equivalent"])
+    on = sum(1 for l in tr.gift.last_telemetry["layers"]
+             if l["path"] == "gift")
+    return f"| bytes {100 * ratio:.1f}% of fp32 | GIFT layers {on} | "
+
+
+def run(rank, world, args):
+    tr = Trainer(args, rank, world)
+    if args.resume:
+        tr.load(args.checkpoint)
+    log = open(args.log, "a" if args.resume else "w") \
+        if rank == 0 and args.log else None
+    bar = Progress(args.progress if rank == 0 else "none",
+                   args.steps, args.label or args.mode)
+    digests = []
+    try:
+        while tr.step < args.steps:
+            t0 = time.monotonic()
+            loss = tr.train_step()
+            seconds = time.monotonic() - t0
+            if args.check_identical:
+                digests.append(assert_identical(tr.model, tr.step - 1))
+            if tr.step - 1 == args.checkpoint_at and args.checkpoint:
+                tr.save(args.checkpoint)
+            if rank != 0:
+                continue
+            rec = step_record(tr, loss, seconds)
+            if args.check_identical:
+                rec["digest"] = digests[-1]
+            if args.eval_every and (tr.step % args.eval_every == 0
+                                    or tr.step == args.steps):
+                rec["val_loss"] = tr.val_loss()
+            if log:
+                log.write(json.dumps(rec) + "\n")
+                log.flush()
+            bar.update(tr.step - 1, loss, gift_extra(tr))
+    finally:
+        if log:
+            log.close()
+    if rank == 0 and args.summary:
+        summary = {"mode": args.mode, "world_size": world,
+                   "steps": tr.step, "config": vars(model_config(args)),
+                   "parameters": sum(p.numel()
+                                     for p in tr.model.parameters()),
+                   "val_loss": tr.val_loss(),
+                   "identical_steps": len(digests),
+                   "gift": tr.gift.stats() if tr.gift else None}
+        with open(args.summary, "w") as f:
+            json.dump(summary, f, indent=1, default=str)
+    if tr.gift is not None:
+        tr.gift.remove_hooks()
+
+
+def _spawned(rank, world, init_file, args):
+    dist.init_process_group("gloo", init_method=f"file://{init_file}",
+                            rank=rank, world_size=world)
+    try:
+        run(rank, world, args)
+    finally:
+        dist.destroy_process_group()
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    if (args.resume or args.checkpoint_at >= 0) and not args.checkpoint:
+        sys.exit("--resume and --checkpoint-at need --checkpoint")
+    if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # torchrun
+        dist.init_process_group("gloo")
+        try:
+            run(dist.get_rank(), dist.get_world_size(), args)
+        finally:
+            dist.destroy_process_group()
+        return
+    with tempfile.TemporaryDirectory(prefix="gift-llama-") as d:
+        # fork: the ranks inherit the imported torch (seconds per import).
+        mp.start_processes(_spawned, nprocs=args.nproc, join=True,
+                           args=(args.nproc, os.path.join(d, "init"), args),
+                           start_method="fork")
+
+
+if __name__ == "__main__":
+    main()
