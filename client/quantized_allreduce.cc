@@ -250,6 +250,28 @@ absl::StatusOr<const BucketPlan*> QuantizedAllReduce::AgreeOnStep(
   return &plan;
 }
 
+// A layer off the GIFT path this step (deselected, or no agreed factor)
+// that still holds a worker residual: un-whiten it into the gradient and
+// drop it, so the error it carries is sent now, in this step, instead of
+// re-entering whenever the layer comes back (possibly many steps and
+// factors later). Every rank does the same in the same step.
+absl::Status QuantizedAllReduce::FlushResidual(int i, const LayerSpec& l,
+                                               float* grad, GiftState& st) {
+  if (st.residual == nullptr || st.factor == nullptr ||
+      st.residual->data() == nullptr) {
+    return absl::OkStatus();
+  }
+  if (whitened_[i] == nullptr) whitened_[i] = backend_->NewBuffer();
+  RETURN_IF_ERROR(whitened_[i]->Resize(l.size() * sizeof(float)));
+  float* back = whitened_[i]->floats();
+  RETURN_IF_ERROR(
+      backend_->Inverse(*st.factor, st.residual->floats(), l.d_out(), back));
+  RETURN_IF_ERROR(backend_->AddInPlace(grad, back, l.size()));
+  RETURN_IF_ERROR(st.residual->Zero());
+  st.factor.reset();
+  return absl::OkStatus();
+}
+
 absl::Status QuantizedAllReduce::PrepareGiftLayer(int i, const BucketPlan& plan,
                                                   const GiftFactor& f,
                                                   const float* grad,
@@ -332,6 +354,7 @@ absl::Status QuantizedAllReduce::RunFp8(float* bucket,
     if (versions[i] == kNoVersion) {
       if (auto it = gift_.find(l.name); it != gift_.end()) {
         it->second.owner_version = kNoVersion;
+        RETURN_IF_ERROR(FlushResidual(i, l, bucket + l.offset, it->second));
       }
       continue;
     }

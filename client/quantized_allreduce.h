@@ -91,7 +91,9 @@ struct QuantizedAllReduceOptions {
   // Probe steps every this many Run calls (step 0 is one); 0 = never.
   // Default: 10. REQUIRES: >= 0.
   int probe_interval = 10;
-  // Worker and owner error feedback on GIFT layers. Default: true.
+  // Worker and owner error feedback on GIFT layers. Default: true. A layer
+  // that leaves the GIFT path (deselected, or no agreed factor) sends its
+  // worker residual, un-whitened, with its first Euclidean step and drops it.
   bool error_feedback = true;
 };
 
@@ -172,6 +174,8 @@ class QuantizedAllReduce {
 
   absl::Status RunPlain(float* bucket, const BucketPlan& plan,
                         StepTelemetry* t);
+  absl::Status FlushResidual(int i, const LayerSpec& l, float* grad,
+                             GiftState& st);
   absl::Status RunFp8(float* bucket, const VersionedFactors& factors,
                       StepTelemetry* t);
   absl::StatusOr<const BucketPlan*> AgreeOnStep(const VersionedFactors& factors,

@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "client/gift_transform.h"
 #include "client/synthetic_testutil.h"
 #include "client/thread_ranks_testutil.h"
 #include "common/status_matchers.h"
@@ -288,6 +289,53 @@ TEST(QuantizedAllReduceTest, ExportedStateReproducesTheNextStep) {
     std::vector<float> cold = next;
     ASSERT_OK((*fresh)->Run(cold.data(), f, nullptr));
     EXPECT_NE(cold, want);
+  });
+}
+
+// A layer leaving the GIFT path sends its residual with its first Euclidean
+// step: a zero gradient then comes out as the un-whitened residual (within
+// FP8 rounding), and the residual is gone. Without the flush the layer would
+// come out exactly zero and the residual would wait for the layer's return.
+TEST(QuantizedAllReduceTest, LeavingTheGiftPathFlushesTheResidual) {
+  RunThreadRanks(2, [](Communicator& comm) {
+    VersionedFactors f;
+    const GiftFactor factor = SyntheticLowRank(1, 16, 4, 5);
+    ASSERT_OK(f.Put("g", factor));
+    auto ar = QuantizedAllReduce::Create(&comm, Plan(1), {});
+    ASSERT_OK(ar);
+    for (int step = 0; step < 3; ++step) {
+      std::vector<float> x = Bucket(comm.rank() + step);
+      ASSERT_OK((*ar)->Run(x.data(), f, nullptr));
+    }
+    auto before = (*ar)->ExportState();
+    ASSERT_OK(before);
+    ASSERT_EQ(before->gift_layers.size(), 1u);
+    const std::vector<float>& r = before->gift_layers[0].residual;
+    // Both ranks' residuals, un-whitened and averaged: what must come out.
+    std::vector<float> mine(96), both(96);
+    ASSERT_OK(GiftTransformer().Inverse(factor, r.data(), 6, mine.data()));
+    ASSERT_OK(comm.AllReduce(mine.data(), both.data(), 96, DataType::kFloat32,
+                             ReduceOp::kSum));
+    double norm = 0;
+    for (float& v : both) norm += double{v /= 2} * v;
+    ASSERT_GT(norm, 0);
+
+    ASSERT_OK((*ar)->AddPlan(Plan(2, LayerPath::kEuclid)));
+    std::vector<float> x(200, 0.0f);
+    StepTelemetry t;
+    ASSERT_OK((*ar)->Run(x.data(), f, &t));
+    ASSERT_EQ(t.plan_epoch, 2);
+    double err = 0;
+    for (int i = 0; i < 96; ++i) {
+      const double d = x[40 + i] - both[i];
+      err += d * d;
+    }
+    EXPECT_LT(std::sqrt(err / norm), 0.1);  // FP8 rounding, twice
+    auto after = (*ar)->ExportState();
+    ASSERT_OK(after);
+    for (const auto& l : after->gift_layers) {
+      for (float v : l.residual) ASSERT_EQ(v, 0.0f);
+    }
   });
 }
 
