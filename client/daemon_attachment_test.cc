@@ -50,6 +50,14 @@ void MakeStep(int rank, int64_t step, std::vector<float>* acts,
   for (int64_t o = 0; o < kOut; ++o) (*bucket)[kOut * kIn + o] = n(gen);
 }
 
+// The ranks' bucket: one 2-D layer "w" and its bias "b".
+absl::StatusOr<BucketPlan> TestPlan() {
+  return BucketPlan::Create(
+      0, kOut * kIn + kOut,
+      {{.name = "w", .shape = {kOut, kIn}, .offset = 0},
+       {.name = "b", .shape = {kOut}, .offset = kOut * kIn}});
+}
+
 struct Record {
   LayerPath path;
   int64_t version;
@@ -145,10 +153,7 @@ class TwoRanks {
     RunThreadRanks(2, [&](Communicator& comm) { Rank(socket, comm); });
   }
   void Rank(const std::string& socket, Communicator& comm) {
-    std::vector<LayerSpec> layers = {
-        {.name = "w", .shape = {kOut, kIn}, .offset = 0},
-        {.name = "b", .shape = {kOut}, .offset = kOut * kIn}};
-    auto plan = BucketPlan::Create(0, kOut * kIn + kOut, layers);
+    absl::StatusOr<BucketPlan> plan = TestPlan();
     ASSERT_OK(plan);
     AttachmentOptions o;
     o.agent_socket = socket;
@@ -273,10 +278,7 @@ TEST(DaemonAttachmentTest, FullTransformRefreshesFromTheAccumulatedMoment) {
 }
 
 TEST(DaemonAttachmentTest, ResumeMustNameTwoDimensionalLayers) {
-  std::vector<LayerSpec> layers = {
-      {.name = "w", .shape = {kOut, kIn}, .offset = 0},
-      {.name = "b", .shape = {kOut}, .offset = kOut * kIn}};
-  auto plan = BucketPlan::Create(0, kOut * kIn + kOut, layers);
+  absl::StatusOr<BucketPlan> plan = TestPlan();
   ASSERT_OK(plan);
   AttachmentOptions o;
   o.agent_socket = "/nonexistent/agent.sock";  // no daemon: never attaches

@@ -250,8 +250,8 @@ absl::StatusOr<const BucketPlan*> QuantizedAllReduce::AgreeOnStep(
   return &plan;
 }
 
-// A layer off the GIFT path this step (deselected, or no agreed factor)
-// that still holds a worker residual: un-whiten it into the gradient and
+// A layer the plan took off the GIFT path that still holds a worker
+// residual: un-whiten it into the gradient and
 // drop it, so the error it carries is sent now, in this step, instead of
 // re-entering whenever the layer comes back (possibly many steps and
 // factors later). Every rank does the same in the same step.
@@ -354,7 +354,11 @@ absl::Status QuantizedAllReduce::RunFp8(float* bucket,
     if (versions[i] == kNoVersion) {
       if (auto it = gift_.find(l.name); it != gift_.end()) {
         it->second.owner_version = kNoVersion;
-        RETURN_IF_ERROR(FlushResidual(i, l, bucket + l.offset, it->second));
+        // Off the GIFT path in the plan: flush. A GIFT layer merely without
+        // an agreed factor this step keeps its residual for the next one.
+        if (l.path != LayerPath::kGift) {
+          RETURN_IF_ERROR(FlushResidual(i, l, bucket + l.offset, it->second));
+        }
       }
       continue;
     }

@@ -92,8 +92,9 @@ struct QuantizedAllReduceOptions {
   // Default: 10. REQUIRES: >= 0.
   int probe_interval = 10;
   // Worker and owner error feedback on GIFT layers. Default: true. A layer
-  // that leaves the GIFT path (deselected, or no agreed factor) sends its
-  // worker residual, un-whitened, with its first Euclidean step and drops it.
+  // that a new plan epoch takes off the GIFT path sends its worker residual,
+  // un-whitened, with its first Euclidean step and drops it (a GIFT layer
+  // without an agreed factor for a step keeps it for the next one).
   bool error_feedback = true;
 };
 

@@ -142,7 +142,8 @@ class GiftState:
             if not use_daemon:
                 os.makedirs(base, exist_ok=True)
                 folder = tempfile.mkdtemp(prefix=f"gift-{nonce}-", dir=base)
-            shared = (job_id or f"gift-{nonce}", f"run-{nonce}/", folder)
+            shared = (job_id or os.environ.get("GIFT_JOB_ID")
+                      or f"gift-{nonce}", f"run-{nonce}/", folder)
         job, prefix, folder = _broadcast(shared, process_group)
         self.job_id = job
         self._store_dir = folder
@@ -299,7 +300,9 @@ def init(model, process_group=None, mode="gift", agent_socket=None, job_id=None,
     /tmp/gift/agent.sock); when every rank sees it, the communicator also
     rendezvouses through it; otherwise through a fresh folder under
     `store_dir` (default the temp dir; must be shared across hosts).
-    job_id: the daemon's name for the job (default a fresh id).
+    job_id: the daemon's name for the job (default $GIFT_JOB_ID, which
+    deploy/slurm/gift-srun sets, else a fresh id; a multi-node job's daemons
+    serve one job id, so its ranks must use it).
     backend: "gloo" (host buffers; CUDA gradients are staged through the
     host) or "nccl" (a flat buffer on the current CUDA device, reduced in
     device memory by libgift's NCCL path; needs a CUDA build).
