@@ -41,6 +41,11 @@ struct DaemonAttachment::Impl {
     // The newest factor received from the current daemon instance, and the
     // end step of each held version's window (for the staleness limit).
     int64_t newest_received = -1;
+    // The newest version read from the current daemon instance's slots (a
+    // new instance may republish a version the rank already holds: a
+    // restarted follower giftd of a multi-node job; reading it again brings
+    // the Ω the other nodes sketch with).
+    int64_t instance_newest = -1;
     std::map<int64_t, int64_t> window_end;
     std::vector<float> omega;  // Ω of the newest low-rank factor
     int64_t omega_version = -1;

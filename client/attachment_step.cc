@@ -68,7 +68,7 @@ absl::Status DaemonAttachment::Impl::TakeFactors(VersionedFactors* factors) {
     LayerState& s = layers[j];
     const shm::LayerEntry& e = *shm::Entry(mapping->block(), j);
     const int64_t v = shm::NewestFactorVersion(e);
-    if (v <= s.newest_received) continue;
+    if (v <= s.instance_newest) continue;
     shm::FactorData f;
     absl::Status st =
         shm::ReadNewestFactor(e, *mapping->data[j], mapping->full[j].get(), &f);
@@ -96,7 +96,8 @@ absl::Status DaemonAttachment::Impl::TakeFactors(VersionedFactors* factors) {
     }
     RETURN_IF_ERROR(
         factors->Put(base.layers()[s.plan_index].name, std::move(g)));
-    s.newest_received = f.version;
+    s.instance_newest = f.version;
+    s.newest_received = std::max(s.newest_received, f.version);
     s.window_end[f.version] = f.window;
     while (s.window_end.size() > 4) s.window_end.erase(s.window_end.begin());
     ++stats.factors_received;

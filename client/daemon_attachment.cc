@@ -251,6 +251,7 @@ void DaemonAttachment::Impl::TryAttach() {
     s.open = false;
     s.omega.clear();
     s.omega_version = -1;
+    s.instance_newest = -1;
     s.counters = shm::LayerCounters{};
     s.counters.factor_version = -1;
   }

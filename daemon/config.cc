@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <set>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
@@ -165,10 +166,12 @@ absl::Status ApplyFlags(const std::vector<std::string>& flags,
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  auto fail = [&path](int err) {
+// `what` names the file in the error: "config file", "job_token_file".
+absl::StatusOr<std::string> ReadFile(const std::string& path,
+                                     const char* what = "config file") {
+  auto fail = [&path, what](int err) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "cannot read config file '%s': %s", path, std::strerror(err)));
+        "cannot read %s '%s': %s", what, path, std::strerror(err)));
   };
   FILE* f = std::fopen(path.c_str(), "rb");
   if (f == nullptr) return fail(errno);
@@ -237,6 +240,65 @@ absl::Status CheckPaths(const DaemonConfig& c) {
   return absl::OkStatus();
 }
 
+// The job token must be there at start, not at the first peer call; giftd
+// reads it again when it builds the link (PeerLinkOptions::token).
+absl::Status CheckTokenFile(const std::string& path) {
+  absl::StatusOr<std::string> token = ReadFile(path, "job_token_file");
+  if (!token.ok()) return token.status();
+  // Stripped like giftd strips it when it reads the token.
+  if (absl::StripAsciiWhitespace(*token).empty()) {
+    return Invalid(absl::StrFormat("job_token_file '%s' is empty", path));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckPeerTls(const DaemonConfig& c) {
+  if (c.peer_tls_cert_file.empty() != c.peer_tls_key_file.empty()) {
+    return Invalid(
+        "peer_tls_cert_file and peer_tls_key_file must be set together");
+  }
+  if (!c.peer_tls_cert_file.empty() && c.peer_tls_ca_file.empty()) {
+    return Invalid("peer_tls_ca_file is required with peer TLS");
+  }
+  return absl::OkStatus();
+}
+
+bool IsWildcard(const std::string& addr) {
+  std::string host = addr.substr(0, addr.rfind(':'));
+  return host == "0.0.0.0" || host == "[::]";
+}
+
+absl::Status CheckPeer(const DaemonConfig& c) {
+  if (c.peer_timeout_ms <= c.poll_interval_ms) {
+    return Invalid(absl::StrFormat(
+        "peer_timeout_ms must be > poll_interval_ms (got %d <= %d)",
+        c.peer_timeout_ms, c.poll_interval_ms));
+  }
+  RETURN_IF_ERROR(CheckPeerTls(c));
+  if (c.peer_address.empty()) return absl::OkStatus();
+  RETURN_IF_ERROR(CheckAddress("peer_address", c.peer_address));
+  const std::pair<const char*, const std::string*> required[] = {
+      {"job_id", &c.job_id},
+      {"leader_address", &c.leader_address},
+      {"job_token_file", &c.job_token_file}};
+  for (const auto& [name, value] : required) {
+    if (value->empty()) {
+      return Invalid(absl::StrFormat("%s is required with peer_address", name));
+    }
+  }
+  RETURN_IF_ERROR(CheckAddress("leader_address", c.leader_address));
+  if (!c.peer_advertise_address.empty()) {
+    RETURN_IF_ERROR(
+        CheckAddress("peer_advertise_address", c.peer_advertise_address));
+  } else if (IsWildcard(c.peer_address)) {
+    return Invalid(absl::StrFormat(
+        "peer_advertise_address is required when peer_address is a wildcard "
+        "address (got '%s')",
+        c.peer_address));
+  }
+  return CheckTokenFile(c.job_token_file);
+}
+
 absl::Status CheckEndpoints(const DaemonConfig& c) {
   RETURN_IF_ERROR(CheckAddress("control_address", c.control_address));
   if (!c.metrics_address.empty()) {
@@ -248,7 +310,8 @@ absl::Status CheckEndpoints(const DaemonConfig& c) {
         "loopback (got '%s')",
         c.control_address));
   }
-  return CheckPaths(c);
+  RETURN_IF_ERROR(CheckPaths(c));
+  return CheckPeer(c);
 }
 
 }  // namespace

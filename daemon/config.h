@@ -62,6 +62,28 @@ struct DaemonConfig {
   uint64_t omega_seed = 0x9E3779B97F4A7C15ULL;
   SelectorPolicy selection;  // selection.* keys
 
+  // ---- multi-node job (the Peer service, DESIGN §4). Empty peer_address:
+  // a one-node giftd (no Peer server, it adopts the job of its ranks).
+  // REQUIRES with peer_address: job_id, leader_address and job_token_file.
+  std::string job_id;        // the job this giftd serves
+  std::string peer_address;  // Peer server host:port, e.g. 0.0.0.0:50152
+  // How the other daemons reach this one. Default: peer_address (which
+  // must then not be a wildcard address).
+  std::string peer_advertise_address;
+  // The leader's Peer host:port (like MASTER_ADDR); this giftd is the
+  // leader when it equals the advertise address.
+  std::string leader_address;
+  // File holding the job's peer token (never taken from the command line).
+  std::string job_token_file;
+  // Peer TLS: server certificate and key (both or neither) and the CA
+  // bundle peers are verified with. Default: "" (no TLS).
+  std::string peer_tls_cert_file;
+  std::string peer_tls_key_file;
+  std::string peer_tls_ca_file;
+  // A follower silent this long is dropped by the leader. Default: 10000.
+  // REQUIRES: > poll_interval_ms.
+  int peer_timeout_ms = 10000;
+
   // ---- daemon
   int refresh_threads = 2;  // REQUIRES: >= 1.
   // CUDA device of the refresher; -1 = CPU. Default: -1.

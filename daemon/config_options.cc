@@ -176,6 +176,36 @@ std::vector<Option> Endpoints() {
   return v;
 }
 
+// Empty peer_address: a one-node giftd; the others matter only with it.
+std::vector<Option> Peer() {
+  return {
+      GIFT_STRING(job_id, "NAME",
+                  "The job this giftd serves (required with peer_address)"),
+      GIFT_STRING(peer_address, "HOST:PORT",
+                  "Peer service address for the job's other daemons; empty: "
+                  "one-node giftd"),
+      GIFT_STRING(peer_advertise_address, "HOST:PORT",
+                  "How the other daemons reach this one (default: "
+                  "peer_address, then not a wildcard)"),
+      GIFT_STRING(leader_address, "HOST:PORT",
+                  "The leader's Peer address; this giftd leads when it "
+                  "equals its advertise address"),
+      GIFT_STRING(job_token_file, "PATH",
+                  "File holding the job's peer token (required with "
+                  "peer_address)"),
+      GIFT_STRING(peer_tls_cert_file, "PATH",
+                  "TLS certificate for Peer (with peer_tls_key_file)"),
+      GIFT_STRING(peer_tls_key_file, "PATH",
+                  "TLS private key for Peer (with peer_tls_cert_file)"),
+      GIFT_STRING(peer_tls_ca_file, "PATH",
+                  "CA bundle the peers' certificates are verified with "
+                  "(required with Peer TLS)"),
+      GIFT_INT(peer_timeout_ms, 1,
+               "The leader drops a follower silent this long, ms (> "
+               "poll_interval_ms)"),
+  };
+}
+
 std::vector<Option> Plan() {
   return {
       GIFT_INT(refresh_interval, 1, "Factor refresh interval K, in steps"),
@@ -244,6 +274,7 @@ const std::vector<Option>& Options() {
       }
     };
     add(Endpoints(), "identity and endpoints");
+    add(Peer(), "multi-node job (the Peer service)");
     add(Plan(), "plan defaults (changeable at run time through Control)");
     add(Selection(), "layer selection (changeable through Control)");
     add(Daemon(), "daemon");

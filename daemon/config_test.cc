@@ -29,6 +29,15 @@ const std::vector<std::string> kKeys = {"node",
                                         "tls_cert_file",
                                         "tls_key_file",
                                         "shm_prefix",
+                                        "job_id",
+                                        "peer_address",
+                                        "peer_advertise_address",
+                                        "leader_address",
+                                        "job_token_file",
+                                        "peer_tls_cert_file",
+                                        "peer_tls_key_file",
+                                        "peer_tls_ca_file",
+                                        "peer_timeout_ms",
                                         "refresh_interval",
                                         "rank",
                                         "max_rank",
@@ -77,6 +86,15 @@ void ExpectSameConfig(const DaemonConfig& a, const DaemonConfig& b) {
   EXPECT_EQ(a.tls_cert_file, b.tls_cert_file);
   EXPECT_EQ(a.tls_key_file, b.tls_key_file);
   EXPECT_EQ(a.shm_prefix, b.shm_prefix);
+  EXPECT_EQ(a.job_id, b.job_id);
+  EXPECT_EQ(a.peer_address, b.peer_address);
+  EXPECT_EQ(a.peer_advertise_address, b.peer_advertise_address);
+  EXPECT_EQ(a.leader_address, b.leader_address);
+  EXPECT_EQ(a.job_token_file, b.job_token_file);
+  EXPECT_EQ(a.peer_tls_cert_file, b.peer_tls_cert_file);
+  EXPECT_EQ(a.peer_tls_key_file, b.peer_tls_key_file);
+  EXPECT_EQ(a.peer_tls_ca_file, b.peer_tls_ca_file);
+  EXPECT_EQ(a.peer_timeout_ms, b.peer_timeout_ms);
   EXPECT_EQ(a.refresh_interval, b.refresh_interval);
   EXPECT_EQ(a.rank, b.rank);
   EXPECT_EQ(a.max_rank, b.max_rank);
@@ -342,6 +360,72 @@ absl::StatusOr<DaemonConfig> LoadArgv(std::vector<std::string> args) {
   std::vector<const char*> argv = {"giftd"};
   for (const std::string& a : args) argv.push_back(a.c_str());
   return LoadConfig(static_cast<int>(argv.size()), argv.data());
+}
+
+// A follower's peer flags with `token_file`.
+std::vector<std::string> PeerFlags(const std::string& token_file) {
+  return {"--job-id=llama", "--peer-address=10.0.0.2:50152",
+          "--leader-address=10.0.0.1:50152", "--job-token-file=" + token_file};
+}
+
+TEST(ConfigTest, PeerOptionsAccepted) {
+  TempFile token("s3cret\n");
+  absl::StatusOr<DaemonConfig> c = Load("", PeerFlags(token.path()));
+  ASSERT_OK(c);
+  EXPECT_EQ(c->job_id, "llama");
+  EXPECT_EQ(c->peer_timeout_ms, 10000);
+  std::vector<std::string> flags = PeerFlags(token.path());
+  flags.push_back("--peer-address=0.0.0.0:50152");
+  flags.push_back("--peer-advertise-address=node2:50152");
+  flags.push_back("--peer-tls-cert-file=/c.pem");
+  flags.push_back("--peer-tls-key-file=/k.pem");
+  flags.push_back("--peer-tls-ca-file=/ca.pem");
+  flags.push_back("--peer-timeout-ms=101");
+  c = Load("", flags);
+  ASSERT_OK(c);
+  absl::StatusOr<DaemonConfig> back = Load(FormatConfig(*c));
+  ASSERT_OK(back);
+  ExpectSameConfig(*c, *back);
+  // Without peer_address the others are not needed (a one-node giftd).
+  EXPECT_OK(Load("", {"--job-id=llama"}));
+}
+
+TEST(ConfigTest, PeerOptionErrors) {
+  TempFile token("s3cret");
+  TempFile blank(" \n");
+  auto with = [&token](std::vector<std::string> extra) {
+    std::vector<std::string> flags = PeerFlags(token.path());
+    flags.insert(flags.end(), extra.begin(), extra.end());
+    return Load("", flags);
+  };
+  ExpectError(Load("", {"--peer-address=10.0.0.2:50152"}),
+              "job_id is required with peer_address");
+  ExpectError(with({"--leader-address="}),
+              "leader_address is required with peer_address");
+  ExpectError(with({"--job-token-file="}),
+              "job_token_file is required with peer_address");
+  ExpectError(with({"--job-token-file=/nonexistent/token"}),
+              "cannot read job_token_file '/nonexistent/token': No such file "
+              "or directory");
+  ExpectError(with({"--job-token-file=" + blank.path()}),
+              "job_token_file '" + blank.path() + "' is empty");
+  ExpectError(with({"--peer-address=10.0.0.2"}),
+              "peer_address must be host:port, IPv6 hosts in brackets (got "
+              "'10.0.0.2')");
+  ExpectError(with({"--leader-address=10.0.0.1:x"}),
+              "leader_address: port must be a number in 0..65535 (got 'x')");
+  ExpectError(with({"--peer-address=0.0.0.0:50152"}),
+              "peer_advertise_address is required when peer_address is a "
+              "wildcard address (got '0.0.0.0:50152')");
+  ExpectError(with({"--peer-tls-cert-file=/c.pem"}),
+              "peer_tls_cert_file and peer_tls_key_file must be set together");
+  ExpectError(
+      with({"--peer-tls-cert-file=/c.pem", "--peer-tls-key-file=/k.pem"}),
+      "peer_tls_ca_file is required with peer TLS");
+  ExpectError(Load("", {"--peer-timeout-ms=100"}),
+              "peer_timeout_ms must be > poll_interval_ms (got 100 <= 100)");
+  ExpectError(Load("", {"--peer-timeout-ms=0"}),
+              "peer_timeout_ms must be >= 1 (got 0)");
 }
 
 TEST(ConfigTest, LoadConfigReadsTheFileFirstWhereverItStands) {

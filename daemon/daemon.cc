@@ -37,10 +37,12 @@ Daemon::Daemon(const DaemonConfig& config, metrics::Registry* registry)
       metrics_(registry),
       refresh_interval_(config.refresh_interval),
       rank_r_(config.rank),
-      selector_(config.selection) {}
+      selector_(config.selection),
+      peered_(!config.peer_address.empty()) {}
 
 absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(
-    const DaemonConfig& config, metrics::Registry* registry) {
+    const DaemonConfig& config, metrics::Registry* registry,
+    PeerLinkFactory peer_link_factory) {
   RETURN_IF_ERROR(ValidateConfig(config));
   std::unique_ptr<Daemon> d(new Daemon(config, registry));
   ASSIGN_OR_RETURN(d->refresher_, Refresher::Create(config.refresh_threads,
@@ -58,6 +60,9 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(
   }
   d->metrics_.info->WithLabels({"", config.node, kGiftVersion, d->instance_})
       .Set(1);
+  if (d->peered_) {
+    RETURN_IF_ERROR(d->StartPeerLink(std::move(peer_link_factory)));
+  }
   d->poll_thread_ = std::thread([p = d.get()] { p->PollLoop(); });
   LOG_INFO("giftd %s instance %s on node %s", kGiftVersion, d->instance_,
            config.node);
@@ -73,8 +78,10 @@ void Daemon::Stop() {
     stopped_ = true;
   }
   stop_.Notify();
-  store_.Close();
+  store_.Close();  // wakes Gets, including peers' (the link waits for them)
   if (poll_thread_.joinable()) poll_thread_.join();
+  // No handler runs after this (they answer UNAVAILABLE once stopped_).
+  if (link_owner_ != nullptr) link_owner_->Stop();
   refresher_.reset();
   absl::MutexLock lock(&mu_);
   while (!sessions_.empty()) {
@@ -116,8 +123,31 @@ absl::Status Daemon::CheckRegister(const v1::RegisterRequest& r) const {
       r.memory() != v1::MEMORY_KIND_DEVICE) {
     return absl::InvalidArgumentError("memory kind must be HOST or DEVICE");
   }
+  RETURN_IF_ERROR(CheckShapes(r.layers()));
+  if (peered_ && r.job_id() != config_.job_id) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "giftd serves job '%s' (its job_id); a rank of job '%s' cannot "
+        "register here",
+        config_.job_id, r.job_id()));
+  }
+  if (peered_) {
+    return layers_.empty() ? absl::OkStatus()
+                           : CheckSameJob(r.world_size(), r.layers());
+  }
+  if (job_id_.empty() || sessions_.empty()) return absl::OkStatus();
+  if (r.job_id() != job_id_) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "giftd serves job '%s'; a rank of job '%s' cannot register until it "
+        "ends",
+        job_id_, r.job_id()));
+  }
+  return CheckSameJob(r.world_size(), r.layers());
+}
+
+absl::Status Daemon::CheckShapes(
+    const google::protobuf::RepeatedPtrField<v1::LayerShape>& layers) {
   std::set<std::string> names;
-  for (const v1::LayerShape& l : r.layers()) {
+  for (const v1::LayerShape& l : layers) {
     if (l.name().empty() || l.name().size() >= shm::kNameBytes ||
         !names.insert(l.name()).second) {
       return absl::InvalidArgumentError(absl::StrFormat(
@@ -128,23 +158,21 @@ absl::Status Daemon::CheckRegister(const v1::RegisterRequest& r) const {
           "layer %s has shape %d x %d", l.name(), l.d_out(), l.d_in()));
     }
   }
-  if (job_id_.empty() || sessions_.empty()) return absl::OkStatus();
-  if (r.job_id() != job_id_) {
+  return absl::OkStatus();
+}
+
+absl::Status Daemon::CheckSameJob(
+    int world_size,
+    const google::protobuf::RepeatedPtrField<v1::LayerShape>& layers) const {
+  if (world_size != world_size_) {
     return absl::FailedPreconditionError(absl::StrFormat(
-        "giftd serves job '%s'; a rank of job '%s' cannot register until it "
-        "ends",
-        job_id_, r.job_id()));
+        "world size %d differs from the job's %d", world_size, world_size_));
   }
-  if (r.world_size() != world_size_) {
-    return absl::FailedPreconditionError(
-        absl::StrFormat("world size %d differs from the job's %d",
-                        r.world_size(), world_size_));
-  }
-  bool same = r.layers_size() == static_cast<int>(layers_.size());
-  for (int i = 0; same && i < r.layers_size(); ++i) {
-    same = r.layers(i).name() == layers_[i].name &&
-           r.layers(i).d_out() == layers_[i].d_out &&
-           r.layers(i).d_in() == layers_[i].d_in;
+  bool same = layers.size() == static_cast<int>(layers_.size());
+  for (int i = 0; same && i < layers.size(); ++i) {
+    same = layers.Get(i).name() == layers_[i].name &&
+           layers.Get(i).d_out() == layers_[i].d_out &&
+           layers.Get(i).d_in() == layers_[i].d_in;
   }
   if (!same) {
     return absl::FailedPreconditionError(
@@ -155,13 +183,28 @@ absl::Status Daemon::CheckRegister(const v1::RegisterRequest& r) const {
 }
 
 absl::Status Daemon::AdoptJob(const v1::RegisterRequest& r) {
+  if (peered_) {
+    // A multi-node job keeps its layers, epochs and versions while local
+    // ranks come and go (the other nodes go on).
+    if (!layers_.empty()) return absl::OkStatus();
+    RETURN_IF_ERROR(AdoptLayers(r.job_id(), r.world_size(), r.layers()));
+    if (have_plan_) ApplyPlanLocked(last_plan_);
+    InstallPendingFactors();
+    return absl::OkStatus();
+  }
   if (!sessions_.empty() && r.job_id() == job_id_) return absl::OkStatus();
   if (r.job_id() != job_id_) store_.DropJob(job_id_);
-  job_id_ = r.job_id();
-  world_size_ = r.world_size();
+  return AdoptLayers(r.job_id(), r.world_size(), r.layers());
+}
+
+absl::Status Daemon::AdoptLayers(
+    const std::string& job_id, int world_size,
+    const google::protobuf::RepeatedPtrField<v1::LayerShape>& layers) {
+  job_id_ = job_id;
+  world_size_ = world_size;
   layers_.clear();
   selector_ = LayerSelector(selector_.policy());
-  for (const v1::LayerShape& s : r.layers()) {
+  for (const v1::LayerShape& s : layers) {
     Layer l;
     l.name = s.name();
     l.d_out = s.d_out();
@@ -177,8 +220,11 @@ absl::Status Daemon::AdoptJob(const v1::RegisterRequest& r) {
                                                    : v1::FP8_FORMAT_E4M3);
     l.omega0 = InitialOmega(l.d_in, l.k_cap, config_.omega_seed);
     RETURN_IF_ERROR(selector_.AddLayer({l.name, l.d_out, l.d_in}));
+    // Counters exist from the start (0), so rates and alerts see them.
+    metrics_.refresh_failures->WithLabels(Labels({l.name}));
     layers_.push_back(std::move(l));
   }
+  metrics_.ranks_reaped->WithLabels(Labels({}));
   LOG_INFO("job '%s': world size %d, %d candidate layers", job_id_, world_size_,
            layers_.size());
   return absl::OkStatus();
@@ -250,27 +296,7 @@ absl::StatusOr<v1::RegisterResponse> Daemon::Register(
     RETURN_IF_ERROR(
         shm::WriteOmega0(*s->entry(i), s->data(i), layers_[i].omega0));
   }
-  // A re-attaching rank holds epochs and versions of an earlier giftd:
-  // continue above them so that its switch logic keeps working.
-  bool raise = r.last_plan_epoch() >= plan_epoch_;
-  plan_epoch_ = std::max(plan_epoch_, r.last_plan_epoch() + 1);
-  for (Layer& l : layers_) {
-    auto it = r.last_factor_version().find(l.name);
-    if (it != r.last_factor_version().end()) {
-      l.next_version = std::max(l.next_version, it->second + 1);
-    }
-  }
-  if (!resumed.empty()) {
-    // A job resumed from a checkpoint holds factors of these layers: keep
-    // them on the GIFT path; a changed selection is a new epoch.
-    RETURN_IF_ERROR(selector_.Resume(resumed));
-    if (ApplySelection(/*publish=*/false) && !raise) {
-      ++plan_epoch_;
-      raise = true;
-    }
-    LOG_INFO("rank %d resumed with %d GIFT layers (%s)", r.rank(),
-             resumed.size(), absl::StrJoin(resumed, ", "));
-  }
+  ASSIGN_OR_RETURN(const bool raise, ContinueAbove(r));
   s->last_seen = absl::Now();
   s->last_step = r.step();
   RankSession& session = *s;
@@ -302,6 +328,39 @@ absl::StatusOr<v1::RegisterResponse> Daemon::Register(
   return out;
 }
 
+absl::StatusOr<bool> Daemon::ContinueAbove(const v1::RegisterRequest& r) {
+  const std::vector<std::string> resumed(r.resumed_gift_layers().begin(),
+                                         r.resumed_gift_layers().end());
+  for (Layer& l : layers_) {
+    auto it = r.last_factor_version().find(l.name);
+    if (it != r.last_factor_version().end()) {
+      l.next_version = std::max(l.next_version, it->second + 1);
+    }
+  }
+  if (IsFollower()) {
+    // The leader decides epochs: it learns this floor from the next
+    // telemetry report (and JoinState) and continues above it.
+    rank_epoch_floor_ = std::max(rank_epoch_floor_, r.last_plan_epoch());
+    return false;
+  }
+  // A re-attaching rank holds epochs and versions of an earlier giftd:
+  // continue above them so that its switch logic keeps working.
+  bool raise = r.last_plan_epoch() >= plan_epoch_;
+  plan_epoch_ = std::max(plan_epoch_, r.last_plan_epoch() + 1);
+  if (!resumed.empty()) {
+    // A job resumed from a checkpoint holds factors of these layers: keep
+    // them on the GIFT path; a changed selection is a new epoch.
+    RETURN_IF_ERROR(selector_.Resume(resumed));
+    if (ApplySelection(/*publish=*/false) && !raise) {
+      ++plan_epoch_;
+      raise = true;
+    }
+    LOG_INFO("rank %d resumed with %d GIFT layers (%s)", r.rank(),
+             resumed.size(), absl::StrJoin(resumed, ", "));
+  }
+  return raise;
+}
+
 absl::StatusOr<v1::HeartbeatResponse> Daemon::Heartbeat(
     const v1::HeartbeatRequest& r) {
   absl::MutexLock lock(&mu_);
@@ -328,7 +387,10 @@ absl::Status Daemon::Deregister(const v1::DeregisterRequest& r) {
   return absl::OkStatus();
 }
 
-void Daemon::DropSession(const std::string& id, const std::string& why) {
+void Daemon::DropSession(const std::string& session_id,
+                         const std::string& why) {
+  // A copy: callers often pass the map's own key, which erase() frees.
+  const std::string id = session_id;
   auto it = sessions_.find(id);
   if (it == sessions_.end()) return;
   const int rank = it->second->rank();
@@ -339,6 +401,7 @@ void Daemon::DropSession(const std::string& id, const std::string& why) {
       metrics_.cosine->Remove(Labels({r, l.name, path}));
     }
   }
+  metrics_.heartbeat_age->Remove(Labels({absl::StrCat(rank)}));
   if (it->second->spec().data_kind == shm::RegionKind::kCudaIpc &&
       !ProcessGone(it->second->spec().pid)) {
     // A live (stalled, or re-registered) rank may still write into its
@@ -407,6 +470,8 @@ void Daemon::PublishPlanTo(RankSession& s) {
 
 void Daemon::PublishPlanToAll() {
   for (auto& [id, s] : sessions_) PublishPlanTo(*s);
+  PeerLink* link = this->link();
+  if (link != nullptr && link->is_leader()) link->BroadcastPlan(PlanLocked());
   metrics_.plan_epoch->WithLabels(Labels({})).Set(plan_epoch_);
   metrics_.refresh_interval->WithLabels(Labels({})).Set(refresh_interval_);
 }
@@ -433,6 +498,9 @@ absl::Status Daemon::EnsureFullRegions() {
 // --------------------------------------------------------------------
 
 absl::Status Daemon::StoreSet(const v1::StoreSetRequest& r) {
+  // A follower's ranks share the job's store on the leader (no lock held:
+  // the link blocks).
+  if (IsFollower()) return link()->StoreSet(r);
   return store_.Set(r.job_id(), r.key(), r.value());
 }
 
@@ -440,6 +508,12 @@ absl::StatusOr<v1::StoreGetResponse> Daemon::StoreGet(
     const v1::StoreGetRequest& r, absl::Duration max_wait) {
   if (r.timeout_ms() < 0) {
     return absl::InvalidArgumentError("store: timeout_ms must be >= 0");
+  }
+  if (IsFollower()) {
+    v1::StoreGetRequest bounded = r;
+    bounded.set_timeout_ms(
+        std::min<int64_t>(r.timeout_ms(), absl::ToInt64Milliseconds(max_wait)));
+    return link()->StoreGet(bounded);
   }
   ASSIGN_OR_RETURN(
       std::string v,
@@ -452,6 +526,7 @@ absl::StatusOr<v1::StoreGetResponse> Daemon::StoreGet(
 
 absl::StatusOr<v1::StoreAddResponse> Daemon::StoreAdd(
     const v1::StoreAddRequest& r) {
+  if (IsFollower()) return link()->StoreAdd(r);
   ASSIGN_OR_RETURN(int64_t v, store_.Add(r.job_id(), r.key(), r.delta()));
   v1::StoreAddResponse out;
   out.set_value(v);

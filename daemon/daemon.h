@@ -11,16 +11,28 @@
 //     submits a refresh; publishes finished factors into every rank's slots.
 // Nothing here waits for a rank, and a rank never waits for the daemon.
 //
+// With config.peer_address set the daemon is one member of a multi-node job
+// (DESIGN §4, peer_link.h; daemon_peer.cc): it serves config.job_id only and
+// the job's world size spans every node. The leader decides plans from the
+// whole job's telemetry and broadcasts them; followers report telemetry,
+// apply the leader's plans and forward Control changes and the rendezvous
+// store to it. Each layer's owner sums the nodes' sketch windows, computes
+// the factor and broadcasts it; every member installs it the same way, so
+// factors are byte-identical on every rank. Without peer_address nothing of
+// this exists and the daemon adopts the job of its first rank.
+//
 //   ASSIGN_OR_RETURN(auto d, Daemon::Create(config, &registry));
 //   ... GrpcServer::Start(options, d.get()) ...
 //   d->Stop();
 //
 // Thread safety: thread-safe (one mutex around the state; the refresher
-// computes outside it).
+// computes outside it; the peer link's blocking calls are made outside it).
 #ifndef GIFT_DAEMON_DAEMON_H_
 #define GIFT_DAEMON_DAEMON_H_
 
+#include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -35,6 +47,7 @@
 #include "daemon/core.h"
 #include "daemon/daemon_metrics.h"
 #include "daemon/kv_store.h"
+#include "daemon/peer_link.h"
 #include "daemon/refresher.h"
 #include "daemon/selector.h"
 #include "daemon/session.h"
@@ -44,12 +57,20 @@ namespace gift::daemon {
 
 inline constexpr char kGiftVersion[] = "0.1.0";
 
-class Daemon : public DaemonCore {
+// Makes the link to the job's other daemons (PeerLink::Create, or a fake in
+// tests).
+using PeerLinkFactory = std::function<absl::StatusOr<std::unique_ptr<PeerLink>>(
+    const PeerLinkOptions&, PeerHandler*)>;
+
+class Daemon : public DaemonCore, public PeerHandler {
  public:
   // Removes shared-memory objects a crashed giftd left under the prefix,
-  // starts the refresher and the poll thread.
+  // starts the refresher, the peer link (with config.peer_address; the
+  // token is read from config.job_token_file) and the poll thread.
+  // `peer_link_factory` Default: PeerLink::Create.
   static absl::StatusOr<std::unique_ptr<Daemon>> Create(
-      const DaemonConfig& config, metrics::Registry* registry);
+      const DaemonConfig& config, metrics::Registry* registry,
+      PeerLinkFactory peer_link_factory = nullptr);
   ~Daemon() override;
   // Stops the poll thread and refresher, drops every session (unlinking
   // its shared memory). Idempotent.
@@ -58,6 +79,9 @@ class Daemon : public DaemonCore {
   // One poll cycle now (tests; the poll thread calls it too).
   void PollOnce();
   const std::string& instance() const { return instance_; }
+  // "" without peers, else "leader of job J at ADDR" / "follower of ADDR
+  // in job J" (for the start-up log).
+  std::string PeerRole() const;
 
   // DaemonCore.
   absl::StatusOr<v1::RegisterResponse> Register(
@@ -86,6 +110,23 @@ class Daemon : public DaemonCore {
       const v1::TriggerRefreshRequest& request) override;
   absl::StatusOr<v1::TelemetryUpdate> Snapshot() override;
 
+  // PeerHandler (daemon_peer.cc).
+  absl::StatusOr<v1::PeerPlan> OnJoin(const v1::JoinRequest& r) override;
+  absl::Status OnTelemetry(const v1::ReportTelemetryRequest& r) override;
+  void OnMembersChanged() override;
+  absl::Status OnPlan(const v1::PeerPlan& plan) override;
+  absl::Status OnSketch(const v1::PushSketchRequest& r) override;
+  absl::Status OnFactor(const v1::PublishFactorRequest& r) override;
+  std::vector<v1::PublishFactorRequest> NewestFactors() override;
+  absl::StatusOr<v1::ForwardControlResponse> OnControl(
+      const v1::ForwardControlRequest& r) override;
+  absl::Status OnStoreSet(const v1::StoreSetRequest& r) override;
+  absl::StatusOr<v1::StoreGetResponse> OnStoreGet(
+      const v1::StoreGetRequest& r, absl::Duration max_wait) override;
+  absl::StatusOr<v1::StoreAddResponse> OnStoreAdd(
+      const v1::StoreAddRequest& r) override;
+  v1::JoinRequest JoinState() override;
+
  private:
   // One job layer (a 2-D weight the ranks declared).
   struct Layer {
@@ -112,6 +153,9 @@ class Daemon : public DaemonCore {
       std::vector<std::string> sessions;
     };
     std::map<std::pair<int64_t, int64_t>, Pending> pending;
+    // With peers, on the layer's owner: the job-wide sums of the nodes'
+    // windows (Pending::sessions holds the nodes that contributed).
+    std::map<std::pair<int64_t, int64_t>, Pending> owned;
     // Windowed local round trip for operators.
     double rel_l2 = 0, cosine = 0;
     LayerScore score;
@@ -122,7 +166,23 @@ class Daemon : public DaemonCore {
   // ---- daemon.cc: sessions
   absl::Status CheckRegister(const v1::RegisterRequest& r) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Names unique and short enough, shapes positive.
+  static absl::Status CheckShapes(
+      const google::protobuf::RepeatedPtrField<v1::LayerShape>& layers);
+  // The job's layer list and world size against a rank's or a follower's.
+  absl::Status CheckSameJob(
+      int world_size,
+      const google::protobuf::RepeatedPtrField<v1::LayerShape>& layers) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status AdoptJob(const v1::RegisterRequest& r)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status AdoptLayers(
+      const std::string& job_id, int world_size,
+      const google::protobuf::RepeatedPtrField<v1::LayerShape>& layers)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Register's epoch and version bookkeeping for a (re-)attaching rank;
+  // returns whether the whole node needs the plan again.
+  absl::StatusOr<bool> ContinueAbove(const v1::RegisterRequest& r)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Device ranks get CUDA IPC data regions (on the GPU named by the rank's
   // PCI bus id), or host ones when this giftd cannot use that GPU.
@@ -140,17 +200,71 @@ class Daemon : public DaemonCore {
 
   // ---- daemon_poll.cc: telemetry, selection, windows, refresh
   void ReadTelemetry() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Adds one node's samples into `to` (steps: max, the rest summed).
+  static void AddSample(const v1::LayerSample& s, SelectorSample* to,
+                        double* err_sq, double* x_sq, double* xhat_x);
   // Applies the selector's decision; with `publish`, a change publishes a
   // new epoch. Returns whether anything changed.
   bool ApplySelection(bool publish = true) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CollectWindows() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static void AddSketch(Layer::Pending& p, shm::SketchData data);
   void SubmitRefresh(Layer& l, Layer::Pending& p)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PublishResults() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The factor a refresh produced (owner side; PublishResults).
+  std::unique_ptr<shm::FactorData> FactorOf(const Layer& l,
+                                            RefreshResult& r) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Installs a factor version (the owner's own or one a peer broadcast):
+  // ignored unless above the layer's newest; records its Ω and publishes it
+  // into every local rank's slot.
+  // A factor from a peer (OnFactor; AdoptJob for the ones kept while this
+  // follower had no layers): checked like a rank's slot, then installed.
+  absl::Status InstallPeerFactor(const v1::PublishFactorRequest& r)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void InstallPendingFactors() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool InstallFactor(Layer& l, std::unique_ptr<shm::FactorData> f,
+                     double seconds) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateGauges() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int64_t SlowestStep() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::map<std::string, SelectorSettings> SelectorSettingsByLayer() const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // ---- daemon_peer.cc
+  PeerLink* link() const { return link_.load(std::memory_order_acquire); }
+  // With peers and not the leader: the leader decides.
+  bool IsFollower() const {
+    PeerLink* l = link();
+    return l != nullptr && !l->is_leader();
+  }
+  // PERMISSION_DENIED for a peer message of another job.
+  absl::Status CheckPeerJob(const std::string& job_id) const;
+  absl::StatusOr<v1::ForwardControlResponse> Forward(
+      v1::ForwardControlRequest r) const;  // outside mu_
+  absl::Status StartPeerLink(PeerLinkFactory factory);
+  v1::PeerPlan PlanLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Follower: the plan's K, r, world size and layer flags (by name).
+  void ApplyPlanLocked(const v1::PeerPlan& plan)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SendTelemetryReport(const std::vector<SelectorSample>& samples,
+                           const std::vector<double>& err,
+                           const std::vector<double>& xsq,
+                           const std::vector<double>& xhx)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Leader: the followers' samples since the last poll, into this poll's.
+  void TakeRemoteSamples(std::vector<SelectorSample>* samples,
+                         std::vector<double>* err, std::vector<double>* xsq,
+                         std::vector<double>* xhx)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // ---- daemon_peer_windows.cc
+  // A node's complete window of layer i: to the owner, or into `owned`.
+  void Contribute(int i, Layer& l, Layer::Pending& p)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  v1::PublishFactorRequest FactorMessage(const Layer& l,
+                                         const shm::FactorData& f,
+                                         double seconds) const;
+  void AddOwned(Layer& l, const std::string& node, int contributors,
+                shm::SketchData data) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // ---- daemon_control.cc
   absl::StatusOr<Layer*> FindLayer(const std::string& name)
@@ -189,6 +303,25 @@ class Daemon : public DaemonCore {
   int64_t refreshes_total_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t reaped_total_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+
+  // ---- peers (null without config.peer_address). Set before the poll
+  // thread starts; the link may call the handler earlier (it then answers
+  // UNAVAILABLE).
+  const bool peered_;
+  std::map<std::string, v1::PublishFactorRequest> pending_factors_
+      ABSL_GUARDED_BY(mu_);
+  // PeerLinkStats byte totals already counted, by "direction/kind".
+  std::map<std::string, int64_t> peer_bytes_seen_ ABSL_GUARDED_BY(mu_);
+  int64_t joins_seen_ ABSL_GUARDED_BY(mu_) = 0;  // follower: link joins
+  std::unique_ptr<PeerLink> link_owner_;
+  std::atomic<PeerLink*> link_{nullptr};
+  // Follower: the newest leader plan applied (JoinState sends it back).
+  v1::PeerPlan last_plan_ ABSL_GUARDED_BY(mu_);
+  bool have_plan_ ABSL_GUARDED_BY(mu_) = false;
+  // Follower: the newest epoch a local rank held when it registered.
+  int64_t rank_epoch_floor_ ABSL_GUARDED_BY(mu_) = 0;
+  // Leader: followers' telemetry since the last poll, by layer.
+  std::map<std::string, v1::LayerSample> remote_samples_ ABSL_GUARDED_BY(mu_);
 
   absl::Notification stop_;
   std::thread poll_thread_;

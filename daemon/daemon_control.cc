@@ -190,6 +190,12 @@ absl::Status Daemon::ValidateLayerSettings(const Layer& l,
 
 absl::StatusOr<v1::SetLayerPolicyResponse> Daemon::SetLayerPolicy(
     const v1::SetLayerPolicyRequest& r) {
+  if (IsFollower()) {  // the leader decides; its next plan reaches us
+    v1::ForwardControlRequest f;
+    *f.mutable_set_layer_policy() = r;
+    ASSIGN_OR_RETURN(v1::ForwardControlResponse out, Forward(std::move(f)));
+    return out.set_layer_policy();
+  }
   absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(Layer * l, FindLayer(r.layer()));
   RETURN_IF_ERROR(ValidateLayerSettings(*l, r.settings()));
@@ -222,6 +228,12 @@ absl::StatusOr<v1::SetLayerPolicyResponse> Daemon::SetLayerPolicy(
 
 absl::StatusOr<v1::SetRefreshIntervalResponse> Daemon::SetRefreshInterval(
     const v1::SetRefreshIntervalRequest& r) {
+  if (IsFollower()) {  // the leader decides; its next plan reaches us
+    v1::ForwardControlRequest f;
+    *f.mutable_set_refresh_interval() = r;
+    ASSIGN_OR_RETURN(v1::ForwardControlResponse out, Forward(std::move(f)));
+    return out.set_refresh_interval();
+  }
   if (r.steps() < 1) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "refresh interval K must be >= 1 step (got %d)", r.steps()));
@@ -238,6 +250,12 @@ absl::StatusOr<v1::SetRefreshIntervalResponse> Daemon::SetRefreshInterval(
 
 absl::StatusOr<v1::SetRankResponse> Daemon::SetRank(
     const v1::SetRankRequest& r) {
+  if (IsFollower()) {  // the leader decides; its next plan reaches us
+    v1::ForwardControlRequest f;
+    *f.mutable_set_rank() = r;
+    ASSIGN_OR_RETURN(v1::ForwardControlResponse out, Forward(std::move(f)));
+    return out.set_rank();
+  }
   absl::MutexLock lock(&mu_);
   if (r.rank() < 1 || r.rank() > config_.max_rank) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -265,6 +283,12 @@ absl::StatusOr<v1::SetRankResponse> Daemon::SetRank(
 
 absl::StatusOr<v1::SetSelectionPolicyResponse> Daemon::SetSelectionPolicy(
     const v1::SetSelectionPolicyRequest& r) {
+  if (IsFollower()) {  // the leader decides; its next plan reaches us
+    v1::ForwardControlRequest f;
+    *f.mutable_set_selection_policy() = r;
+    ASSIGN_OR_RETURN(v1::ForwardControlResponse out, Forward(std::move(f)));
+    return out.set_selection_policy();
+  }
   absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(SelectorPolicy p, Merge(selector_.policy(), r.policy()));
   RETURN_IF_ERROR(selector_.SetPolicy(p));
@@ -278,6 +302,12 @@ absl::StatusOr<v1::SetSelectionPolicyResponse> Daemon::SetSelectionPolicy(
 
 absl::StatusOr<v1::TriggerRefreshResponse> Daemon::TriggerRefresh(
     const v1::TriggerRefreshRequest& r) {
+  if (IsFollower()) {  // the leader decides; its next plan reaches us
+    v1::ForwardControlRequest f;
+    *f.mutable_trigger_refresh() = r;
+    ASSIGN_OR_RETURN(v1::ForwardControlResponse out, Forward(std::move(f)));
+    return out.trigger_refresh();
+  }
   absl::MutexLock lock(&mu_);
   std::vector<Layer*> targets;
   if (!r.layer().empty()) {

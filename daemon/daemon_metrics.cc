@@ -113,6 +113,25 @@ DaemonMetrics::DaemonMetrics(metrics::Registry* r) {
       "Layer results marked non-finite (a NaN/Inf on some rank).", L({"rank"}));
   rank_step = &r->AddGauge("gift_rank_step", "Steps completed by the rank.",
                            L({"rank"}));
+  heartbeat_age =
+      &r->AddGauge("gift_rank_heartbeat_age_seconds",
+                   "Seconds since the rank's last heartbeat.", L({"rank"}));
+  staleness_limit = &r->AddGauge(
+      "gift_staleness_limit_steps",
+      "Factor age (steps) beyond which ranks drop a layer to the Euclidean "
+      "path.",
+      L({}));
+  peer_connected = &r->AddGauge(
+      "gift_peer_connected",
+      "1 while this follower giftd is joined to its job's leader, 0 while "
+      "detached (followers only).",
+      L({}));
+  peer_bytes = &r->AddCounter(
+      "gift_peer_bytes_total",
+      "Serialized bytes of Peer messages between daemons, by direction "
+      "(sent, received) and message kind (join, telemetry, plan, sketch, "
+      "factor, control, store).",
+      L({"direction", "kind"}));
 }
 
 }  // namespace gift::daemon

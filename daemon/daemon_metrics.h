@@ -57,6 +57,10 @@ struct DaemonMetrics {
   metrics::Family<metrics::Counter>* transform_seconds;
   metrics::Family<metrics::Counter>* nonfinite_layers;
   metrics::Family<metrics::Gauge>* rank_step;
+  metrics::Family<metrics::Gauge>* heartbeat_age;
+  metrics::Family<metrics::Gauge>* staleness_limit;
+  metrics::Family<metrics::Gauge>* peer_connected;  // followers only
+  metrics::Family<metrics::Counter>* peer_bytes;
 };
 
 }  // namespace gift::daemon

@@ -2,6 +2,7 @@
 // closed sketch windows → refresher → factor slots.
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -16,9 +17,11 @@ void Daemon::PollOnce() {
   absl::MutexLock lock(&mu_);
   if (stopped_) return;
   ReapDead();
-  if (sessions_.empty()) return;
+  // A member of a multi-node job goes on without local ranks: the leader
+  // decides from the followers' telemetry, an owner refreshes their windows.
+  if (sessions_.empty() && (!peered_ || layers_.empty())) return;
   ReadTelemetry();
-  ApplySelection();
+  if (!IsFollower()) ApplySelection();
   CollectWindows();
   PublishResults();
   UpdateGauges();
@@ -121,11 +124,21 @@ void Daemon::ReadTelemetry() {
       w = t;
     }
   }
+  // A follower reports its node's samples; the leader adds them to its own
+  // and alone feeds the selector.
+  const bool follower = IsFollower();
+  if (follower) {
+    SendTelemetryReport(samples, err, xsq, xhx);
+  } else if (peered_) {
+    TakeRemoteSamples(&samples, &err, &xsq, &xhx);
+  }
   for (size_t i = 0; i < layers_.size(); ++i) {
     Layer& l = layers_[i];
     samples[i].factor_version = l.newest ? l.newest->version : -1;
-    absl::Status st = selector_.Observe(l.name, samples[i]);
-    if (!st.ok()) LOG_WARNING("selector: %s", st.ToString());
+    if (!follower) {
+      absl::Status st = selector_.Observe(l.name, samples[i]);
+      if (!st.ok()) LOG_WARNING("selector: %s", st.ToString());
+    }
     if (xsq[i] > 0) RoundTrip(err[i], xsq[i], xhx[i], &l.rel_l2, &l.cosine);
   }
 }
@@ -190,28 +203,22 @@ void Daemon::CollectWindows() {
           continue;
         }
         auto& p = l.pending[{data.meta.end_step, data.meta.omega_version}];
-        if (p.contributors == 0) {
-          p.sum = std::move(data);
-        } else {
-          auto add = [](std::vector<float>& to, const std::vector<float>& v) {
-            if (to.size() != v.size()) return;
-            for (size_t j = 0; j < v.size(); ++j) to[j] += v[j];
-          };
-          add(p.sum.y, data.y);
-          add(p.sum.a, data.a);
-          p.sum.trace += data.trace;
-          p.sum.count += data.count;
-        }
+        AddSketch(p, std::move(data));
         ++p.contributors;
       }
       if (closed > consumed) shm::ConsumeWindow(e, closed);
     }
-    // The newest window every live rank contributed to is refreshed from;
-    // older incomplete ones can no longer complete.
+    // The newest window every live rank contributed to is refreshed from
+    // (with peers: sent to the layer's owner, which sums the nodes); older
+    // incomplete ones can no longer complete.
     for (auto it = l.pending.rbegin(); it != l.pending.rend(); ++it) {
       if (it->second.contributors < live) continue;
       const auto key = it->first;
-      SubmitRefresh(l, it->second);
+      if (peered_) {
+        Contribute(static_cast<int>(i), l, it->second);
+      } else {
+        SubmitRefresh(l, it->second);
+      }
       for (auto jt = l.pending.begin(); jt != l.pending.end();) {
         if (jt->first.first <= key.first) {
           const bool used = jt->first == key;
@@ -227,6 +234,21 @@ void Daemon::CollectWindows() {
       break;
     }
   }
+}
+
+void Daemon::AddSketch(Layer::Pending& p, shm::SketchData data) {
+  if (p.contributors == 0) {
+    p.sum = std::move(data);
+    return;
+  }
+  auto add = [](std::vector<float>& to, const std::vector<float>& v) {
+    if (to.size() != v.size()) return;
+    for (size_t j = 0; j < v.size(); ++j) to[j] += v[j];
+  };
+  add(p.sum.y, data.y);
+  add(p.sum.a, data.a);
+  p.sum.trace += data.trace;
+  p.sum.count += data.count;
 }
 
 void Daemon::SubmitRefresh(Layer& l, Layer::Pending& p) {
@@ -288,51 +310,70 @@ void Daemon::PublishResults() {
                   r.status.ToString());
       continue;
     }
-    auto f = std::make_unique<shm::FactorData>();
-    f->version = r.version;
-    f->kind = r.full ? 1 : 0;
-    f->beta = r.beta;
-    f->window = r.end_step;
-    if (r.full) {
-      f->t = std::move(r.dense.t);
-      f->t_inv = std::move(r.dense.t_inv);
-      f->sigma2 = r.dense.tau;
-      // A full factor carries no new basis: the sketches keep the last one.
-      f->omega = l->newest != nullptr && !l->newest->omega.empty()
-                     ? l->newest->omega
-                     : l->omega0;
-    } else {
-      f->r = r.low_rank.r;
-      f->sigma2 = r.low_rank.sigma2;
-      f->u = std::move(r.low_rank.u);
-      f->c = std::move(r.low_rank.c);
-      f->c_inv = std::move(r.low_rank.c_inv);
-      f->lambda = std::move(r.low_rank.lambda);
-      f->omega = std::move(r.low_rank.omega_next);
-    }
-    l->omega_by_version[r.version] = f->omega;
-    while (l->omega_by_version.size() > 4) {
-      l->omega_by_version.erase(l->omega_by_version.begin());
-    }
-    const int i = static_cast<int>(l - layers_.data());
-    for (auto& [id, s] : sessions_) {
-      absl::Status st =
-          shm::PublishFactor(s->entry(i), s->data(i), s->full(i), *f);
-      if (!st.ok()) {
-        LOG_WARNING("publishing %s v%d to rank %d: %s", l->name, r.version,
-                    s->rank(), st.ToString());
-      }
-    }
-    l->newest = std::move(f);
-    l->factor_step = r.end_step;
-    l->last_refresh_seconds = r.seconds;
-    ++l->refreshes;
-    ++refreshes_total_;
-    metrics_.refreshes->WithLabels(Labels({l->name})).Increment();
+    std::unique_ptr<shm::FactorData> f = FactorOf(*l, r);
+    PeerLink* link = this->link();
+    // Every other member installs the same bytes (OnFactor).
+    std::optional<v1::PublishFactorRequest> out;
+    if (link != nullptr) out = FactorMessage(*l, *f, r.seconds);
+    if (!InstallFactor(*l, std::move(f), r.seconds)) continue;
+    if (out.has_value()) link->BroadcastFactor(*std::move(out));
     metrics_.refresh_duration->WithLabels(Labels({l->name})).Observe(r.seconds);
-    LOG_DEBUG("published %s factor v%d (%.1f ms)", l->name, r.version,
-              r.seconds * 1e3);
   }
+}
+
+std::unique_ptr<shm::FactorData> Daemon::FactorOf(const Layer& l,
+                                                  RefreshResult& r) const {
+  auto f = std::make_unique<shm::FactorData>();
+  f->version = r.version;
+  f->kind = r.full ? 1 : 0;
+  f->beta = r.beta;
+  f->window = r.end_step;
+  if (r.full) {
+    f->t = std::move(r.dense.t);
+    f->t_inv = std::move(r.dense.t_inv);
+    f->sigma2 = r.dense.tau;
+    // A full factor carries no new basis: the sketches keep the last one.
+    f->omega = l.newest != nullptr && !l.newest->omega.empty() ? l.newest->omega
+                                                               : l.omega0;
+  } else {
+    f->r = r.low_rank.r;
+    f->sigma2 = r.low_rank.sigma2;
+    f->u = std::move(r.low_rank.u);
+    f->c = std::move(r.low_rank.c);
+    f->c_inv = std::move(r.low_rank.c_inv);
+    f->lambda = std::move(r.low_rank.lambda);
+    f->omega = std::move(r.low_rank.omega_next);
+  }
+  return f;
+}
+
+bool Daemon::InstallFactor(Layer& l, std::unique_ptr<shm::FactorData> f,
+                           double seconds) {
+  if (l.newest != nullptr && f->version <= l.newest->version) return false;
+  l.omega_by_version[f->version] = f->omega;
+  while (l.omega_by_version.size() > 4) {
+    l.omega_by_version.erase(l.omega_by_version.begin());
+  }
+  const int i = static_cast<int>(&l - layers_.data());
+  for (auto& [id, s] : sessions_) {
+    absl::Status st =
+        shm::PublishFactor(s->entry(i), s->data(i), s->full(i), *f);
+    if (!st.ok()) {
+      LOG_WARNING("publishing %s v%d to rank %d: %s", l.name, f->version,
+                  s->rank(), st.ToString());
+    }
+  }
+  // Whoever owns the layer later continues above every installed version.
+  l.next_version = std::max(l.next_version, f->version + 1);
+  l.factor_step = f->window;
+  l.last_refresh_seconds = seconds;
+  ++l.refreshes;
+  ++refreshes_total_;
+  metrics_.refreshes->WithLabels(Labels({l.name})).Increment();
+  LOG_DEBUG("published %s factor v%d (%.1f ms)", l.name, f->version,
+            seconds * 1e3);
+  l.newest = std::move(f);
+  return true;
 }
 
 void Daemon::UpdateGauges() {
@@ -355,6 +396,43 @@ void Daemon::UpdateGauges() {
   metrics_.plan_epoch->WithLabels(Labels({})).Set(plan_epoch_);
   metrics_.refresh_interval->WithLabels(Labels({})).Set(refresh_interval_);
   metrics_.ranks_registered->WithLabels(Labels({})).Set(sessions_.size());
+  metrics_.staleness_limit->WithLabels(Labels({})).Set(config_.staleness_limit);
+  const absl::Time now = absl::Now();
+  for (const auto& [id, s] : sessions_) {
+    metrics_.heartbeat_age->WithLabels(Labels({absl::StrCat(s->rank())}))
+        .Set(absl::ToDoubleSeconds(now - s->last_seen));
+  }
+  if (PeerLink* l = link(); l != nullptr) {
+    const PeerLinkStats st = l->stats();
+    if (!l->is_leader()) {
+      metrics_.peer_connected->WithLabels(Labels({})).Set(st.connected);
+      if (st.joins != joins_seen_) {
+        joins_seen_ = st.joins;
+        // (Re)joined: a partition may have kept a factor this daemon
+        // computed as an owner from the others, while its ranks already
+        // sketch in that factor's basis; every member installs what is
+        // newer than its own (the rest is ignored).
+        for (const Layer& layer : layers_) {
+          if (layer.newest == nullptr) continue;
+          l->BroadcastFactor(
+              FactorMessage(layer, *layer.newest, layer.last_refresh_seconds));
+        }
+      }
+    }
+    // The link keeps totals; the counters advance by what is new.
+    for (const auto& [dir, list] :
+         {std::make_pair("sent", &st.bytes_sent),
+          std::make_pair("received", &st.bytes_received)}) {
+      for (const auto& [kind, bytes] : *list) {
+        int64_t& seen = peer_bytes_seen_[std::string(dir) + "/" + kind];
+        if (bytes > seen) {
+          metrics_.peer_bytes->WithLabels(Labels({dir, kind}))
+              .Increment(static_cast<double>(bytes - seen));
+          seen = bytes;
+        }
+      }
+    }
+  }
 }
 
 }  // namespace gift::daemon

@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_matchers.h"
+#include "daemon/daemon_testutil.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "shm/protocol.h"
@@ -31,48 +32,6 @@ DaemonConfig TestConfig() {
   c.metrics_address = "";
   return c;
 }
-
-v1::RegisterRequest Request(int rank, int world = 2) {
-  v1::RegisterRequest r;
-  r.set_job_id("job");
-  r.set_rank(rank);
-  r.set_world_size(world);
-  r.set_pid(::getpid());
-  r.set_layout_version(shm::kLayoutVersion);
-  r.set_memory(v1::MEMORY_KIND_HOST);
-  for (const char* name : {"fc1", "fc2"}) {
-    v1::LayerShape* l = r.add_layers();
-    l->set_name(name);
-    l->set_d_out(16);
-    l->set_d_in(std::string(name) == "fc1" ? 24 : 48);
-  }
-  return r;
-}
-
-// What a rank maps after Register.
-struct FakeRank {
-  std::unique_ptr<shm::Region> control;
-  std::vector<std::unique_ptr<shm::Region>> data;
-
-  static FakeRank Map(const v1::RegisterResponse& resp) {
-    FakeRank f;
-    shm::RegionDesc d{};
-    d.kind = static_cast<uint32_t>(shm::RegionKind::kPosix);
-    d.bytes = resp.control_block_bytes();
-    std::strncpy(d.name, resp.control_block().c_str(), sizeof(d.name) - 1);
-    auto c = shm::OpenRegion(d);
-    EXPECT_OK(c);
-    f.control = *std::move(c);
-    EXPECT_OK(shm::CheckControlBlock(f.control->data(), f.control->bytes()));
-    for (uint32_t i = 0; i < shm::Header(f.control->data())->n_layers; ++i) {
-      auto r = shm::OpenRegion(shm::Entry(f.control->data(), i)->region);
-      EXPECT_OK(r);
-      f.data.push_back(*std::move(r));
-    }
-    return f;
-  }
-  shm::LayerEntry* entry(int i) { return shm::Entry(control->data(), i); }
-};
 
 class DaemonTest : public ::testing::Test {
  protected:

@@ -9,6 +9,7 @@
 #include "daemon/grpc_server.h"
 #include "daemon/log.h"
 #include "daemon/metrics/http_exposer.h"
+#include "daemon/metrics/process_collector.h"
 #include "daemon/metrics/registry.h"
 
 namespace gift::daemon {
@@ -45,11 +46,16 @@ int Run(int argc, char** argv) {
   SetLogLevel(*ParseLogLevel(config->log_level));
 
   metrics::Registry registry;
+  metrics::ProcessCollector process_metrics(&registry);
+  GrpcMetrics grpc_metrics(&registry, config->node);
   absl::StatusOr<std::unique_ptr<Daemon>> daemon =
       Daemon::Create(*config, &registry);
   if (!daemon.ok()) {
     LOG_ERROR("cannot start: %s", daemon.status().ToString());
     return 1;
+  }
+  if (const std::string role = (*daemon)->PeerRole(); !role.empty()) {
+    LOG_INFO("peer: %s", role);
   }
   std::unique_ptr<metrics::HttpExposer> exposer;
   if (!config->metrics_address.empty()) {
@@ -68,6 +74,7 @@ int Run(int argc, char** argv) {
   options.control_token_file = config->control_token_file;
   options.tls_cert_file = config->tls_cert_file;
   options.tls_key_file = config->tls_key_file;
+  options.metrics = &grpc_metrics;
   absl::StatusOr<std::unique_ptr<GrpcServer>> server =
       GrpcServer::Start(options, daemon->get());
   if (!server.ok()) {

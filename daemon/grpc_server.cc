@@ -182,8 +182,11 @@ void SetServing(grpc::Server* server, const char* service) {
 
 class GrpcServerImpl final : public GrpcServer {
  public:
-  GrpcServerImpl(DaemonCore* core, const std::string& token)
-      : agent_(core, &drain_), control_(core, &drain_, token) {}
+  GrpcServerImpl(DaemonCore* core, const std::string& token,
+                 GrpcMetrics* metrics)
+      : metrics_(metrics),
+        agent_(core, &drain_),
+        control_(core, &drain_, token) {}
   ~GrpcServerImpl() override { Shutdown(absl::Seconds(1)); }
 
   absl::Status StartAgent(const std::string& socket_path);
@@ -195,6 +198,14 @@ class GrpcServerImpl final : public GrpcServer {
   void Shutdown(absl::Duration deadline) override;
 
  private:
+  // Interceptors of a builder about to be built (none without metrics).
+  void AddMetrics(grpc::ServerBuilder& builder) {
+    if (metrics_ != nullptr) {
+      builder.experimental().SetInterceptorCreators(metrics_->Interceptors());
+    }
+  }
+
+  GrpcMetrics* const metrics_;
   internal::DrainSignal drain_;
   internal::AgentService agent_;
   internal::ControlService control_;
@@ -212,6 +223,7 @@ absl::Status GrpcServerImpl::StartAgent(const std::string& socket_path) {
   builder.AddListeningPort("unix:" + socket_path,
                            grpc::InsecureServerCredentials());
   builder.RegisterService(&agent_);
+  AddMetrics(builder);
   agent_server_ = builder.BuildAndStart();
   if (agent_server_ == nullptr) {
     return absl::UnavailableError(
@@ -236,6 +248,7 @@ absl::Status GrpcServerImpl::StartControl(
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.AddListeningPort(address, credentials, &control_port_);
   builder.RegisterService(&control_);
+  AddMetrics(builder);
   control_server_ = builder.BuildAndStart();
   if (control_server_ == nullptr || control_port_ == 0) {
     return absl::UnavailableError(
@@ -275,7 +288,7 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(
   ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
                    ControlCredentials(options));
   InitGrpcPlugins();
-  auto server = std::make_unique<GrpcServerImpl>(core, token);
+  auto server = std::make_unique<GrpcServerImpl>(core, token, options.metrics);
   RETURN_IF_ERROR(server->StartAgent(options.agent_socket));
   RETURN_IF_ERROR(server->StartControl(options.control_address, credentials));
   return server;

@@ -27,6 +27,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "daemon/core.h"
+#include "daemon/grpc_metrics.h"
 
 namespace gift::daemon {
 
@@ -36,6 +37,8 @@ struct GrpcServerOptions {
   std::string control_token_file;
   std::string tls_cert_file;
   std::string tls_key_file;
+  // Request counters and durations of both servers; null: none.
+  GrpcMetrics* metrics = nullptr;
 };
 
 class GrpcServer {

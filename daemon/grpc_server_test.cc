@@ -1,5 +1,6 @@
 #include "daemon/grpc_server.h"
 
+#include <gmock/gmock.h>
 #include <google/protobuf/unknown_field_set.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/grpc_status.h"
@@ -226,6 +228,53 @@ TEST_F(GrpcServerTest, CoreErrorsReachTheClientWithCodeAndMessage) {
                ->SetRefreshInterval(&c2, v1::SetRefreshIntervalRequest(), &k);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(status.error_message(), "steps must be >= 1, got 0");
+}
+
+// Every finished request is counted by service, method and code, and
+// timed, on both servers.
+TEST_F(GrpcServerTest, RequestsAreCountedByMethodAndCode) {
+  metrics::Registry registry;
+  GrpcMetrics metrics(&registry, "n0");
+  options_.metrics = &metrics;
+  StartServer();
+  v1::RegisterRequest request;
+  request.set_layout_version(7);  // FakeCore refuses it
+  v1::RegisterResponse response;
+  grpc::ClientContext c1;
+  v1::Agent::NewStub(AgentChannel())->Register(&c1, request, &response);
+  v1::GetStatusResponse status;
+  ASSERT_TRUE(GetStatus("", &status).ok());
+  // The server records a call once it is closed, which may be just after
+  // the client has its answer.
+  std::string text;
+  for (absl::Time end = absl::Now() + absl::Seconds(10); absl::Now() < end;
+       absl::SleepFor(absl::Milliseconds(5))) {
+    text = registry.Serialize();
+    if (absl::StrContains(text, "GetStatus\"} 1") &&
+        absl::StrContains(text, "FAILED_PRECONDITION")) {
+      break;
+    }
+  }
+  EXPECT_THAT(text, ::testing::HasSubstr(
+                        "gift_grpc_requests_total{node=\"n0\","
+                        "service=\"gift.v1.Agent\",method=\"Register\","
+                        "code=\"FAILED_PRECONDITION\"} 1"));
+  EXPECT_THAT(text,
+              ::testing::HasSubstr("gift_grpc_requests_total{node=\"n0\","
+                                   "service=\"gift.v1.Control\","
+                                   "method=\"GetStatus\",code=\"OK\"} 1"));
+  EXPECT_THAT(text,
+              ::testing::HasSubstr("gift_grpc_request_duration_seconds_count{"
+                                   "node=\"n0\",service=\"gift.v1.Control\","
+                                   "method=\"GetStatus\"} 1"));
+}
+
+TEST(GrpcMetricsTest, SplitsFullMethodNames) {
+  EXPECT_EQ(
+      GrpcMetrics::SplitMethod("/gift.v1.Agent/Register"),
+      std::make_pair(std::string("gift.v1.Agent"), std::string("Register")));
+  EXPECT_EQ(GrpcMetrics::SplitMethod("odd"),
+            std::make_pair(std::string(""), std::string("odd")));
 }
 
 TEST_F(GrpcServerTest, StoreGetWaitsForTheKeyWithBoundedWait) {

@@ -8,6 +8,8 @@
 # namespace of its own behind a rate-limited veth (scripts/netns.sh), once
 # per egress rate in ALLREDUCE_NETNS_RATES (default: "1gbit 250mbit").
 # daemon_bench starts giftd and 2 rank processes (bench/daemon/).
+# peer_bench starts 3 giftd nodes joined by the Peer service, 2 ranks each,
+# on loopback ports (PEER_BENCH_FLAGS adds flags, e.g. "--netns").
 # hooks_bench (bench/python/hooks_bench.py, only when named: it needs the
 # gift_python and giftd targets and takes several minutes) compares gift's
 # DDP comm hook with PyTorch's fp16/bf16/PowerSGD hooks on 4 gloo ranks
@@ -20,7 +22,7 @@ shift || true
 benches=("$@")
 if [[ ${#benches[@]} -eq 0 ]]; then
   benches=(quantize_bench whiten_bench nystrom_bench allreduce_bench
-    daemon_bench)
+    daemon_bench peer_bench)
 fi
 
 # The bandwidth-limited allreduce runs: one namespace set per rate, removed
@@ -53,7 +55,8 @@ for b in "${benches[@]}"; do
     continue
   fi
   exe="$build/bench/$b"
-  [[ "$b" == daemon_bench ]] && exe="$build/bench/daemon/$b"
+  [[ "$b" == daemon_bench || "$b" == peer_bench ]] &&
+    exe="$build/bench/daemon/$b"
   if [[ ! -x "$exe" ]]; then
     echo "run-bench: $exe not built" >&2
     exit 1
@@ -69,6 +72,10 @@ for b in "${benches[@]}"; do
     # (DAEMON_BENCH_FLAGS adds flags, e.g. "--refresh-interval 50").
     "$exe" --out "$out/$b.json" ${DAEMON_BENCH_FLAGS:-} 2>&1 |
       tee "$out/$b.txt"
+    continue
+  fi
+  if [[ "$b" == peer_bench ]]; then
+    "$exe" --out "$out/$b.json" ${PEER_BENCH_FLAGS:-} 2>&1 | tee "$out/$b.txt"
     continue
   fi
   "$exe" --benchmark_min_time=0.2 2>&1 | tee "$out/$b.txt"

@@ -20,11 +20,17 @@
 namespace gift::testing_daemon {
 namespace {
 
+std::vector<std::string> Prefixed(const std::vector<std::string>& prefix,
+                                  std::vector<std::string> argv) {
+  argv.insert(argv.begin(), prefix.begin(), prefix.end());
+  return argv;
+}
+
 std::string Yaml(const GiftdConfig& c, const std::string& socket,
                  const std::string& control, int metrics_port,
                  const std::string& prefix) {
   return absl::StrCat(
-      "node: it-node\n", "agent_socket: ", socket, "\n",
+      "node: ", c.node, "\n", "agent_socket: ", socket, "\n",
       "control_address: ", control, "\n",
       "metrics_address: 127.0.0.1:", metrics_port, "\n", "shm_prefix: ", prefix,
       "\n", "refresh_interval: ", c.refresh_interval, "\n",
@@ -57,6 +63,8 @@ absl::StatusOr<std::unique_ptr<Giftd>> Giftd::Start(
   std::unique_ptr<Giftd> d(new Giftd());
   d->giftd_binary_ = giftd_binary;
   d->giftctl_binary_ = giftctl_binary;
+  d->extra_args_ = config.extra_args;
+  d->command_prefix_ = config.command_prefix;
   d->dir_ = dir;
   d->config_path_ = dir + "/giftd.yaml";
   d->agent_socket_ = dir + "/agent.sock";
@@ -83,9 +91,10 @@ Giftd::~Giftd() {
 
 absl::Status Giftd::Launch() {
   const std::string log = absl::StrCat(dir_, "/giftd.", incarnation_++, ".log");
-  ASSIGN_OR_RETURN(
-      Subprocess p,
-      Subprocess::Start({giftd_binary_, "--config", config_path_}, log));
+  std::vector<std::string> argv = {giftd_binary_, "--config", config_path_};
+  argv.insert(argv.end(), extra_args_.begin(), extra_args_.end());
+  ASSIGN_OR_RETURN(Subprocess p,
+                   Subprocess::Start(Prefixed(command_prefix_, argv), log));
   process_ = std::move(p);
   // Serving: the log says so (at log level info), or, at any log level, the
   // agent socket exists and giftctl status answers.
@@ -119,7 +128,8 @@ absl::StatusOr<CommandResult> Giftd::Ctl(
     const std::vector<std::string>& args) const {
   std::vector<std::string> argv = {giftctl_binary_};
   argv.insert(argv.end(), args.begin(), args.end());
-  return Run(argv, {{"GIFT_CONTROL_ADDRESS", control_address_}});
+  return Run(Prefixed(command_prefix_, argv),
+             {{"GIFT_CONTROL_ADDRESS", control_address_}});
 }
 
 absl::StatusOr<nlohmann::json> Giftd::CtlJson(
@@ -157,7 +167,9 @@ absl::StatusOr<std::unique_ptr<RankGroup>> RankGroup::Start(
     const std::string& worker_binary, const std::string& dir,
     const std::string& agent_socket, const RankOptions& o) {
   std::unique_ptr<RankGroup> g(new RankGroup());
-  for (int r = 0; r < o.world_size; ++r) {
+  const int count = o.count < 0 ? o.world_size : o.count;
+  g->first_rank_ = o.first_rank;
+  for (int r = o.first_rank; r < o.first_rank + count; ++r) {
     const std::string base = absl::StrCat(dir, "/", o.job, ".rank", r);
     g->reports_.push_back(base + ".jsonl");
     std::vector<std::string> argv = {
@@ -171,7 +183,9 @@ absl::StatusOr<std::unique_ptr<RankGroup>> RankGroup::Start(
         absl::StrCat("--comm-timeout-s=", o.comm_timeout_s),
         "--report=" + g->reports_.back()};
     argv.insert(argv.end(), o.extra_args.begin(), o.extra_args.end());
-    ASSIGN_OR_RETURN(Subprocess p, Subprocess::Start(argv, base + ".log"));
+    ASSIGN_OR_RETURN(Subprocess p,
+                     Subprocess::Start(Prefixed(o.command_prefix, argv),
+                                       base + ".log", o.env));
     g->procs_.push_back(std::move(p));
   }
   return g;
@@ -209,9 +223,10 @@ absl::Status RankGroup::Stop(absl::Duration timeout) {
     if (!code.ok()) {
       (void)procs_[r].Signal(SIGKILL);
       (void)procs_[r].Wait(absl::Seconds(5));
-      absl::StrAppend(&bad, " rank ", r, ": ", code.status().message(), ";");
+      absl::StrAppend(&bad, " rank ", first_rank_ + r, ": ",
+                      code.status().message(), ";");
     } else if (*code != 0) {
-      absl::StrAppend(&bad, " rank ", r, " exited ", *code, ";");
+      absl::StrAppend(&bad, " rank ", first_rank_ + r, " exited ", *code, ";");
     }
   }
   if (bad.empty()) return absl::OkStatus();
@@ -247,7 +262,7 @@ absl::Status RankGroup::WaitForAll(
       timeout);
   if (ended >= 0) {
     return absl::FailedPreconditionError(
-        absl::StrCat("rank ", ended, " ended"));
+        absl::StrCat("rank ", first_rank_ + ended, " ended"));
   }
   if (!ok) {
     const std::vector<nlohmann::json> rep = Report(0);
@@ -261,7 +276,8 @@ absl::Status RankGroup::WaitForAll(
 std::string RankGroup::Logs() const {
   std::string s;
   for (int r = 0; r < world_size(); ++r) {
-    absl::StrAppend(&s, "---- rank ", r, " log\n", procs_[r].Log());
+    absl::StrAppend(&s, "---- rank ", first_rank_ + r, " log\n",
+                    procs_[r].Log());
   }
   return s;
 }

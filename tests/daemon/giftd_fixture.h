@@ -28,6 +28,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -55,6 +56,14 @@ struct GiftdConfig {
   std::string log_level = "info";
   // Appended verbatim to the generated YAML.
   std::string extra_yaml;
+  // The YAML's `node`. Default: "it-node".
+  std::string node = "it-node";
+  // Flags after `--config FILE` (e.g. the peer flags). Default: none.
+  std::vector<std::string> extra_args;
+  // Runs giftd and giftctl through this command, e.g. {"netns.sh", "exec",
+  // "-p", PREFIX, "1"} to put them in a network namespace (it must exec
+  // the binary, so that pid() stays giftd's). Default: none.
+  std::vector<std::string> command_prefix;
 };
 
 class Giftd {
@@ -97,6 +106,7 @@ class Giftd {
   absl::Status Launch();
 
   std::string giftd_binary_, giftctl_binary_, dir_, config_path_;
+  std::vector<std::string> extra_args_, command_prefix_;
   std::string agent_socket_, shm_prefix_, control_address_;
   int metrics_port_ = 0;
   int incarnation_ = 0;
@@ -106,6 +116,14 @@ class Giftd {
 struct RankOptions {
   std::string job = "job";
   int world_size = 4;
+  // The group runs ranks first_rank .. first_rank + count - 1 of the job
+  // (one node's share). Defaults: 0 and -1 (= world_size: all of them).
+  int first_rank = 0;
+  int count = -1;
+  // As GiftdConfig::command_prefix, for every rank. Default: none.
+  std::vector<std::string> command_prefix;
+  // Added to every rank's environment. Default: none.
+  std::vector<std::pair<std::string, std::string>> env;
   int64_t steps = 1000000;  // effectively until Stop
   int step_sleep_ms = 10;
   int comm_timeout_s = 30;
@@ -113,13 +131,15 @@ struct RankOptions {
   std::vector<std::string> extra_args;
 };
 
+// Index i of a group is rank first_rank + i of the job.
 class RankGroup {
  public:
-  // Starts world_size rank_worker processes (reports and logs in `dir`).
+  // Starts `count` rank_worker processes (reports and logs in `dir`).
   static absl::StatusOr<std::unique_ptr<RankGroup>> Start(
       const std::string& worker_binary, const std::string& dir,
       const std::string& agent_socket, const RankOptions& options);
 
+  // The number of ranks in this group (all of the job's by default).
   int world_size() const { return static_cast<int>(procs_.size()); }
   Subprocess& process(int rank) { return procs_[rank]; }
   // The complete report lines of `rank` so far.
@@ -136,7 +156,7 @@ class RankGroup {
   absl::Status WaitForAll(
       const std::function<bool(const nlohmann::json&)>& pred,
       absl::Duration timeout);
-  // SIGTERM to rank 0 (the ranks agree to stop after the same step), then
+  // SIGTERM to index 0 (the ranks agree to stop after the same step), then
   // waits for every rank: an error naming each rank that did not exit 0.
   absl::Status Stop(absl::Duration timeout);
   // Each rank's log (stderr), for failure messages.
@@ -144,6 +164,7 @@ class RankGroup {
 
  private:
   RankGroup() = default;
+  int first_rank_ = 0;
   std::vector<Subprocess> procs_;
   std::vector<std::string> reports_;
 };

@@ -1,5 +1,6 @@
 #include "tests/daemon/rank_session.h"
 
+#include <cstdlib>
 #include <utility>
 
 #include "absl/time/time.h"
@@ -30,6 +31,11 @@ absl::StatusOr<std::unique_ptr<RankSession>> RankSession::Connect(
   if (device.on_device) {
     co.backend = "nccl";
     co.device = device.device;
+  }
+  // In a network namespace of scripts/netns.sh the ranks of other nodes
+  // reach this one only at the namespace's own address.
+  if (const char* addr = std::getenv("GIFT_NETNS_ADDR"); addr != nullptr) {
+    co.hostname = addr;
   }
   co.rank = f.rank;
   co.world_size = f.world_size;

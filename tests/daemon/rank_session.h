@@ -47,7 +47,9 @@ struct RankDevice {
 
 struct RankSession {
   // Store (flags.store "daemon": giftd's store, else a FileStore in that
-  // directory), communicator (keys under "grad/"), allreduce with
+  // directory), communicator (keys under "grad/"; a Gloo communicator
+  // listens on $GIFT_NETNS_ADDR when set, as in scripts/netns.sh exec, else
+  // on 127.0.0.1), allreduce with
   // flags.probe_interval and the attachment (local rank = rank, retry every
   // 200 ms).
   static absl::StatusOr<std::unique_ptr<RankSession>> Connect(

@@ -18,12 +18,16 @@
 //
 // Per step: Sketch the wanted layers, BeforeStep, Run (timed), AfterStep,
 // one JSON line in the report (step, agreed epoch, the attachment's stats,
-// per layer the path and factor version taken), then sleep. Every rank also
+// per layer the path and factor version taken, and FNV-1a digests of the
+// averaged bucket ("digest") and of parameters updated with it by plain SGD
+// ("params"): equal digests on every rank mean bit-identical results), then
+// sleep. Every rank also
 // MAX-reduces a stop flag each step, so SIGTERM to any rank stops all of
 // them after the same step (nobody is left waiting in a collective).
 // Exit 0 after N steps or on SIGTERM; 2 with a message on any error.
 
 #include <algorithm>
+#include <cstdio>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -64,6 +68,19 @@ absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
 }
 
 constexpr int64_t kSpikyOut = 64, kSpikyIn = 128, kBias = 64;
+constexpr float kLearningRate = 0.01f;
+
+// FNV-1a over the bytes of `v`, as 16 hex digits.
+std::string Digest(const std::vector<float>& v) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  const auto* p = reinterpret_cast<const unsigned char*>(v.data());
+  for (size_t i = 0; i < v.size() * sizeof(float); ++i) {
+    h = (h ^ p[i]) * 0x100000001b3ULL;
+  }
+  char out[17];
+  std::snprintf(out, sizeof out, "%016llx", static_cast<unsigned long long>(h));
+  return out;
+}
 
 // `rows` random rows (with replacement) of a [n, d] activation array.
 std::vector<float> SampleRows(const tools::NpyArray& a, int rows,
@@ -90,6 +107,7 @@ class Loop {
     ASSIGN_OR_RETURN(rs_, RankSession::Connect(f_.rank, plan_, RankDevice{}));
     ASSIGN_OR_RETURN(report_, JsonLinesFile::Open(f_.rank.report));
     bucket_.resize(plan_.bucket_elements());
+    params_.assign(plan_.bucket_elements(), 0.f);
     return absl::OkStatus();
   }
 
@@ -146,11 +164,16 @@ class Loop {
     RETURN_IF_ERROR(rs_->ar->Run(bucket_.data(), factors_, &t));
     const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
     RETURN_IF_ERROR(rs_->att->AfterStep(*rs_->ar, t, seconds));
+    for (size_t i = 0; i < params_.size(); ++i) {
+      params_[i] -= kLearningRate * bucket_[i];
+    }
     const client::AttachmentStats st = rs_->att->stats();
     nlohmann::json line = rs_->StepLine(step, t, seconds, st);
     line["refresh_interval"] = st.current_refresh_interval;
     line["epoch_switch_step"] = st.last_epoch_switch_step;
     line["stale_drops"] = st.stale_drops;
+    line["digest"] = Digest(bucket_);
+    line["params"] = Digest(params_);
     report_->Write(line);
     return absl::OkStatus();
   }
@@ -162,6 +185,7 @@ class Loop {
   std::unique_ptr<JsonLinesFile> report_;
   client::VersionedFactors factors_;
   std::vector<float> bucket_;
+  std::vector<float> params_;  // SGD on the averaged buckets
 };
 
 int Main(int argc, char** argv) {

@@ -1,0 +1,158 @@
+#include "daemon/metrics/process_collector.h"
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+
+namespace gift::metrics {
+namespace {
+
+std::string ReadAll(const char* path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Open descriptors of this process (the directory's own is not counted).
+double OpenFds() {
+  std::error_code ec;
+  double n = 0;
+  for (std::filesystem::directory_iterator it("/proc/self/fd", ec), end;
+       !ec && it != end; it.increment(ec)) {
+    ++n;
+  }
+  return n > 0 ? n - 1 : 0;
+}
+
+double MaxFds() {
+  rlimit r{};
+  if (getrlimit(RLIMIT_NOFILE, &r) != 0 || r.rlim_cur == RLIM_INFINITY) {
+    return -1;
+  }
+  return static_cast<double>(r.rlim_cur);
+}
+
+}  // namespace
+
+absl::StatusOr<ProcStat> ParseProcStat(const std::string& text,
+                                       double ticks_per_second,
+                                       double page_bytes) {
+  const size_t close = text.rfind(')');
+  if (close == std::string::npos) {
+    return absl::InvalidArgumentError("/proc stat: no command name");
+  }
+  // Field 3 (state) is the first after the name; we need 14, 15, 22-24.
+  std::vector<std::string> f =
+      absl::StrSplit(text.substr(close + 1), ' ', absl::SkipWhitespace());
+  auto field = [&](int n, double* out) {
+    const int i = n - 3;
+    return i < static_cast<int>(f.size()) &&
+           absl::SimpleAtod(absl::StripAsciiWhitespace(f[i]), out);
+  };
+  double utime, stime, start, vsize, rss;
+  if (!field(14, &utime) || !field(15, &stime) || !field(22, &start) ||
+      !field(23, &vsize) || !field(24, &rss)) {
+    return absl::InvalidArgumentError("/proc stat: missing fields");
+  }
+  ProcStat s;
+  s.cpu_seconds = (utime + stime) / ticks_per_second;
+  s.start_since_boot_s = start / ticks_per_second;
+  s.virtual_bytes = vsize;
+  s.resident_bytes = rss * page_bytes;
+  return s;
+}
+
+absl::StatusOr<double> ParseBootTime(const std::string& proc_stat) {
+  for (absl::string_view line : absl::StrSplit(proc_stat, '\n')) {
+    double t;
+    if (absl::ConsumePrefix(&line, "btime ") &&
+        absl::SimpleAtod(absl::StripAsciiWhitespace(line), &t)) {
+      return t;
+    }
+  }
+  return absl::InvalidArgumentError("/proc/stat: no btime line");
+}
+
+ProcessCollector::ProcessCollector(Registry* registry, absl::Duration period)
+    : cpu_(registry
+               ->AddCounter("process_cpu_seconds_total",
+                            "Total user and system CPU time spent in seconds.",
+                            {})
+               .WithLabels({})),
+      resident_(registry
+                    ->AddGauge("process_resident_memory_bytes",
+                               "Resident memory size in bytes.", {})
+                    .WithLabels({})),
+      virtual_(registry
+                   ->AddGauge("process_virtual_memory_bytes",
+                              "Virtual memory size in bytes.", {})
+                   .WithLabels({})),
+      open_fds_(registry
+                    ->AddGauge("process_open_fds",
+                               "Number of open file descriptors.", {})
+                    .WithLabels({})),
+      max_fds_(registry
+                   ->AddGauge("process_max_fds",
+                              "Maximum number of open file descriptors.", {})
+                   .WithLabels({})),
+      start_time_(registry
+                      ->AddGauge("process_start_time_seconds",
+                                 "Start time of the process since unix epoch "
+                                 "in seconds.",
+                                 {})
+                      .WithLabels({})) {
+  (void)Update();
+  if (period > absl::ZeroDuration()) {
+    thread_ = std::thread([this, period] { Loop(period); });
+  }
+}
+
+ProcessCollector::~ProcessCollector() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+void ProcessCollector::Loop(absl::Duration period) {
+  absl::MutexLock lock(&mu_);
+  while (!mu_.AwaitWithTimeout(absl::Condition(&stop_), period)) {
+    mu_.Unlock();
+    (void)Update();
+    mu_.Lock();
+  }
+}
+
+absl::Status ProcessCollector::Update() {
+  const double ticks = static_cast<double>(sysconf(_SC_CLK_TCK));
+  const double page = static_cast<double>(sysconf(_SC_PAGESIZE));
+  absl::StatusOr<ProcStat> s =
+      ParseProcStat(ReadAll("/proc/self/stat"), ticks, page);
+  if (!s.ok()) return s.status();
+  absl::StatusOr<double> boot = ParseBootTime(ReadAll("/proc/stat"));
+  if (!boot.ok()) return boot.status();
+  {
+    // Counters only go up: add what was used since the last update.
+    absl::MutexLock lock(&mu_);
+    cpu_.Increment(s->cpu_seconds - last_cpu_);
+    last_cpu_ = std::max(last_cpu_, s->cpu_seconds);
+  }
+  resident_.Set(s->resident_bytes);
+  virtual_.Set(s->virtual_bytes);
+  start_time_.Set(*boot + s->start_since_boot_s);
+  open_fds_.Set(OpenFds());
+  max_fds_.Set(MaxFds());
+  return absl::OkStatus();
+}
+
+}  // namespace gift::metrics
