@@ -4,6 +4,7 @@
 #   make demo    install what is missing, build, run the main job (CPU):
 #                giftd + 4 ranks training a tiny Llama (examples/demo.py)
 #   make fidelity  the offline FP8 fidelity report on the committed gradients
+#   make monitor   Prometheus with the shipped rules beside a running make demo
 #   make test    install what is missing, build, run every test (ctest)
 #   make bench   build and run the benchmarks (figures, no assertions)
 #   make format  clang-format every C++/CUDA file in place
@@ -16,7 +17,7 @@ PYTHON := /usr/bin/python3
 CMAKE_FLAGS ?=
 CTEST_FLAGS ?=
 
-.PHONY: all deps configure build demo fidelity test bench format format-check data clean
+.PHONY: all deps configure build demo fidelity monitor test bench format format-check data clean
 
 all: build
 
@@ -39,6 +40,9 @@ demo: build
 
 fidelity: build
 	$(PYTHON) tools/fidelity_report.py --bin $(BUILD_DIR)/tools/gift-fidelity --data tests/data
+
+monitor: deps
+	@scripts/monitor.sh
 
 test: build
 	@scripts/run-tests.sh $(BUILD_DIR) $(CTEST_FLAGS)

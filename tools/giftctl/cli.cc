@@ -51,6 +51,8 @@ const char kUsage[] =
     "                             candidate layer)\n"
     "  watch [--interval MS] [--count N]\n"
     "                             print telemetry until Ctrl-C or N updates\n"
+    "  health [--service NAME]    gRPC health check (default: the whole\n"
+    "                             server); exit 0 when SERVING, else 1\n"
     "\n"
     "Exit status: 0 success, 1 call failed, 2 usage error.\n";
 
@@ -249,6 +251,12 @@ absl::Status ParseCommand(CommandArgs& a, Invocation& inv) {
     RETURN_IF_ERROR(OptInt(a, "count", &inv.watch_count));
     if (inv.watch_count < 0) return Usage("--count: must be >= 0");
     inv.watch.set_interval_ms(interval);
+    return a.Done();
+  }
+  if (c == "health") {
+    inv.command = Command::kHealth;
+    RETURN_IF_ERROR(a.Positional(0, 0));
+    a.Take("service", &inv.health_service);
     return a.Done();
   }
   return Usage("unknown command '" + c + "'");

@@ -35,6 +35,7 @@ enum class Command {
   kPolicy,
   kRefresh,
   kWatch,
+  kHealth,  // grpc.health.v1 Check, not a Control call
 };
 
 struct Invocation {
@@ -56,6 +57,8 @@ struct Invocation {
   gift::v1::TriggerRefreshRequest refresh;
   gift::v1::WatchTelemetryRequest watch;
   int watch_count = 0;  // updates to print; 0 = until interrupted
+  // health --service: the service checked. Default: "" (the whole server).
+  std::string health_service;
 };
 
 // args: argv without argv[0]. env_address: $GIFT_CONTROL_ADDRESS or "".

@@ -85,6 +85,13 @@ TEST(ParseTest, Commands) {
   ASSERT_OK(watch);
   EXPECT_EQ(watch->watch.interval_ms(), 200);
   EXPECT_EQ(watch->watch_count, 3);
+  absl::StatusOr<Invocation> health = Parse({"health", "--timeout", "1"});
+  ASSERT_OK(health);
+  EXPECT_EQ(health->command, Command::kHealth);
+  EXPECT_EQ(health->health_service, "");
+  EXPECT_EQ(health->timeout_seconds, 1);
+  EXPECT_EQ(Parse({"health", "--service=gift.v1.Control"})->health_service,
+            "gift.v1.Control");
 }
 
 TEST(ParseTest, PolicyFields) {
@@ -130,6 +137,8 @@ TEST(ParseTest, UsageErrors) {
   ExpectUsage({"--json=1", "status"}, "--json: takes no value");
   ExpectUsage({"watch", "--count", "2", "--count", "3"},
               "--count: given more than once");
+  ExpectUsage({"health", "x"}, "health: expected 0 arguments, got 1");
+  ExpectUsage({"health", "--wait=1"}, "health: unknown option '--wait'");
 }
 
 TEST(ParseTest, HelpNeedsNoCommand) {
@@ -171,7 +180,7 @@ TEST(BinaryTest, HelpExitsZero) {
   EXPECT_EQ(r.exit_code, 0);
   for (const char* cmd :
        {"status", "layers", "set-interval", "set-rank", "pin ", "unpin",
-        "pin-out", "layer", "policy", "refresh", "watch"}) {
+        "pin-out", "layer", "policy", "refresh", "watch", "health"}) {
     EXPECT_THAT(r.output, HasSubstr(cmd));
   }
 }

@@ -228,6 +228,9 @@ int RunCommand(const Invocation& inv, const std::string& token,
           out, err);
     case Command::kWatch:
       return Watch(inv, token, stub, out, err);
+    case Command::kHealth:  // not a Control call: RunHealth (health.h)
+      err << "giftctl: health: run through RunHealth\n";
+      return kExitFailed;
   }
   return kExitFailed;
 }

@@ -42,8 +42,9 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(
 // starts later, so `watch` can take them with sigtimedwait and end cleanly.
 void BlockStopSignals();
 
-// Runs the command: output on `out`, "giftctl: RPC: CODE: message" on `err`.
-// Returns kExitOk or kExitFailed. `token` "" sends no authorization.
+// Runs the command (any but kHealth, see health.h): output on `out`, "giftctl:
+// RPC: CODE: message" on `err`. Returns kExitOk or kExitFailed. `token` ""
+// sends no authorization.
 int RunCommand(const Invocation& inv, const std::string& token,
                gift::v1::Control::StubInterface& stub, std::ostream& out,
                std::ostream& err);

@@ -7,6 +7,7 @@
 
 #include "tools/giftctl/cli.h"
 #include "tools/giftctl/commands.h"
+#include "tools/giftctl/health.h"
 
 int main(int argc, char** argv) {
   using namespace gift::giftctl;  // NOLINT
@@ -32,6 +33,9 @@ int main(int argc, char** argv) {
   if (!channel.ok()) {
     std::cerr << "giftctl: " << channel.status().message() << "\n";
     return kExitFailed;
+  }
+  if (inv->command == Command::kHealth) {
+    return RunHealth(*inv, *token, *channel, std::cout, std::cerr);
   }
   auto stub = gift::v1::Control::NewStub(*channel);
   return RunCommand(*inv, *token, *stub, std::cout, std::cerr);
