@@ -213,6 +213,26 @@ TEST_F(PeerIntegrationTest, AKilledFollowerDaemonSplitsNobody) {
   EXPECT_GE(ExpectRecordsAgree(), 40);
 }
 
+// The leader dies: the followers keep serving their ranks on the last plan
+// and factors; a restarted leader is rebuilt from the followers' joins (their
+// plans, epochs and factors) and the job moves on to new versions together.
+TEST_F(PeerIntegrationTest, ARestartedLeaderIsRebuiltFromTheFollowers) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster(Options()));
+  ASSERT_NO_FATAL_FAILURE(WaitForGift());
+  ASSERT_OK(cluster_->daemon(0).Kill(SIGKILL));
+  ASSERT_OK(cluster_->WaitForMoreSteps(40, absl::Seconds(60)));
+  EXPECT_TRUE(cluster_->AllRanksRunning());
+  ExpectRecordsAgree();
+  ASSERT_OK(cluster_->daemon(0).Restart());
+  const std::string layer = kRealLayers[0];  // owned by the leader
+  const int64_t v = GiftVersion(cluster_->Report(2).back(), layer);
+  ASSERT_OK(cluster_->WaitForAll(
+      [&](const json& l) { return l["attached"] == true; }, absl::Seconds(60)));
+  ASSERT_NO_FATAL_FAILURE(WaitForVersionAbove(layer, v));
+  ASSERT_OK(cluster_->StopRanks(absl::Seconds(30)));
+  EXPECT_GE(ExpectRecordsAgree(), 40);
+}
+
 TEST_F(PeerIntegrationTest, APartitionBetweenDaemonsNeverSplitsTheRanks) {
   ASSERT_NO_FATAL_FAILURE(StartCluster(Options()));
   ASSERT_NO_FATAL_FAILURE(WaitForGift());
