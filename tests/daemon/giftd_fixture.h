@@ -38,6 +38,11 @@
 
 namespace gift::testing_daemon {
 
+// The committed data's real layers (tests/data): the fc1/fc2 of blocks 0-1.
+inline const std::vector<std::string> kRealLayers = {
+    "blocks.0.mlp.fc1", "blocks.0.mlp.fc2", "blocks.1.mlp.fc1",
+    "blocks.1.mlp.fc2"};
+
 // Polls `done` every `every` until it holds or `timeout` passes.
 bool WaitFor(const std::function<bool()>& done, absl::Duration timeout,
              absl::Duration every = absl::Milliseconds(50));

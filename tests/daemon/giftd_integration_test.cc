@@ -28,9 +28,6 @@ namespace {
 using ::testing::HasSubstr;
 using json = nlohmann::json;
 
-const std::vector<std::string> kRealLayers = {
-    "blocks.0.mlp.fc1", "blocks.0.mlp.fc2", "blocks.1.mlp.fc1",
-    "blocks.1.mlp.fc2"};
 constexpr char kSpiky[] = "synthetic.spiky";
 
 class GiftdIntegrationTest : public ::testing::Test {

@@ -34,9 +34,6 @@ namespace {
 using ::testing::HasSubstr;
 using json = nlohmann::json;
 
-const std::vector<std::string> kRealLayers = {
-    "blocks.0.mlp.fc1", "blocks.0.mlp.fc2", "blocks.1.mlp.fc1",
-    "blocks.1.mlp.fc2"};
 constexpr char kJob[] = "peerjob";
 
 // The highest factor version any real layer of `line` ran with on the GIFT
