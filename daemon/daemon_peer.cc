@@ -198,8 +198,7 @@ absl::StatusOr<v1::PeerPlan> Daemon::OnJoin(const v1::JoinRequest& r) {
     if (layers_.empty()) {
       if (r.world_size() < 1) {
         return absl::InvalidArgumentError(
-            "a follower with layers needs a "
-            "world size");
+            "a follower with layers needs a world size");
       }
       RETURN_IF_ERROR(AdoptLayers(config_.job_id, r.world_size(), r.layers()));
       job_id_ = config_.job_id;
@@ -217,15 +216,17 @@ absl::StatusOr<v1::PeerPlan> Daemon::OnJoin(const v1::JoinRequest& r) {
       if (l.selected) selected.push_back(l.name);
     }
     absl::Status st = selector_.Resume(selected);
-    if (!st.ok())
+    if (!st.ok()) {
       LOG_WARNING("resuming the follower's plan: %s", st.ToString());
+    }
   }
   // Continue above the epochs and versions the follower's ranks hold.
   const int64_t held = std::max(r.plan_epoch(), r.plan().plan_epoch());
   for (const auto& [name, version] : r.factor_version()) {
     for (Layer& l : layers_) {
-      if (l.name == name)
+      if (l.name == name) {
         l.next_version = std::max(l.next_version, version + 1);
+      }
     }
   }
   if (held >= plan_epoch_) {

@@ -156,8 +156,9 @@ void Daemon::InstallPendingFactors() {
   pending.swap(pending_factors_);
   for (const auto& [name, r] : pending) {
     absl::Status st = InstallPeerFactor(r);
-    if (!st.ok())
+    if (!st.ok()) {
       LOG_WARNING("factor of %s kept from the peers: %s", name, st.ToString());
+    }
   }
 }
 
