@@ -62,7 +62,9 @@ class HealthTest : public ::testing::Test {
     return server_->GetHealthCheckService();
   }
 
-  gift::v1::Control::Service control_;  // every method UNIMPLEMENTED
+  // Registered so that its name has a health status; the tests call only
+  // the health service.
+  gift::v1::Control::Service control_;
   std::unique_ptr<grpc::Server> server_;
   int port_ = 0;
   std::string address_;
