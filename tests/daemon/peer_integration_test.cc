@@ -110,6 +110,28 @@ class PeerIntegrationTest : public ::testing::Test {
         absl::Seconds(60)));
   }
 
+  // SIGKILLs `node`'s giftd: every rank keeps training on the last agreed
+  // versions, and no rank uses a version another lacks (40 more steps).
+  void KillDaemon(int node) {
+    ASSERT_OK(cluster_->daemon(node).Kill(SIGKILL));
+    ASSERT_OK(cluster_->WaitForMoreSteps(40, absl::Seconds(60)));
+    EXPECT_TRUE(cluster_->AllRanksRunning());
+    ExpectRecordsAgree();
+  }
+  // Restarts `node`'s giftd: every rank re-attaches and the job moves on, on
+  // every rank together, to a version of `layer` above the one rank
+  // `witness` (a rank whose daemon stayed up) used last.
+  void RestartAndMoveOn(int node, const std::string& layer, int witness) {
+    ASSERT_OK(cluster_->daemon(node).Restart());
+    const int64_t v = GiftVersion(cluster_->Report(witness).back(), layer);
+    ASSERT_OK(cluster_->WaitForAll(
+        [&](const json& l) { return l["attached"] == true; },
+        absl::Seconds(60)));
+    ASSERT_NO_FATAL_FAILURE(WaitForVersionAbove(layer, v));
+    ASSERT_OK(cluster_->StopRanks(absl::Seconds(30)));
+    EXPECT_GE(ExpectRecordsAgree(), 40);
+  }
+
   std::string dir_;
   std::unique_ptr<PeerCluster> cluster_;
 };
@@ -189,25 +211,15 @@ TEST_F(PeerIntegrationTest, SixRanksOnThreeNodesRunOnePlanBitIdentically) {
 TEST_F(PeerIntegrationTest, AKilledFollowerDaemonSplitsNobody) {
   ASSERT_NO_FATAL_FAILURE(StartCluster(Options()));
   ASSERT_NO_FATAL_FAILURE(WaitForGift());
-  ASSERT_OK(cluster_->daemon(2).Kill(SIGKILL));
-  // Its ranks keep training on the last agreed versions; the other nodes
-  // keep refreshing, but no rank uses a version node 2's ranks lack.
-  ASSERT_OK(cluster_->WaitForMoreSteps(40, absl::Seconds(60)));
-  EXPECT_TRUE(cluster_->AllRanksRunning());
-  ExpectRecordsAgree();
+  // Its ranks keep training on the last agreed versions, detached; no rank
+  // uses a version node 2's ranks lack.
+  ASSERT_NO_FATAL_FAILURE(KillDaemon(2));
   for (int r = 4; r < 6; ++r) {
     EXPECT_EQ(cluster_->Report(r).back()["attached"], false) << "rank " << r;
   }
   // A restarted follower re-joins, its ranks re-attach and the job moves
   // on to new factor versions together.
-  ASSERT_OK(cluster_->daemon(2).Restart());
-  const std::string layer = kRealLayers[0];
-  const int64_t v = GiftVersion(cluster_->Report(0).back(), layer);
-  ASSERT_OK(cluster_->WaitForAll(
-      [&](const json& l) { return l["attached"] == true; }, absl::Seconds(60)));
-  ASSERT_NO_FATAL_FAILURE(WaitForVersionAbove(layer, v));
-  ASSERT_OK(cluster_->StopRanks(absl::Seconds(30)));
-  EXPECT_GE(ExpectRecordsAgree(), 40);
+  ASSERT_NO_FATAL_FAILURE(RestartAndMoveOn(2, kRealLayers[0], /*witness=*/0));
 }
 
 // The leader dies: the followers keep serving their ranks on the last plan
@@ -216,18 +228,9 @@ TEST_F(PeerIntegrationTest, AKilledFollowerDaemonSplitsNobody) {
 TEST_F(PeerIntegrationTest, ARestartedLeaderIsRebuiltFromTheFollowers) {
   ASSERT_NO_FATAL_FAILURE(StartCluster(Options()));
   ASSERT_NO_FATAL_FAILURE(WaitForGift());
-  ASSERT_OK(cluster_->daemon(0).Kill(SIGKILL));
-  ASSERT_OK(cluster_->WaitForMoreSteps(40, absl::Seconds(60)));
-  EXPECT_TRUE(cluster_->AllRanksRunning());
-  ExpectRecordsAgree();
-  ASSERT_OK(cluster_->daemon(0).Restart());
-  const std::string layer = kRealLayers[0];  // owned by the leader
-  const int64_t v = GiftVersion(cluster_->Report(2).back(), layer);
-  ASSERT_OK(cluster_->WaitForAll(
-      [&](const json& l) { return l["attached"] == true; }, absl::Seconds(60)));
-  ASSERT_NO_FATAL_FAILURE(WaitForVersionAbove(layer, v));
-  ASSERT_OK(cluster_->StopRanks(absl::Seconds(30)));
-  EXPECT_GE(ExpectRecordsAgree(), 40);
+  ASSERT_NO_FATAL_FAILURE(KillDaemon(0));
+  // kRealLayers[0] is owned by the leader.
+  ASSERT_NO_FATAL_FAILURE(RestartAndMoveOn(0, kRealLayers[0], /*witness=*/2));
 }
 
 TEST_F(PeerIntegrationTest, APartitionBetweenDaemonsNeverSplitsTheRanks) {
