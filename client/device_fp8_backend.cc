@@ -108,6 +108,7 @@ class DeviceFp8Backend : public Fp8Backend {
     return comm_->SetStream(stream_);
   }
   absl::Status EndStep() override { return ctx_->Synchronize(); }
+  void* stream() const override { return stream_; }
   Communicator* control() override { return &control_; }
   std::unique_ptr<Fp8Buffer> NewBuffer() override {
     return std::make_unique<DeviceBuffer>(stream_);

@@ -70,6 +70,9 @@ class Fp8Backend {
   // its own backend); EndStep returns once all queued work is complete.
   virtual absl::Status BeginStep() = 0;
   virtual absl::Status EndStep() = 0;
+  // The stream the backend's work is queued on (cudaStream_t), or nullptr
+  // on the host.
+  virtual void* stream() const { return nullptr; }
 
   // The communicator for the small control messages built in host memory
   // (plan and option checks, the version agreement): the communicator itself

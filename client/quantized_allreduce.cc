@@ -1,5 +1,6 @@
 #include "client/quantized_allreduce.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -126,44 +127,196 @@ absl::Status QuantizedAllReduce::AddPlan(BucketPlan plan) {
   return absl::OkStatus();
 }
 
+BucketGroup BucketGroup::WholePlan(const BucketPlan& plan) {
+  BucketGroup g;
+  g.elements = plan.bucket_elements();
+  for (size_t i = 0; i < plan.layers().size(); ++i) {
+    g.layers.push_back(static_cast<int>(i));
+    g.offsets.push_back(plan.layers()[i].offset);
+  }
+  return g;
+}
+
+uint64_t BucketGroup::Key() const {
+  uint64_t h = Fnv1a64(&elements, sizeof(elements));
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const int64_t v[2] = {layers[i], i < offsets.size() ? offsets[i] : -1};
+    h = Fnv1a64(v, sizeof(v), h);
+  }
+  return h;
+}
+
 absl::Status QuantizedAllReduce::Run(float* bucket,
                                      const VersionedFactors& factors,
                                      StepTelemetry* telemetry) {
-  if (bucket == nullptr && plans_.rbegin()->second.bucket_elements() > 0) {
+  const BucketPlan& plan = plans_.rbegin()->second;
+  if (bucket == nullptr && plan.bucket_elements() > 0) {
     // Local misuse: the other ranks will time out in the next collective.
     return absl::InvalidArgumentError("QuantizedAllReduce::Run: null bucket");
   }
-  StepTelemetry local;
-  StepTelemetry* t = telemetry != nullptr ? telemetry : &local;
-  *t = StepTelemetry();
-  t->step = step_;
-  const uint64_t before = comm_->bytes_sent().Total();
-  auto step = [&]() -> absl::Status {
-    if (nccl_fp8_ != nullptr || options_.mode != AllReduceMode::kFp8) {
-      const BucketPlan& plan = plans_.at(current_epoch_);
-      t->plan_epoch = plan.epoch();
-      for (const LayerSpec& l : plan.layers()) {
-        LayerTelemetry lt;
-        lt.name = l.name;
-        lt.local.n = l.size();
-        t->layers.push_back(std::move(lt));
-      }
-      if (nccl_fp8_ != nullptr) return nccl_fp8_->Run(bucket, plan, t);
-      RETURN_IF_ERROR(backend_->BeginStep());
-      RETURN_IF_ERROR(RunPlain(bucket, plan, t));
-      t->bytes_euclid = comm_->bytes_sent().Total() - before;
-      return backend_->EndStep();
-    }
-    RETURN_IF_ERROR(backend_->BeginStep());
-    RETURN_IF_ERROR(RunFp8(bucket, factors, t));
-    return backend_->EndStep();
-  };
-  const absl::Status s = step();
-  ++step_;
-  if (s.ok() && nccl_fp8_ == nullptr) {
-    t->bytes_control =
-        comm_->bytes_sent().Total() - before - t->bytes_euclid - t->bytes_gift;
+  const BucketGroup whole = BucketGroup::WholePlan(plan);
+  if (BeginStep(factors).ok()) (void)RunBucket(whole, bucket);
+  return EndStep(telemetry);
+}
+
+absl::Status QuantizedAllReduce::BeginStep(const VersionedFactors& factors) {
+  if (step_ctx_.open) {
+    return absl::FailedPreconditionError(
+        "QuantizedAllReduce::BeginStep: the previous step has not ended");
   }
+  step_ctx_ = StepContext();
+  step_ctx_.open = true;
+  step_ctx_.factors = &factors;
+  step_ctx_.t.step = step_;
+  step_ctx_.bytes_before = comm_->bytes_sent().Total();
+  step_ctx_.error = Begin(factors);
+  return step_ctx_.error;
+}
+
+absl::Status QuantizedAllReduce::Begin(const VersionedFactors& factors) {
+  StepTelemetry& t = step_ctx_.t;
+  const bool fp8 = nccl_fp8_ == nullptr && options_.mode == AllReduceMode::kFp8;
+  if (nccl_fp8_ == nullptr) RETURN_IF_ERROR(backend_->BeginStep());
+  const BucketPlan* plan = &plans_.at(current_epoch_);
+  if (fp8) {
+    ASSIGN_OR_RETURN(plan, AgreeOnStep(factors, &step_ctx_.versions));
+    t.probe_step =
+        options_.probe_interval > 0 && step_ % options_.probe_interval == 0;
+  } else {
+    step_ctx_.versions.assign(plan->layers().size(), kNoVersion);
+  }
+  step_ctx_.plan = plan;
+  step_ctx_.done.assign(plan->layers().size(), false);
+  t.plan_epoch = plan->epoch();
+  t.layers.resize(plan->layers().size());
+  for (size_t i = 0; i < plan->layers().size(); ++i) {
+    t.layers[i].name = plan->layers()[i].name;
+    if (!fp8) t.layers[i].local.n = plan->layers()[i].size();
+  }
+  whitened_.resize(plan->layers().size());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<const QuantizedAllReduce::Group*> QuantizedAllReduce::GroupFor(
+    const BucketGroup& g) {
+  const uint64_t key = g.Key();
+  if (auto it = groups_.find(key); it != groups_.end()) return &it->second;
+  const BucketPlan& plan = *step_ctx_.plan;
+  if (g.layers.size() != g.offsets.size()) {
+    return absl::InvalidArgumentError(
+        "RunBucket: one offset per layer is required");
+  }
+  std::vector<int> index;
+  std::vector<LayerSpec> specs;
+  for (size_t j = 0; j < g.layers.size(); ++j) {
+    const int i = g.layers[j];
+    if (i < 0 || i >= static_cast<int>(plan.layers().size())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("RunBucket: no layer ", i, " in the plan"));
+    }
+    specs.push_back(plan.layers()[i]);
+    specs.back().offset = g.offsets[j];
+    index.push_back(i);
+  }
+  absl::StatusOr<BucketPlan> sub =
+      BucketPlan::Create(plan.epoch(), g.elements, std::move(specs));
+  if (!sub.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("RunBucket: bad bucket layout: ", sub.status().message()));
+  }
+  // The plan itself as one bucket was checked when it was created.
+  if (sub->Fingerprint() != plan.Fingerprint()) {
+    RETURN_IF_ERROR(CheckPlanAcrossRanks(*backend_->control(), *sub));
+  }
+  return &groups_.emplace(key, Group{std::move(index), *std::move(sub)})
+              .first->second;
+}
+
+absl::Status QuantizedAllReduce::RunBucket(const BucketGroup& g, float* data) {
+  StepContext& c = step_ctx_;
+  if (!c.open) {
+    return absl::FailedPreconditionError(
+        "QuantizedAllReduce::RunBucket outside BeginStep/EndStep");
+  }
+  if (!c.error.ok()) return c.error;  // the step already failed
+  auto run = [&]() -> absl::Status {
+    if (data == nullptr && g.elements > 0) {
+      return absl::InvalidArgumentError("RunBucket: null bucket");
+    }
+    for (int i : g.layers) {
+      if (i >= 0 && i < static_cast<int>(c.done.size()) && c.done[i]) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("RunBucket: layer '", c.plan->layers()[i].name,
+                         "' was already reduced in this step"));
+      }
+    }
+    ASSIGN_OR_RETURN(const Group* group, GroupFor(g));
+    for (int i : group->index) c.done[i] = true;
+    const uint64_t key = g.Key();
+    c.groups.push_back(key);
+    // The bucket's telemetry, merged into the step's by layer.
+    StepTelemetry bt;
+    bt.layers.resize(group->index.size());
+    for (size_t j = 0; j < group->index.size(); ++j) {
+      bt.layers[j] = c.t.layers[group->index[j]];
+    }
+    if (nccl_fp8_ != nullptr) {
+      RETURN_IF_ERROR(nccl_fp8_->Run(data, group->plan, &bt));
+    } else if (options_.mode != AllReduceMode::kFp8) {
+      const uint64_t before = comm_->bytes_sent().Total();
+      RETURN_IF_ERROR(RunPlain(data, group->plan, &bt));
+      bt.bytes_euclid = comm_->bytes_sent().Total() - before;
+    } else {
+      RETURN_IF_ERROR(RunFp8(data, *group, g, &bt));
+    }
+    for (size_t j = 0; j < group->index.size(); ++j) {
+      c.t.layers[group->index[j]] = std::move(bt.layers[j]);
+    }
+    c.t.bytes_euclid += bt.bytes_euclid;
+    c.t.bytes_gift += bt.bytes_gift;
+    c.t.nonfinite_layers += bt.nonfinite_layers;
+    c.t.transform_seconds += bt.transform_seconds;
+    return absl::OkStatus();
+  };
+  c.error = run();
+  return c.error;
+}
+
+absl::Status QuantizedAllReduce::EndStep(StepTelemetry* telemetry) {
+  StepContext& c = step_ctx_;
+  if (!c.open) {
+    return absl::FailedPreconditionError(
+        "QuantizedAllReduce::EndStep without BeginStep");
+  }
+  absl::Status s = c.error;
+  if (s.ok()) {
+    int64_t missing = 0;
+    for (bool d : c.done) missing += !d;
+    if (missing > 0) {
+      s = absl::FailedPreconditionError(
+          absl::StrCat("QuantizedAllReduce: ", missing, " of ", c.done.size(),
+                       " layers were in no bucket of the step"));
+    }
+  }
+  // Even after an error: the backend's queue must drain before the next.
+  if (nccl_fp8_ == nullptr) {
+    const absl::Status e = backend_->EndStep();
+    if (s.ok()) s = e;
+  }
+  if (s.ok()) {
+    // Bucket layouts no step uses any more (DDP rebuilt its buckets).
+    std::erase_if(owner_residual_, [&](const auto& e) {
+      return std::find(c.groups.begin(), c.groups.end(), e.first) ==
+             c.groups.end();
+    });
+    if (nccl_fp8_ == nullptr) {
+      c.t.bytes_control = comm_->bytes_sent().Total() - c.bytes_before -
+                          c.t.bytes_euclid - c.t.bytes_gift;
+    }
+  }
+  ++step_;
+  if (telemetry != nullptr) *telemetry = std::move(c.t);
+  step_ctx_ = StepContext();
   return s;
 }
 
@@ -238,6 +391,7 @@ absl::StatusOr<const BucketPlan*> QuantizedAllReduce::AgreeOnStep(
     // Every rank switches in this same step, so all of them check.
     RETURN_IF_ERROR(CheckPlanAcrossRanks(*backend_->control(), plan));
     owner_residual_.clear();
+    groups_.clear();
     for (auto& [name, state] : gift_) state.owner_version = kNoVersion;
     current_epoch_ = plan.epoch();
   }
@@ -272,11 +426,10 @@ absl::Status QuantizedAllReduce::FlushResidual(int i, const LayerSpec& l,
   return absl::OkStatus();
 }
 
-absl::Status QuantizedAllReduce::PrepareGiftLayer(int i, const BucketPlan& plan,
+absl::Status QuantizedAllReduce::PrepareGiftLayer(int i, const LayerSpec& l,
                                                   const GiftFactor& f,
                                                   const float* grad,
                                                   LayerIo* io) {
-  const LayerSpec& l = plan.layers()[i];
   const size_t bytes = l.size() * sizeof(float);
   GiftState& st = gift_[l.name];
   const bool ef = options_.error_feedback;
@@ -308,72 +461,65 @@ absl::Status QuantizedAllReduce::PrepareGiftLayer(int i, const BucketPlan& plan,
   return absl::OkStatus();
 }
 
-absl::Status QuantizedAllReduce::Probe(const BucketPlan& plan,
-                                       const float* bucket,
-                                       const VersionedFactors& factors,
-                                       const std::vector<int64_t>& versions,
+absl::Status QuantizedAllReduce::Probe(const Group& g, const float* data,
                                        StepTelemetry* t) {
-  for (size_t i = 0; i < plan.layers().size(); ++i) {
-    const LayerSpec& l = plan.layers()[i];
-    const GiftFactor* f = versions[i] != kNoVersion
-                              ? factors.Find(l.name, versions[i])
-                              : factors.Newest(l.name);
+  const VersionedFactors& factors = *step_ctx_.factors;
+  for (size_t j = 0; j < g.index.size(); ++j) {
+    const LayerSpec& l = g.plan.layers()[j];
+    const int64_t v = step_ctx_.versions[g.index[j]];
+    const GiftFactor* f =
+        v != kNoVersion ? factors.Find(l.name, v) : factors.Newest(l.name);
     if (l.shape.size() != 2 || l.size() == 0 || f == nullptr ||
         !f->Validate(l.d_in()).ok()) {
       continue;
     }
     ProbeResult p;
-    RETURN_IF_ERROR(backend_->Probe(bucket + l.offset, l, *f, &p));
-    t->layers[i].probed = true;
-    t->layers[i].probe_euclid_rel_l2 = p.euclid_rel_l2;
-    t->layers[i].probe_gift_rel_l2 = p.gift_rel_l2;
+    RETURN_IF_ERROR(backend_->Probe(data + l.offset, l, *f, &p));
+    t->layers[j].probed = true;
+    t->layers[j].probe_euclid_rel_l2 = p.euclid_rel_l2;
+    t->layers[j].probe_gift_rel_l2 = p.gift_rel_l2;
   }
   return absl::OkStatus();
 }
 
-absl::Status QuantizedAllReduce::RunFp8(float* bucket,
-                                        const VersionedFactors& factors,
+// One bucket of an fp8 step: `t` has one entry per layer of g.plan (the
+// bucket's own layout; g.index maps them to the step's plan).
+absl::Status QuantizedAllReduce::RunFp8(float* data, const Group& g,
+                                        const BucketGroup& layout,
                                         StepTelemetry* t) {
-  std::vector<int64_t> versions;
-  ASSIGN_OR_RETURN(const BucketPlan* plan, AgreeOnStep(factors, &versions));
+  const BucketPlan* plan = &g.plan;
   const std::vector<LayerSpec>& layers = plan->layers();
-  t->plan_epoch = plan->epoch();
-  t->probe_step =
-      options_.probe_interval > 0 && step_ % options_.probe_interval == 0;
-  if (t->probe_step) {
-    t->layers.resize(layers.size());
-    RETURN_IF_ERROR(Probe(*plan, bucket, factors, versions, t));
-  }
-  t->layers.resize(layers.size());
-  whitened_.resize(layers.size());
+  const VersionedFactors& factors = *step_ctx_.factors;
+  if (step_ctx_.t.probe_step) RETURN_IF_ERROR(Probe(g, data, t));
   std::vector<LayerIo> io(layers.size());
-  for (size_t i = 0; i < layers.size(); ++i) {
-    const LayerSpec& l = layers[i];
-    t->layers[i].name = l.name;
-    io[i].src = io[i].dst = bucket + l.offset;
-    if (versions[i] == kNoVersion) {
+  std::vector<const GiftFactor*> used(layers.size(), nullptr);
+  for (size_t j = 0; j < layers.size(); ++j) {
+    const LayerSpec& l = layers[j];
+    const int i = g.index[j];
+    const int64_t version = step_ctx_.versions[i];
+    io[j].src = io[j].dst = data + l.offset;
+    if (version == kNoVersion) {
       if (auto it = gift_.find(l.name); it != gift_.end()) {
         it->second.owner_version = kNoVersion;
         // Off the GIFT path in the plan: flush. A GIFT layer merely without
         // an agreed factor this step keeps its residual for the next one.
         if (l.path != LayerPath::kGift) {
-          RETURN_IF_ERROR(FlushResidual(i, l, bucket + l.offset, it->second));
+          RETURN_IF_ERROR(FlushResidual(i, l, data + l.offset, it->second));
         }
       }
       continue;
     }
     const absl::Time start = absl::Now();
-    RETURN_IF_ERROR(PrepareGiftLayer(i, *plan,
-                                     *factors.Find(l.name, versions[i]),
-                                     bucket + l.offset, &io[i]));
+    used[j] = factors.Find(l.name, version);
+    RETURN_IF_ERROR(PrepareGiftLayer(i, l, *used[j], data + l.offset, &io[j]));
     t->transform_seconds += absl::ToDoubleSeconds(absl::Now() - start);
-    t->layers[i].path = LayerPath::kGift;
-    t->layers[i].factor_version = versions[i];
+    t->layers[j].path = LayerPath::kGift;
+    t->layers[j].factor_version = version;
   }
   const int w = comm_->world_size(), me = comm_->rank();
   const std::vector<Range> pieces =
       SplitIntoPieces(plan->communicated_elements(), options_.piece_bytes / 4);
-  owner_residual_.resize(pieces.size());
+  OwnerState* owners = nullptr;  // made when a chunk of mine needs one
   RoundOutcome outcome;
   outcome.Reset(layers.size());
   for (size_t k = 0; k < pieces.size(); ++k) {
@@ -385,7 +531,12 @@ absl::Status QuantizedAllReduce::RunFp8(float* bucket,
     }
     float* owner = nullptr;
     if (feedback) {
-      std::unique_ptr<Fp8Buffer>& b = owner_residual_[k];
+      if (owners == nullptr) {
+        owners = &owner_residual_[layout.Key()];
+        owners->group = layout;
+        owners->pieces.resize(pieces.size());
+      }
+      std::unique_ptr<Fp8Buffer>& b = owners->pieces[k];
       const size_t bytes = piece.chunks[me].packed.size() * sizeof(float);
       if (b == nullptr) b = backend_->NewBuffer();
       if (b->bytes() != bytes || b->data() == nullptr) {
@@ -396,19 +547,19 @@ absl::Status QuantizedAllReduce::RunFp8(float* bucket,
     }
     RETURN_IF_ERROR(round_->Run(*plan, piece, io, owner, &outcome));
   }
-  for (size_t i = 0; i < layers.size(); ++i) {
-    const LayerSpec& l = layers[i];
-    LayerTelemetry& lt = t->layers[i];
-    lt.local = outcome.stats[i];
-    lt.nonfinite_result = outcome.nonfinite[i];
+  for (size_t j = 0; j < layers.size(); ++j) {
+    const LayerSpec& l = layers[j];
+    LayerTelemetry& lt = t->layers[j];
+    lt.local = outcome.stats[j];
+    lt.nonfinite_result = outcome.nonfinite[j];
     if (lt.nonfinite_result) {
       ++t->nonfinite_layers;
-      RETURN_IF_ERROR(backend_->FillNaN(bucket + l.offset, l.size()));
-    } else if (io[i].gift) {
+      RETURN_IF_ERROR(backend_->FillNaN(data + l.offset, l.size()));
+    } else if (io[j].gift) {
       const absl::Time start = absl::Now();
-      RETURN_IF_ERROR(backend_->Inverse(*factors.Find(l.name, versions[i]),
-                                        whitened_[i]->floats(), l.d_out(),
-                                        bucket + l.offset));
+      RETURN_IF_ERROR(backend_->Inverse(*used[j],
+                                        whitened_[g.index[j]]->floats(),
+                                        l.d_out(), data + l.offset));
       t->transform_seconds += absl::ToDoubleSeconds(absl::Now() - start);
     }
   }
@@ -438,6 +589,9 @@ absl::Status CopyIn(const std::vector<float>& v, Fp8Backend* backend,
 }  // namespace
 
 absl::StatusOr<AllReduceState> QuantizedAllReduce::ExportState() const {
+  if (step_ctx_.open) {
+    return absl::FailedPreconditionError("ExportState: a step is in progress");
+  }
   if (backend_->memory_kind() != MemoryKind::kHost) {
     return absl::FailedPreconditionError(
         "ExportState: host-memory allreduces only");
@@ -455,13 +609,21 @@ absl::StatusOr<AllReduceState> QuantizedAllReduce::ExportState() const {
     l.owner_version = g.owner_version;
     s.gift_layers.push_back(std::move(l));
   }
-  for (const auto& b : owner_residual_) {
-    s.owner_residuals.push_back(CopyOut(b.get()));
+  for (const auto& [key, os] : owner_residual_) {
+    AllReduceState::OwnerResiduals o;
+    o.layers = os.group.layers;
+    o.offsets = os.group.offsets;
+    o.elements = os.group.elements;
+    for (const auto& b : os.pieces) o.pieces.push_back(CopyOut(b.get()));
+    s.owner_residuals.push_back(std::move(o));
   }
   return s;
 }
 
 absl::Status QuantizedAllReduce::ImportState(const AllReduceState& state) {
+  if (step_ctx_.open) {
+    return absl::FailedPreconditionError("ImportState: a step is in progress");
+  }
   if (backend_->memory_kind() != MemoryKind::kHost) {
     return absl::FailedPreconditionError(
         "ImportState: host-memory allreduces only");
@@ -497,16 +659,33 @@ absl::Status QuantizedAllReduce::ImportState(const AllReduceState& state) {
     }
     g.owner_version = l.owner_version;
   }
-  std::vector<std::unique_ptr<Fp8Buffer>> owner(state.owner_residuals.size());
-  for (size_t k = 0; k < owner.size(); ++k) {
-    RETURN_IF_ERROR(
-        CopyIn(state.owner_residuals[k], backend_.get(), &owner[k]));
+  std::map<uint64_t, OwnerState> owner;
+  for (const AllReduceState::OwnerResiduals& o : state.owner_residuals) {
+    for (int i : o.layers) {
+      if (i < 0 || i >= static_cast<int>(layout.layers().size())) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("ImportState: owner residuals of layer ", i));
+      }
+    }
+    if (o.offsets.size() != o.layers.size()) {
+      return absl::InvalidArgumentError(
+          "ImportState: owner residuals need one offset per layer");
+    }
+    const BucketGroup g{o.layers, o.offsets, o.elements};
+    OwnerState& os = owner[g.Key()];
+    os.group = g;
+    std::vector<std::unique_ptr<Fp8Buffer>>& pieces = os.pieces;
+    pieces.resize(o.pieces.size());
+    for (size_t k = 0; k < pieces.size(); ++k) {
+      RETURN_IF_ERROR(CopyIn(o.pieces[k], backend_.get(), &pieces[k]));
+    }
   }
   plans_ = std::move(plans);
   current_epoch_ = state.current_epoch;
   step_ = state.step;
   gift_ = std::move(gift);
   owner_residual_ = std::move(owner);
+  groups_.clear();  // checked again against the ranks when next used
   return absl::OkStatus();
 }
 

@@ -51,8 +51,25 @@
 // stream synchronised) and returns with the results complete. The control
 // messages built on the host (plan and option checks, the agreement) travel
 // through a staging wrapper (staging_communicator.h).
-// Thread safety: not thread-safe; one Run at a time, and the communicator
-// must not be used concurrently by anything else.
+//
+// Overlapped steps (a framework that hands its gradient buckets over one by
+// one while the backward pass still computes, like DDP's comm hook): one
+// step is BeginStep (the agreement, once), RunBucket for every bucket (each
+// holds some of the plan's layers at offsets of the bucket's own buffer;
+// every layer in exactly one bucket; the same buckets in the same order on
+// every rank) and EndStep. Run(bucket) is exactly that with one bucket, the
+// plan's own layout. A bucket's layout is checked across the ranks the first
+// time it is seen in an epoch (a mismatch is FAILED_PRECONDITION on every
+// rank); the owner residuals are kept per bucket layout (a layout no step
+// uses any more is dropped at EndStep).
+//
+//   RETURN_IF_ERROR(ar->BeginStep(factors));
+//   for (each bucket b, in order)  // e.g. on a communication thread
+//     RETURN_IF_ERROR(ar->RunBucket(b.group, b.data));
+//   RETURN_IF_ERROR(ar->EndStep(&t));
+//
+// Thread safety: not thread-safe; one step at a time, from one thread at a
+// time, and the communicator must not be used concurrently by anything else.
 #ifndef GIFT_CLIENT_QUANTIZED_ALLREDUCE_H_
 #define GIFT_CLIENT_QUANTIZED_ALLREDUCE_H_
 
@@ -114,8 +131,28 @@ struct AllReduceState {
   int64_t current_epoch = 0;      // the epoch in use
   std::vector<BucketPlan> plans;  // held epochs, ascending
   std::vector<GiftLayer> gift_layers;
-  // Per piece; an empty vector = not allocated yet.
-  std::vector<std::vector<float>> owner_residuals;
+  // The owner residuals of one bucket layout (BucketGroup), per piece; an
+  // empty vector = not allocated yet.
+  struct OwnerResiduals {
+    std::vector<int> layers;
+    std::vector<int64_t> offsets;
+    int64_t elements = 0;
+    std::vector<std::vector<float>> pieces;
+  };
+  std::vector<OwnerResiduals> owner_residuals;
+};
+
+// One framework bucket of an overlapped step: some of the plan's layers,
+// each at an element offset of the bucket's own buffer.
+struct BucketGroup {
+  std::vector<int> layers;       // indices into the plan's layers
+  std::vector<int64_t> offsets;  // of each layer in the buffer, ascending
+  int64_t elements = 0;          // the buffer's size in floats
+
+  // The whole plan as one bucket in its own layout (what Run uses).
+  static BucketGroup WholePlan(const BucketPlan& plan);
+  // Stable across processes: keys the owner residuals.
+  uint64_t Key() const;
 };
 
 class QuantizedAllReduce {
@@ -146,6 +183,25 @@ class QuantizedAllReduce {
   absl::Status Run(float* bucket, const VersionedFactors& factors,
                    StepTelemetry* telemetry);
 
+  // An overlapped step (see the class comment). BeginStep: collective (the
+  // agreement); `factors` must stay unchanged until EndStep. RunBucket:
+  // collective; `data` holds group.elements floats of the communicator's
+  // memory kind and is averaged in place (gaps untouched); INVALID_ARGUMENT
+  // (local) for an unknown or repeated layer or a bad layout. EndStep: local;
+  // fills the step's telemetry (nullable) and returns the step's first
+  // error, or FAILED_PRECONDITION when some layer of the plan was in no
+  // bucket. Every BeginStep must be followed by EndStep, also after errors.
+  // On the device path the results of RunBucket are complete on stream()
+  // (the caller orders its use with an event), not on the host, until
+  // EndStep.
+  absl::Status BeginStep(const VersionedFactors& factors);
+  absl::Status RunBucket(const BucketGroup& group, float* data);
+  absl::Status EndStep(StepTelemetry* telemetry);
+  bool in_step() const { return step_ctx_.open; }
+  // The stream the device path runs on (cudaStream_t), or nullptr.
+  void* stream() const { return backend_->stream(); }
+  const BucketPlan& layout() const { return plans_.rbegin()->second; }
+
   // Local. Host-memory backends only (FAILED_PRECONDITION on the device
   // path for now).
   absl::StatusOr<AllReduceState> ExportState() const;
@@ -173,20 +229,37 @@ class QuantizedAllReduce {
                      std::unique_ptr<Fp8Backend> backend,
                      std::unique_ptr<NcclFp8AllReduce> nccl_fp8);
 
-  absl::Status RunPlain(float* bucket, const BucketPlan& plan,
-                        StepTelemetry* t);
+  // The step in progress (BeginStep .. EndStep).
+  struct StepContext {
+    bool open = false;
+    const VersionedFactors* factors = nullptr;
+    const BucketPlan* plan = nullptr;  // the agreed epoch's plan
+    std::vector<int64_t> versions;     // agreed factor version per layer
+    std::vector<bool> done;            // per layer: reduced this step
+    std::vector<uint64_t> groups;      // bucket layouts used this step
+    uint64_t bytes_before = 0;
+    StepTelemetry t;
+    absl::Status error;
+  };
+  // One bucket in the plan of the step: its layers (indices into the step's
+  // plan) as a plan of their own over the bucket's buffer.
+  struct Group {
+    std::vector<int> index;
+    BucketPlan plan;
+  };
+
+  absl::Status Begin(const VersionedFactors& factors);
+  absl::StatusOr<const Group*> GroupFor(const BucketGroup& g);
+  absl::Status RunPlain(float* data, const BucketPlan& plan, StepTelemetry* t);
   absl::Status FlushResidual(int i, const LayerSpec& l, float* grad,
                              GiftState& st);
-  absl::Status RunFp8(float* bucket, const VersionedFactors& factors,
+  absl::Status RunFp8(float* data, const Group& g, const BucketGroup& layout,
                       StepTelemetry* t);
   absl::StatusOr<const BucketPlan*> AgreeOnStep(const VersionedFactors& factors,
                                                 std::vector<int64_t>* versions);
-  absl::Status PrepareGiftLayer(int i, const BucketPlan& plan,
-                                const GiftFactor& f, const float* grad,
-                                LayerIo* io);
-  absl::Status Probe(const BucketPlan& plan, const float* bucket,
-                     const VersionedFactors& factors,
-                     const std::vector<int64_t>& versions, StepTelemetry* t);
+  absl::Status PrepareGiftLayer(int i, const LayerSpec& l, const GiftFactor& f,
+                                const float* grad, LayerIo* io);
+  absl::Status Probe(const Group& g, const float* data, StepTelemetry* t);
 
   Communicator* const comm_;
   const QuantizedAllReduceOptions options_;
@@ -200,8 +273,16 @@ class QuantizedAllReduce {
   std::unique_ptr<Fp8Round> round_;
   // nccl-fp8 only.
   std::unique_ptr<NcclFp8AllReduce> nccl_fp8_;
-  std::vector<std::unique_ptr<Fp8Buffer>> whitened_;        // per layer
-  std::vector<std::unique_ptr<Fp8Buffer>> owner_residual_;  // per piece
+  std::vector<std::unique_ptr<Fp8Buffer>> whitened_;  // per plan layer
+  // Owner residuals per bucket layout (BucketGroup::Key), per piece.
+  struct OwnerState {
+    BucketGroup group;
+    std::vector<std::unique_ptr<Fp8Buffer>> pieces;
+  };
+  std::map<uint64_t, OwnerState> owner_residual_;
+  // The bucket layouts of the epoch in use, checked across ranks.
+  std::map<uint64_t, Group> groups_;
+  StepContext step_ctx_;
   std::unique_ptr<Fp8Buffer> bf16_;
 };
 

@@ -106,8 +106,16 @@ py::dict StateToPython(const AllReduceState& s, const NamedFactors& factors) {
     g["owner_version"] = l.owner_version;
     gift.append(g);
   }
-  for (const std::vector<float>& r : s.owner_residuals)
-    owner.append(ToArray(r));
+  for (const AllReduceState::OwnerResiduals& o : s.owner_residuals) {
+    py::dict g;
+    g["layers"] = o.layers;
+    g["offsets"] = o.offsets;
+    g["elements"] = o.elements;
+    py::list pieces;
+    for (const std::vector<float>& r : o.pieces) pieces.append(ToArray(r));
+    g["pieces"] = pieces;
+    owner.append(g);
+  }
   for (const auto& [name, f] : factors) {
     held.append(py::make_tuple(name, FactorToPython(f)));
   }
@@ -139,7 +147,15 @@ absl::StatusOr<AllReduceState> StateFromPython(const py::dict& d,
     s.gift_layers.push_back(std::move(l));
   }
   for (const py::handle& h : d["owner_residuals"].cast<py::list>()) {
-    s.owner_residuals.push_back(FromArray(h));
+    const py::dict g = h.cast<py::dict>();
+    AllReduceState::OwnerResiduals o;
+    o.layers = g["layers"].cast<std::vector<int>>();
+    o.offsets = g["offsets"].cast<std::vector<int64_t>>();
+    o.elements = g["elements"].cast<int64_t>();
+    for (const py::handle& r : g["pieces"].cast<py::list>()) {
+      o.pieces.push_back(FromArray(r));
+    }
+    s.owner_residuals.push_back(std::move(o));
   }
   factors->clear();
   for (const py::handle& h : d["factors"].cast<py::list>()) {
