@@ -164,7 +164,11 @@ absl::StatusOr<std::unique_ptr<Communicator>> GlooCommunicator::Create(
     return absl::Status(
         status.code(),
         absl::StrCat("rank ", options.rank, " of ", options.world_size,
-                     ": gloo rendezvous: ", status.message()));
+                     ": gloo rendezvous (this rank listens on ",
+                     options.interface.empty()
+                         ? options.hostname
+                         : absl::StrCat("interface ", options.interface),
+                     "): ", status.message()));
   }
   return std::unique_ptr<Communicator>(new GlooCommunicator(
       options.rank, options.world_size, options.timeout, std::move(context)));
