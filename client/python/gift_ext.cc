@@ -2,8 +2,10 @@
 // package. Host buffers come in as float32 numpy arrays (the buffer
 // protocol; torch CPU tensors through .numpy(), which shares memory);
 // device buffers as integer data pointers (torch CUDA tensors' data_ptr(),
-// REQUIRES the producing stream synchronised). Errors are raised as
-// RuntimeError("CODE: message"). The GIL is released around collectives.
+// REQUIRES the producing stream synchronised, or the overlapped calls'
+// stream ordering). Errors are raised as gift.GiftError (a RuntimeError)
+// with .code (the absl/gRPC code name, e.g. "UNAVAILABLE") and .message.
+// The GIL is released around collectives.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -13,6 +15,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "client/python/py_store.h"
 #include "client/python/session.h"
 #include "client/python/state_convert.h"
 
@@ -21,10 +24,36 @@ namespace {
 
 using FloatArray = py::array_t<float, py::array::c_style>;
 
+// A libgift error on its way to Python as gift.GiftError.
+struct StatusError {
+  absl::Status status;
+};
+
 void ThrowIfError(const absl::Status& s) {
-  if (s.ok()) return;
-  throw std::runtime_error(
-      absl::StrCat(absl::StatusCodeToString(s.code()), ": ", s.message()));
+  if (!s.ok()) throw StatusError{s};
+}
+
+void RegisterGiftError(py::module_& m) {
+  static py::exception<StatusError> type(m, "GiftError", PyExc_RuntimeError);
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const StatusError& e) {
+      const std::string code(absl::StatusCodeToString(e.status.code()));
+      const std::string message(e.status.message());
+      py::object err = py::reinterpret_borrow<py::object>(type.ptr())(
+          absl::StrCat(code, ": ", message));
+      err.attr("code") = code;
+      err.attr("message") = message;
+      PyErr_SetObject(type.ptr(), err.ptr());
+    }
+  });
+}
+
+BucketGroup GroupFromPython(const std::vector<int>& layers,
+                            const std::vector<int64_t>& offsets,
+                            int64_t elements) {
+  return BucketGroup{layers, offsets, elements};
 }
 
 template <typename T>
@@ -70,6 +99,10 @@ std::unique_ptr<Session> CreateSession(const py::dict& o,
   num("daemon_store", &s.daemon_store);
   num("probe_interval", &s.probe_interval);
   num("timeout_seconds", &s.timeout_seconds);
+  str("socket_ifname", &s.socket_ifname);
+  if (o.contains("store") && !o["store"].is_none()) {
+    s.store = std::make_shared<PyStore>(o["store"]);
+  }
   std::vector<LayerSpec> specs = LayersFromPython(layers);
   py::gil_scoped_release release;  // rendezvous is collective
   return ValueOrThrow(Session::Create(s, std::move(specs), total));
@@ -87,6 +120,15 @@ float* HostFloats(FloatArray& a, int64_t n, bool write, const char* what) {
   return write ? a.mutable_data() : const_cast<float*>(a.data());
 }
 
+py::dict EndStep(Session& s) {
+  StepResult r;
+  {
+    py::gil_scoped_release release;
+    r = ValueOrThrow(s.EndStep());
+  }
+  return TelemetryToPython(r.telemetry, r.seconds);
+}
+
 py::dict Step(Session& s, float* flat) {
   StepResult r;
   {
@@ -100,6 +142,7 @@ py::dict Step(Session& s, float* flat) {
 
 PYBIND11_MODULE(_gift, m) {
   m.doc() = "libgift bindings for the gift package (one Session per rank)";
+  RegisterGiftError(m);
   py::class_<Session>(m, "Session")
       .def(py::init(&CreateSession), py::arg("options"), py::arg("layers"),
            py::arg("total_elements"))
@@ -115,11 +158,18 @@ PYBIND11_MODULE(_gift, m) {
              const float* p = HostFloats(a, a.size(), false, "sketch");
              ThrowIfError(s.Sketch(layer, p, a.shape(0)));
            })
-      .def("sketch_ptr",
-           [](Session& s, const std::string& layer, uintptr_t ptr,
-              int64_t rows) {
-             ThrowIfError(
-                 s.Sketch(layer, reinterpret_cast<const float*>(ptr), rows));
+      .def(
+          "sketch_ptr",
+          [](Session& s, const std::string& layer, uintptr_t ptr, int64_t rows,
+             uintptr_t stream) {
+            ThrowIfError(s.Sketch(layer, reinterpret_cast<const float*>(ptr),
+                                  rows, reinterpret_cast<void*>(stream)));
+          },
+          py::arg("layer"), py::arg("ptr"), py::arg("rows"),
+          py::arg("stream") = 0)
+      .def("sketch_stream",
+           [](const Session& s) {
+             return reinterpret_cast<uintptr_t>(s.sketch_stream());
            })
       .def("step",
            [](Session& s, FloatArray flat) {
@@ -130,6 +180,34 @@ PYBIND11_MODULE(_gift, m) {
            [](Session& s, uintptr_t ptr) {
              return Step(s, reinterpret_cast<float*>(ptr));
            })
+      .def("begin_step",
+           [](Session& s) {
+             py::gil_scoped_release release;
+             ThrowIfError(s.BeginStep());
+           })
+      .def("reduce_bucket",
+           [](Session& s, const std::vector<int>& layers,
+              const std::vector<int64_t>& offsets, FloatArray data) {
+             float* p = HostFloats(data, data.size(), true, "reduce_bucket");
+             const BucketGroup g =
+                 GroupFromPython(layers, offsets, data.size());
+             py::gil_scoped_release release;
+             ThrowIfError(s.ReduceBucket(g, p));
+           })
+      .def("reduce_bucket_ptr",
+           [](Session& s, const std::vector<int>& layers,
+              const std::vector<int64_t>& offsets, uintptr_t ptr,
+              int64_t elements) {
+             const BucketGroup g = GroupFromPython(layers, offsets, elements);
+             py::gil_scoped_release release;
+             ThrowIfError(s.ReduceBucket(g, reinterpret_cast<float*>(ptr)));
+           })
+      .def("end_step", &EndStep)
+      .def("stream",
+           [](const Session& s) {
+             return reinterpret_cast<uintptr_t>(s.stream());
+           })
+      .def_property_readonly("endpoint", &Session::endpoint)
       .def("attachment_stats",
            [](const Session& s) {
              return AttachmentStatsToPython(s.attachment_stats());

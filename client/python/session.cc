@@ -8,6 +8,7 @@
 #include "absl/time/time.h"
 #include "client/communicator_factory.h"
 #include "client/daemon_store.h"
+#include "client/net_endpoint.h"
 #include "common/status_macros.h"
 
 namespace gift::client::python {
@@ -22,9 +23,10 @@ absl::Status CheckOptions(const SessionOptions& o) {
   if ((o.mode == "gift" || o.daemon_store) && o.job_id.empty()) {
     return absl::InvalidArgumentError("gift: job_id must be set");
   }
-  if (!o.daemon_store && o.store_dir.empty()) {
+  if (!o.daemon_store && o.store == nullptr && o.store_dir.empty()) {
     return absl::InvalidArgumentError(
-        "gift: store_dir must be set without the daemon store");
+        "gift: a store (the job's c10d store), the daemon store or store_dir "
+        "must be set");
   }
   if (o.timeout_seconds <= 0 || o.probe_interval < 0) {
     return absl::InvalidArgumentError(
@@ -57,21 +59,41 @@ Session::~Session() {
 
 absl::Status Session::Connect() {
   const SessionOptions& o = options_;
+  Store* base = o.store.get();
   if (o.daemon_store) {
     ASSIGN_OR_RETURN(store_, DaemonStore::Connect(o.agent_socket, o.job_id));
-  } else {
+    base = store_.get();
+  } else if (base == nullptr) {
     ASSIGN_OR_RETURN(store_, FileStore::Create(o.store_dir));
+    base = store_.get();
   }
-  prefixed_ = std::make_unique<PrefixStore>(absl::StrCat(o.key_prefix, "grad/"),
-                                            store_.get());
+  prefixed_ =
+      std::make_unique<PrefixStore>(absl::StrCat(o.key_prefix, "grad/"), base);
   CommunicatorOptions c;
+  if (o.backend == "gloo") {
+    ASSIGN_OR_RETURN(
+        const Endpoint e,
+        ResolveEndpoint(EndpointRequest::FromEnvironment(o.socket_ifname)));
+    c.hostname = e.address;
+    endpoint_ =
+        absl::StrCat(e.address, e.interface.empty() ? "" : " on " + e.interface,
+                     ", chosen by ", e.source);
+  }
   c.backend = o.backend;
   c.rank = o.rank;
   c.world_size = o.world_size;
   c.store = prefixed_.get();
   c.device = o.device;
   c.timeout = absl::Seconds(o.timeout_seconds);
-  ASSIGN_OR_RETURN(comm_, CreateCommunicator(c));
+  absl::StatusOr<std::unique_ptr<Communicator>> comm = CreateCommunicator(c);
+  if (!comm.ok() && !endpoint_.empty()) {
+    return absl::Status(
+        comm.status().code(),
+        absl::StrCat(comm.status().message(), " [gloo address ", endpoint_,
+                     "; ranks on other hosts must reach it: set "
+                     "GLOO_SOCKET_IFNAME to the interface they share]"));
+  }
+  comm_ = *std::move(comm);
 
   QuantizedAllReduceOptions a;
   a.probe_interval = o.probe_interval;
@@ -103,10 +125,13 @@ bool Session::WantsSketch(const std::string& layer) const {
 }
 
 absl::Status Session::Sketch(const std::string& layer, const float* activations,
-                             int64_t rows) {
+                             int64_t rows, void* producer_stream) {
   if (attachment_ == nullptr) return absl::OkStatus();
+  (void)producer_stream;  // TODO(device sketch): pass on
   return attachment_->Sketch(layer, activations, rows);
 }
+
+void* Session::sketch_stream() const { return nullptr; }
 
 absl::StatusOr<StepResult> Session::Step(float* flat) {
   StepResult r;
@@ -116,6 +141,44 @@ absl::StatusOr<StepResult> Session::Step(float* flat) {
   }
   RETURN_IF_ERROR(allreduce_->Run(flat, factors_, &r.telemetry));
   r.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  if (attachment_ != nullptr) {
+    RETURN_IF_ERROR(
+        attachment_->AfterStep(*allreduce_, r.telemetry, r.seconds));
+  }
+  return r;
+}
+
+absl::Status Session::BeginStep() {
+  const absl::Time start = absl::Now();
+  busy_ = absl::ZeroDuration();
+  absl::Status s;
+  if (attachment_ != nullptr) {
+    s = attachment_->BeforeStep(allreduce_.get(), &factors_);
+  }
+  // BeginStep opens the step even when the attachment failed: EndStep then
+  // closes it and reports the error.
+  if (s.ok()) {
+    s = allreduce_->BeginStep(factors_);
+  } else {
+    (void)allreduce_->BeginStep(factors_);
+  }
+  busy_ += absl::Now() - start;
+  return s;
+}
+
+absl::Status Session::ReduceBucket(const BucketGroup& group, float* data) {
+  const absl::Time start = absl::Now();
+  absl::Status s = allreduce_->RunBucket(group, data);
+  busy_ += absl::Now() - start;
+  return s;
+}
+
+absl::StatusOr<StepResult> Session::EndStep() {
+  const absl::Time start = absl::Now();
+  StepResult r;
+  RETURN_IF_ERROR(allreduce_->EndStep(&r.telemetry));
+  busy_ += absl::Now() - start;
+  r.seconds = absl::ToDoubleSeconds(busy_);
   if (attachment_ != nullptr) {
     RETURN_IF_ERROR(
         attachment_->AfterStep(*allreduce_, r.telemetry, r.seconds));

@@ -17,8 +17,14 @@
 // Modes: fp32, bf16 (QuantizedAllReduce modes of the same names), euclid
 // (fp8, every layer Euclidean, no factors, no daemon) and gift (fp8 with the
 // attachment: the daemon's plans and factors).
-// Thread safety: not thread-safe; the training thread only (the attachment
-// has its own thread).
+// Overlapped steps (the comm hook reducing DDP's buckets one by one on a
+// communication thread while the backward pass computes): BeginStep,
+// ReduceBucket per bucket, EndStep — see QuantizedAllReduce.
+//
+// Thread safety: the step calls (Step, or BeginStep/ReduceBucket/EndStep)
+// from one thread at a time (the communication thread); Sketch and
+// WantsSketch may run on another (the training thread) — the attachment
+// locks; Export/ImportState between steps only.
 #ifndef GIFT_CLIENT_PYTHON_SESSION_H_
 #define GIFT_CLIENT_PYTHON_SESSION_H_
 
@@ -57,6 +63,12 @@ struct SessionOptions {
   bool daemon_store = false;
   std::string store_dir;
   std::string key_prefix;
+  // A store of the job's own (the torch.distributed c10d store): used for
+  // the rendezvous instead of store_dir when set and not daemon_store.
+  std::shared_ptr<Store> store;
+  // Gloo: the interface to listen on; "" = chosen as net_endpoint.h says
+  // (GLOO_SOCKET_IFNAME, GIFT_SOCKET_IFNAME, the route to MASTER_ADDR, ...).
+  std::string socket_ifname;
   // giftd's Agent socket (gift mode and daemon_store). Default: the
   // attachment's default ($GIFT_AGENT_SOCKET, else /tmp/gift/agent.sock).
   std::string agent_socket;
@@ -89,12 +101,28 @@ class Session {
   bool device_memory() const { return options_.backend == "nccl"; }
 
   bool WantsSketch(const std::string& layer) const;
-  // rows × d_in activations (host, or device memory with nccl).
+  // rows × d_in activations (host, or device memory with nccl, produced on
+  // `producer_stream`, a cudaStream_t; nullptr = the legacy default stream).
   absl::Status Sketch(const std::string& layer, const float* activations,
-                      int64_t rows);
+                      int64_t rows, void* producer_stream = nullptr);
+  // The stream device sketches run on (the caller keeps the activations
+  // alive for it: tensor.record_stream), or nullptr.
+  void* sketch_stream() const;
   // Averages the flat buffer (base_plan().bucket_elements() floats) in
   // place across the ranks. Collective.
   absl::StatusOr<StepResult> Step(float* flat);
+
+  // One overlapped step. BeginStep: the daemon's plans and factors, then
+  // the agreement (collective). ReduceBucket: averages one DDP bucket's
+  // buffer in place (collective). EndStep: the telemetry, to the daemon
+  // too; returns the step's first error. Every BeginStep needs an EndStep.
+  absl::Status BeginStep();
+  absl::Status ReduceBucket(const BucketGroup& group, float* data);
+  absl::StatusOr<StepResult> EndStep();
+  // The device path's stream (cudaStream_t) or nullptr.
+  void* stream() const { return allreduce_->stream(); }
+  // Where this rank's Gloo listens, and why (empty for nccl).
+  const std::string& endpoint() const { return endpoint_; }
 
   // Attachment state (gift mode); attached == false otherwise.
   AttachmentStats attachment_stats() const;
@@ -132,6 +160,9 @@ class Session {
   std::unique_ptr<QuantizedAllReduce> allreduce_;
   std::unique_ptr<DaemonAttachment> attachment_;  // gift mode only
   VersionedFactors factors_;
+  std::string endpoint_;
+  // The step in progress: busy time of its calls.
+  absl::Duration busy_;
 };
 
 }  // namespace gift::client::python

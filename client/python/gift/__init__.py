@@ -11,31 +11,38 @@
 Modes: "fp32" and "bf16" (plain allreduce in that precision), "euclid" (FP8
 two-phase allreduce, every layer Euclidean, no daemon) and "gift" (FP8 with
 the local giftd's plans and whitening factors; without a daemon it runs
-Euclidean and keeps trying to attach).
+Euclidean, says so once, and keeps trying to attach).
 
-How DDP's buckets are handled: libgift runs ONE bucket plan over ALL
-trainable parameters (a flat float32 buffer in named_parameters() order, the
-nn.Linear weights as 2-D layers named by their module's qualified name, every
-other parameter 1-D under its own qualified name) and ONE allreduce per
-iteration. The comm hook copies each GradBucket into the flat buffer at its
-parameters' offsets and returns a pending future; when the last bucket of
-the iteration arrives (bucket.is_last()), it runs the allreduce once, copies
-the averaged gradients back into every bucket and completes all the futures.
-DDP calls the hook in bucket order and waits on the futures only when the
-backward pass ends, so this is correct; it holds through the single
-first-iteration bucket and through DDP's bucket rebuild after it (buckets
-are mapped parameter by parameter, so their layout does not matter). Why
-one plan: the plan, the daemon's plan epochs, the per-step agreement and the
-factors are per plan, and the daemon attachment declares the layers of one
-plan; per-bucket plans would change with the rebuild and would need one
-attachment each. The price: no overlap of communication with the backward
-pass (a CPU hook runs synchronously anyway).
+How it overlaps with the backward pass: the comm hook returns a pending
+future at once and hands the bucket to this rank's communication thread,
+which reduces DDP's buckets in DDP's order (the same on every rank) with
+libgift's own communicator while autograd computes the next ones; DDP's
+wait at the end of backward finds them done. One step is one libgift step:
+the agreement on plan epoch and factor versions runs once, with the first
+bucket; each bucket is then reduced in its own buffer, in place (its layout
+— which layers, at which offsets — is checked across ranks the first time
+it is seen, so DDP's single first-iteration bucket and its rebuilt buckets
+both work); the step ends with the last bucket (telemetry, the daemon's
+windows). On GPUs (backend="nccl") the thread waits on a CUDA event recorded
+on autograd's stream, runs on libgift's side stream, and completes the
+future (created with devices=[...]) with that stream current, so DDP's
+consumer stream waits on it and no host thread of the training path ever
+synchronises the device.
 
-Thread safety: one GiftState per rank, used from the training thread.
+Layers: every trainable parameter of float32, bfloat16 or float16 (a
+bucket of another float type is reduced in an FP32 copy, the FP8 codes and
+the FP32 accumulation are the same); nn.Linear weights are 2-D layers named
+by the module's qualified name (candidates for GIFT), every other parameter
+a 1-D layer under its own name. Thread safety: one GiftState per rank.
 """
 
+import datetime
+import logging
 import os
+import queue
 import tempfile
+import threading
+import time
 import uuid
 
 import torch
@@ -43,11 +50,14 @@ import torch.distributed as dist
 from torch import nn
 
 from gift import _gift
+from gift._gift import GiftError
 
-__all__ = ["init", "comm_hook", "GiftState", "MODES"]
+__all__ = ["init", "comm_hook", "GiftState", "GiftError", "MODES"]
 
 MODES = ("fp32", "bf16", "euclid", "gift")
-_STATE_VERSION = 1
+_STATE_VERSION = 2  # 2: overlapped buckets
+_FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+log = logging.getLogger("gift")
 
 
 def _broadcast(obj, group):
@@ -70,28 +80,67 @@ def _all_true(flag, group):
     return bool(t.item())
 
 
+def _default_store():
+    """The job's c10d store (torchrun's TCPStore), or None."""
+    get = getattr(dist.distributed_c10d, "_get_default_store", None)
+    if get is None or not dist.is_initialized():
+        return None
+    try:
+        return get()
+    except (RuntimeError, ValueError):
+        return None
+
+
+def _group_timeout(store):
+    """The process group's timeout in seconds (PyTorch's default 30 min)."""
+    t = getattr(store, "timeout", None) if store is not None else None
+    if isinstance(t, datetime.timedelta) and t.total_seconds() > 0:
+        return t.total_seconds()
+    default = getattr(dist, "default_pg_timeout", None) or getattr(
+        dist.distributed_c10d, "default_pg_timeout", None)
+    if isinstance(default, datetime.timedelta):
+        return default.total_seconds()
+    return 1800.0
+
+
 def _layout(module):
-    """(layers, offsets by parameter, total): the flat plan of `module`."""
+    """(layers, layer index by parameter, total): the plan of `module`."""
     linear = {}
     for name, m in module.named_modules():
         if isinstance(m, nn.Linear):
             linear[id(m.weight)] = (name or "weight", m)
-    layers, by_param, offset = [], {}, 0
+    layers, index, offset = [], {}, 0
     for name, p in module.named_parameters():
         if not p.requires_grad:
             continue
-        if p.dtype != torch.float32:
-            raise TypeError(f"gift: parameter {name} is {p.dtype}; float32 only")
+        if p.dtype not in _FLOAT_DTYPES:
+            raise TypeError(
+                f"gift: parameter {name} is {p.dtype}; gift reduces float32, "
+                "bfloat16 and float16 gradients (convert the parameter, or "
+                "freeze it with requires_grad_(False))")
         n = p.numel()
-        if id(p) in linear:
+        if id(p) in linear and p.dim() == 2:
             layer = linear[id(p)][0]
             shape = [p.shape[0], p.shape[1]]
         else:
             layer, shape = name, [n]
+        index[id(p)] = len(layers)
         layers.append((layer, shape, offset))
-        by_param[id(p)] = (offset, n)
         offset += n
-    return layers, by_param, offset
+    return layers, index, offset
+
+
+class _Bucket:
+    """One DDP bucket as libgift sees it: its layers and their offsets."""
+
+    __slots__ = ("key", "layers", "offsets", "elements")
+
+    def __init__(self, key, layers, offsets, elements):
+        self.key, self.layers = key, list(layers)
+        self.offsets, self.elements = list(offsets), int(elements)
+
+    def layout(self):
+        return (tuple(self.layers), tuple(self.offsets), self.elements)
 
 
 class GiftState:
@@ -99,7 +148,8 @@ class GiftState:
 
     def __init__(self, model, process_group=None, mode="gift", agent_socket=None,
                  job_id=None, sketch_rows=512, probe_interval=10,
-                 store_dir=None, timeout_seconds=60.0, backend="gloo"):
+                 store_dir=None, timeout_seconds=None, backend="gloo",
+                 socket_ifname=None):
         if backend not in ("gloo", "nccl"):
             raise ValueError(f"gift: backend {backend!r} (gloo, nccl)")
         if mode not in MODES:
@@ -113,54 +163,73 @@ class GiftState:
                            if process_group else 1)
         self.mode = mode
         self.sketch_rows = max(1, int(sketch_rows))
-        self._layers, self._by_param, self._total = _layout(module)
+        self._layers, self._index, self._total = _layout(module)
         self._module = module
-        # nccl: the flat buffer lives on this rank's GPU and goes to libgift
-        # as a device pointer; gloo: host memory (CUDA buckets are staged).
         self._device = (torch.device("cuda", torch.cuda.current_device())
                         if backend == "nccl" else torch.device("cpu"))
-        self._flat = torch.zeros(self._total, dtype=torch.float32,
-                                 device=self._device)
-        self._pending = []
-        self._filled = 0
         self.last_telemetry = None
         self._totals = {"steps": 0, "bytes_euclid": 0, "bytes_gift": 0,
                         "bytes_control": 0, "seconds": 0.0}
+        self._buckets = {}
+        self._sizes = [(s[0] * s[1]) if len(s) == 2 else s[0]
+                       for _, s, _ in self._layers]
+        self._pinned = None       # the buckets of a loaded checkpoint
+        self._pinned_layouts = set()
+        self._attached_logged = False
         socket = (agent_socket or os.environ.get("GIFT_AGENT_SOCKET")
                   or "/tmp/gift/agent.sock")
+        store = _default_store() if process_group is not None else None
+        if timeout_seconds is None:
+            timeout_seconds = _group_timeout(store)
+            if self.rank == 0:
+                log.info("gift: collective timeout %.0f s (the process "
+                         "group's; pass timeout_seconds to change it)",
+                         timeout_seconds)
+        self.timeout_seconds = float(timeout_seconds)
         # Every rank must rendezvous the same way and in a fresh namespace:
-        # rank 0 picks the job id, a per-run key prefix and the store folder.
+        # rank 0 picks the job id, a per-run key prefix and (only with
+        # store_dir) a folder. Without giftd the job's own c10d store serves.
         use_daemon = _all_true(os.path.exists(socket), process_group)
-        if use_daemon or store_dir is not None:
-            base = store_dir
-        else:
-            base = tempfile.gettempdir()
+        use_folder = not use_daemon and (store_dir is not None
+                                         or store is None)
         shared = None
         if self.rank == 0:
             nonce = uuid.uuid4().hex[:12]
             folder = None
-            if not use_daemon:
+            if use_folder:
+                base = store_dir if store_dir is not None else tempfile.gettempdir()
                 os.makedirs(base, exist_ok=True)
                 folder = tempfile.mkdtemp(prefix=f"gift-{nonce}-", dir=base)
             shared = (job_id or os.environ.get("GIFT_JOB_ID")
-                      or f"gift-{nonce}", f"run-{nonce}/", folder)
+                      or f"gift-{nonce}", f"gift/run-{nonce}/", folder)
         job, prefix, folder = _broadcast(shared, process_group)
         self.job_id = job
         self._store_dir = folder
+        self.rendezvous = ("giftd" if use_daemon else
+                           "folder" if use_folder else "torch.distributed store")
         options = {
             "mode": mode, "backend": backend, "rank": self.rank,
             "device": self._device.index or 0,
             "world_size": self.world_size,
             "local_rank": int(os.environ.get("LOCAL_RANK", self.rank)),
             "daemon_store": use_daemon, "store_dir": folder,
+            "store": None if use_daemon or use_folder else store,
             "key_prefix": prefix, "agent_socket": socket, "job_id": job,
             "probe_interval": int(probe_interval),
-            "timeout_seconds": float(timeout_seconds),
+            "timeout_seconds": self.timeout_seconds,
+            "socket_ifname": socket_ifname,
         }
         self.session = _gift.Session(options, self._layers, self._total)
+        self.agent_socket = socket
+        if mode == "gift" and not use_daemon and self.rank == 0:
+            log.warning(
+                "gift: no giftd reachable at %s (on every rank): every layer "
+                "goes Euclidean FP8 until one starts; retrying in the "
+                "background (start giftd, or set GIFT_AGENT_SOCKET)", socket)
         self._hooks = []
         if mode == "gift":
             self._register_forward_hooks(module)
+        self._comm = _CommThread(self)
 
     # ---- activation sketches (DESIGN §2) --------------------------------
     def _register_forward_hooks(self, module):
@@ -182,11 +251,19 @@ class GiftState:
             n = min(rows, self.sketch_rows)
             x = x[::rows // n][:n].float().contiguous()  # fixed stride
             if x.is_cuda:
-                torch.cuda.current_stream(x.device).synchronize()
-                self.session.sketch_ptr(layer, x.data_ptr(), n)
+                self._sketch_device(layer, x, n)
             else:
                 self.session.sketch(layer, x.numpy())
         return hook
+
+    def _sketch_device(self, layer, x, n):
+        stream = torch.cuda.current_stream(x.device)
+        self.session.sketch_ptr(layer, x.data_ptr(), n, stream.cuda_stream)
+        side = self.session.sketch_stream()
+        if side:
+            # The caching allocator must not hand x out again before the
+            # sketch stream has read it.
+            x.record_stream(torch.cuda.ExternalStream(side, device=x.device))
 
     def remove_hooks(self):
         for h in self._hooks:
@@ -194,122 +271,345 @@ class GiftState:
         self._hooks = []
 
     # ---- the comm hook ----------------------------------------------------
-    def _slices(self, bucket):
-        """(flat offset, bucket offset, n) of each parameter of `bucket`."""
-        out, pos = [], 0
-        for p in bucket.parameters():
-            at = self._by_param.get(id(p))
-            if at is None:
+    def _bucket(self, bucket):
+        """The libgift view of `bucket` (cached; DDP rebuilds its buckets
+        once, after the first iteration)."""
+        params = bucket.parameters()
+        key = (bucket.index(), tuple(id(p) for p in params))
+        b = self._buckets.get(key)
+        if b is not None:
+            return b
+        layers, offsets, pos = [], [], 0
+        for p in params:
+            i = self._index.get(id(p))
+            if i is None:
                 raise RuntimeError("gift: a DDP bucket holds a parameter that "
                                    "gift.init did not see (init with the same "
                                    "model DDP wraps)")
-            out.append((at[0], pos, at[1]))
-            pos += at[1]
-        return out
+            layers.append(i)
+            offsets.append(pos)
+            pos += p.numel()
+        if pos != bucket.buffer().numel():
+            raise RuntimeError(f"gift: DDP bucket {bucket.index()} holds "
+                               f"{bucket.buffer().numel()} elements, its "
+                               f"parameters {pos}")
+        b = _Bucket(key, layers, offsets, pos)
+        self._buckets[key] = b
+        return b
 
-    def _gather(self, bucket):
-        buf = bucket.buffer()
-        slices = self._slices(bucket)
-        flat = self._flat
-        for off, pos, n in slices:
-            flat[off:off + n].copy_(buf[pos:pos + n])
-            self._filled += n
-        return buf, slices
+    def hook(self, bucket):
+        cuda = self._device.type == "cuda"
+        fut = _future(self._device if cuda else None)
+        view = buf = event = error = None
+        try:
+            buf = bucket.buffer()
+            if buf.is_cuda != cuda:
+                raise RuntimeError(
+                    f"gift: a {buf.device} gradient bucket with backend "
+                    f"{'nccl' if cuda else 'gloo'} (use backend="
+                    f"{'nccl' if buf.is_cuda else 'gloo'!r})")
+            view = self._bucket(bucket)
+            view = self._split(view) or view
+            if cuda:
+                event = torch.cuda.Event()
+                event.record(torch.cuda.current_stream(buf.device))
+        except Exception as e:  # noqa: BLE001 -- DDP raises it in its wait
+            error = e
+        self._comm.submit((view, buf, fut, event, bucket.is_last(), error))
+        return fut
 
-    def _run(self):
-        if self._filled != self._total:
-            raise RuntimeError(f"gift: the iteration's buckets held {self._filled}"
-                               f" of {self._total} gradient elements")
-        if self._flat.is_cuda:
-            torch.cuda.current_stream(self._flat.device).synchronize()
-            t = self.session.step_ptr(self._flat.data_ptr())
-        else:
-            t = self.session.step(self._flat.numpy())
+    def _split(self, view):
+        """After load_state_dict: the checkpointed run's buckets, while DDP's
+        differ (its single first-iteration bucket): [(bucket, [(position in
+        DDP's bucket, offset in the saved one, n)])], so that the step is
+        reduced exactly as the saved run would have reduced it. None: reduce
+        DDP's bucket as it is (and forget the saved buckets once DDP's no
+        longer contain them whole)."""
+        pinned = self._pinned
+        if pinned is None or view.layout() in self._pinned_layouts:
+            return None
+        pos = dict(zip(view.layers, view.offsets))
+        parts = []
+        for g in pinned:
+            inside = [i in pos for i in g.layers]
+            if all(inside):
+                parts.append((g, [(pos[i], off, self._sizes[i])
+                                  for i, off in zip(g.layers, g.offsets)]))
+            elif any(inside):
+                parts = None
+                break
+        if not parts or sum(len(g.layers) for g, _ in parts) != len(view.layers):
+            self._pinned = None
+            return None
+        return parts
+
+    def _finish_step(self, t):
         self.last_telemetry = t
         self._totals["steps"] += 1
         for k in ("bytes_euclid", "bytes_gift", "bytes_control", "seconds"):
             self._totals[k] += t[k]
-
-    def hook(self, bucket):
-        fut = torch.futures.Future()
-        last = False
-        try:
-            buf, slices = self._gather(bucket)
-            self._pending.append((buf, slices, fut))
-            last = bucket.is_last()
-            if last:
-                self._run()
-        except Exception as e:  # noqa: BLE001 -- DDP raises it in its wait
-            futs = [f for _, _, f in self._pending]
-            if not any(f is fut for f in futs):
-                futs.append(fut)
-            self._pending, self._filled = [], 0
-            for f in futs:
-                f.set_exception(e)
-            return fut
-        if last:
-            for b, sl, f in self._pending:
-                for off, pos, n in sl:
-                    b[pos:pos + n].copy_(self._flat[off:off + n])
-                f.set_result(b)
-            self._pending, self._filled = [], 0
-        return fut
+        if self.mode == "gift" and not self._attached_logged and self.rank == 0:
+            a = self.session.attachment_stats()
+            if a.get("attached"):
+                self._attached_logged = True
+                log.warning("gift: attached to giftd at %s (instance %s): "
+                            "it now picks the layers to whiten",
+                            self.agent_socket, a.get("daemon_instance", "?"))
 
     # ---- stats and checkpoints -------------------------------------------
     def stats(self):
-        """Totals since init, the last step's telemetry and the attachment."""
+        """Totals since init, the last step's telemetry and the attachment.
+
+        Plain ratios first: bytes_sent (gradient + control bytes this rank
+        sent), bytes_fp32_equivalent (what a ring allreduce in FP32 sends for
+        the same steps: 2 (W - 1) / W of the payload) and bytes_vs_fp32
+        (their ratio; None before the first step)."""
         s = dict(self._totals)
         s["mode"] = self.mode
         s["world_size"] = self.world_size
         s["elements"] = self._total
         w = self.world_size
-        # A ring allreduce in FP32 sends 2 (W - 1) / W of the payload per rank.
+        s["bytes_sent"] = (self._totals["bytes_euclid"]
+                           + self._totals["bytes_gift"]
+                           + self._totals["bytes_control"])
         s["bytes_fp32_equivalent"] = (
             self._totals["steps"] * 2 * (w - 1) * self._total * 4 // w)
+        s["bytes_vs_fp32"] = (s["bytes_sent"] / s["bytes_fp32_equivalent"]
+                              if s["bytes_fp32_equivalent"] else None)
         s["plan_epoch"] = self.session.current_epoch()
+        s["rendezvous"] = self.rendezvous
+        s["endpoint"] = self.session.endpoint
         s["attachment"] = self.session.attachment_stats()
         s["last"] = self.last_telemetry
         return s
 
     def state_dict(self):
         """Residuals, factors, plans and step counter: plain picklable data."""
+        self._comm.idle()
         return {"version": _STATE_VERSION, "mode": self.mode,
                 "world_size": self.world_size, "rank": self.rank,
                 "layers": [(n, list(s), o) for n, s, o in self._layers],
+                "buckets": [list(b) for b in self._comm.last_buckets],
                 "allreduce": self.session.export_state()}
 
     def load_state_dict(self, state):
-        if state.get("version") != _STATE_VERSION:
-            raise ValueError(f"gift: state version {state.get('version')}")
+        if not isinstance(state, dict) or state.get("version") != _STATE_VERSION:
+            got = state.get("version") if isinstance(state, dict) else type(state)
+            raise ValueError(f"gift: state version {got} (this gift writes and "
+                             f"reads version {_STATE_VERSION})")
         mine = [(n, list(s), o) for n, s, o in self._layers]
-        if state["mode"] != self.mode or state["world_size"] != self.world_size \
-                or [tuple(x) for x in state["layers"]] != [tuple(x) for x in mine]:
-            raise ValueError("gift: the state is of another mode, world size "
-                             "or model layout")
+        theirs = [(n, list(s), o) for n, s, o in state["layers"]]
+        differ = []
+        if state["mode"] != self.mode:
+            differ.append(f"mode {state['mode']!r} != {self.mode!r}")
+        if state["world_size"] != self.world_size:
+            differ.append(f"world size {state['world_size']} != "
+                          f"{self.world_size}")
+        if state.get("rank") != self.rank:
+            differ.append(f"it is rank {state.get('rank')}'s state, this is "
+                          f"rank {self.rank} (load each rank's own file)")
+        if theirs != mine:
+            names = {n for n, _, _ in mine}
+            other = [n for n, _, _ in theirs if n not in names][:3]
+            differ.append("model layout (" + (
+                f"layers not in this model: {', '.join(other)}" if other else
+                f"{len(theirs)} layers saved, {len(mine)} here, or other "
+                "shapes/order") + ")")
+        if differ:
+            raise ValueError("gift: cannot load this state: " + "; ".join(differ))
+        self._comm.idle()
         self.session.import_state(state["allreduce"])
+        buckets = [_Bucket(None, l, o, e) for l, o, e in state.get("buckets", [])]
+        self._pinned = buckets or None
+        self._pinned_layouts = {b.layout() for b in buckets}
+        self._comm.last_buckets = [b.layout() for b in buckets]
+
+    def close(self):
+        """Stops the communication thread and removes the forward hooks."""
+        self.remove_hooks()
+        self._comm.stop()
+
+
+def _future(device):
+    if device is None:
+        return torch.futures.Future()
+    try:
+        return torch.futures.Future(devices=[device])
+    except TypeError:  # torch without device-aware futures
+        return torch.futures.Future()
+
+
+class _CommThread:
+    """This rank's communication thread: reduces DDP's buckets in order.
+
+    Buckets of one step arrive in DDP's order (the same on every rank); the
+    first opens the libgift step (the agreement), the one DDP marks last
+    closes it (telemetry) before its future completes. An error fails the
+    bucket's future and every later one of the step; the step is still
+    closed so the next one starts clean (the communicator may be broken:
+    its error says so)."""
+
+    def __init__(self, state):
+        self._state = state
+        self._queue = queue.SimpleQueue()
+        self._open = False      # a libgift step is open
+        self._error = None      # the open step's first error
+        self._pending = 0       # submitted, not yet done
+        self._step_buckets = []  # the open step's bucket layouts
+        self.last_buckets = []   # the last complete step's
+        self._done = threading.Condition()
+        self._side = None
+        self._thread = threading.Thread(target=self._run, daemon=True,
+                                        name=f"gift-comm-{state.rank}")
+        self._thread.start()
+
+    def submit(self, item):
+        with self._done:
+            self._pending += 1
+        self._queue.put(item)
+
+    def idle(self, timeout=None):
+        """Waits until every submitted bucket is done (checkpoints)."""
+        limit = timeout if timeout is not None else self._state.timeout_seconds
+        with self._done:
+            if not self._done.wait_for(lambda: self._pending == 0, limit + 60):
+                raise RuntimeError("gift: the communication thread did not "
+                                   "finish the step in time")
+
+    def stop(self):
+        if self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join(timeout=30)
+
+    def _run(self):
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            try:
+                self._reduce(*item)
+            finally:
+                with self._done:
+                    self._pending -= 1
+                    self._done.notify_all()
+
+    def _fail(self, error):
+        if self._error is None:
+            self._error = error
+
+    def _begin(self):
+        if not self._open:
+            self._open = True
+            try:
+                self._state.session.begin_step()
+            except Exception as e:  # noqa: BLE001
+                self._fail(e)
+
+    def _end(self):
+        self._open = False
+        error, self._error = self._error, None
+        buckets, self._step_buckets = self._step_buckets, []
+        try:
+            t = self._state.session.end_step()
+        except Exception as e:  # noqa: BLE001
+            return error or e
+        if error is None:
+            self.last_buckets = buckets
+            self._state._finish_step(t)
+        return error
+
+    def _reduce(self, view, buf, fut, event, last, error):
+        if error is not None:
+            self._fail(error)
+        self._begin()
+        if self._error is None:
+            try:
+                if event is not None:
+                    self._reduce_device(view, buf, event)
+                else:
+                    self._reduce_host(view, buf)
+            except Exception as e:  # noqa: BLE001
+                self._fail(e)
+        error = self._end() if last else self._error
+        if error is not None:
+            fut.set_exception(error)
+        elif event is not None:
+            with torch.cuda.device(buf.device), torch.cuda.stream(self._side):
+                fut.set_result(buf)
+        else:
+            fut.set_result(buf)
+
+    def _reduce_host(self, view, buf):
+        for bucket, work, copies in self._pieces(view, buf):
+            self._step_buckets.append(bucket.layout())
+            self._state.session.reduce_bucket(bucket.layers, bucket.offsets,
+                                              work.numpy())
+            self._copy_back(work, buf, copies)
+
+    def _reduce_device(self, view, buf, event):
+        s = self._state.session
+        with torch.cuda.device(buf.device):
+            if self._side is None:
+                self._side = torch.cuda.ExternalStream(s.stream(),
+                                                       device=buf.device)
+            with torch.cuda.stream(self._side):
+                self._side.wait_event(event)
+                for bucket, work, copies in self._pieces(view, buf):
+                    self._step_buckets.append(bucket.layout())
+                    s.reduce_bucket_ptr(bucket.layers, bucket.offsets,
+                                        work.data_ptr(), bucket.elements)
+                    self._copy_back(work, buf, copies)
+
+    @staticmethod
+    def _pieces(view, buf):
+        """(libgift bucket, its float32 buffer, copies back into buf): DDP's
+        bucket in place, or its FP32 copy, or the saved buckets it holds."""
+        if isinstance(view, _Bucket):
+            if buf.dtype == torch.float32:
+                yield view, buf, None
+            else:
+                yield view, buf.float(), [(0, 0, buf.numel())]
+            return
+        for bucket, copies in view:
+            work = torch.zeros(bucket.elements, dtype=torch.float32,
+                               device=buf.device)
+            for src, dst, n in copies:
+                work[dst:dst + n].copy_(buf[src:src + n])
+            yield bucket, work, [(src, dst, n) for src, dst, n in copies]
+
+    @staticmethod
+    def _copy_back(work, buf, copies):
+        for src, dst, n in copies or ():
+            buf[src:src + n].copy_(work[dst:dst + n])
 
 
 def init(model, process_group=None, mode="gift", agent_socket=None, job_id=None,
          sketch_rows=512, probe_interval=10, store_dir=None,
-         timeout_seconds=60.0, backend="gloo"):
+         timeout_seconds=None, backend="gloo", socket_ifname=None):
     """Creates this rank's GiftState (collective over `process_group`).
 
     model: the DDP model or the module it wraps. process_group: default the
     world group (None and torch.distributed not initialised: one rank).
     agent_socket: giftd's Agent socket (default $GIFT_AGENT_SOCKET, else
-    /tmp/gift/agent.sock); when every rank sees it, the communicator also
-    rendezvouses through it; otherwise through a fresh folder under
-    `store_dir` (default the temp dir; must be shared across hosts).
+    /tmp/gift/agent.sock); when every rank sees it, libgift's communicator
+    rendezvouses through giftd; otherwise through the job's own
+    torch.distributed store (the one torchrun runs; nothing to share), or a
+    fresh folder under `store_dir` when given (must be shared across hosts).
     job_id: the daemon's name for the job (default $GIFT_JOB_ID, which
     deploy/slurm/gift-srun sets, else a fresh id; a multi-node job's daemons
     serve one job id, so its ranks must use it).
-    backend: "gloo" (host buffers; CUDA gradients are staged through the
-    host) or "nccl" (a flat buffer on the current CUDA device, reduced in
-    device memory by libgift's NCCL path; needs a CUDA build).
+    timeout_seconds: bound of the rendezvous and of every collective;
+    default the process group's timeout (PyTorch's default is 30 min), so
+    a rank waiting while rank 0 evaluates alone is not killed.
+    backend: "gloo" (host buffers) or "nccl" (device buffers, reduced on
+    libgift's side stream; needs a CUDA build).
+    socket_ifname: the network interface libgift's Gloo listens on; default
+    $GLOO_SOCKET_IFNAME, else $GIFT_SOCKET_IFNAME, else the interface that
+    routes to $MASTER_ADDR, else the host name's address.
     """
     return GiftState(model, process_group, mode, agent_socket, job_id,
                      sketch_rows, probe_interval, store_dir, timeout_seconds,
-                     backend)
+                     backend, socket_ifname)
 
 
 def comm_hook(state, bucket):
