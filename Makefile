@@ -35,7 +35,10 @@ configure: deps
 build: deps $(BUILD_DIR)/CMakeCache.txt
 	cmake --build $(BUILD_DIR) -j $(JOBS)
 
-demo: build
+# The demo builds only what it runs (giftd, giftctl, the Python package),
+# not the test and benchmark targets.
+demo: deps $(BUILD_DIR)/CMakeCache.txt
+	cmake --build $(BUILD_DIR) -j $(JOBS) --target giftd giftctl gift_python
 	$(PYTHON) examples/demo.py --build $(BUILD_DIR)
 
 fidelity: build

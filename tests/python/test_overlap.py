@@ -6,7 +6,8 @@
   serialised after the backward pass (the hook reducing only at the last
   bucket) the gate would wait forever (here: time out and fail), so this
   is an ordering check, not a timing one;
-* no_sync gradient accumulation, static_graph and gradient_as_bucket_view:
+* no_sync gradient accumulation, static_graph, gradient_as_bucket_view and
+  find_unused_parameters:
   fp32 mode equals plain DDP with the same options bit for bit, euclid
   keeps every rank identical;
 * bf16 and fp16 parameters train with identical parameters on every rank
@@ -130,7 +131,7 @@ def _train(rank, mode, steps, accumulate=1, **ddp_options):
 
 def _contracts(rank):
     for options in ({"static_graph": True}, {"gradient_as_bucket_view": True},
-                    {}):
+                    {"find_unused_parameters": True}, {}):
         accumulate = 1 if options else 3
         want, _ = _train(rank, "ddp", 4, accumulate, **options)
         got, _ = _train(rank, "fp32", 4, accumulate, **options)
