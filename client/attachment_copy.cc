@@ -1,23 +1,16 @@
-// CopyRowsToHost for builds without CUDA (attachment_copy_cuda.cc has the
-// device copy).
+// CopyRowsToHost: the row sample of the host sketch path (device rows are
+// sketched where they are, device_sketch.h).
 #include <cstring>
 
 #include "client/attachment_impl.h"
 
 namespace gift::client {
 
-#if !GIFT_HAVE_CUDA
-absl::Status CopyRowsToHost(const float* src, int64_t d, int64_t stride,
-                            int64_t n, bool device, float* dst) {
-  if (device) {
-    return absl::FailedPreconditionError(
-        "device activations in a build without CUDA");
-  }
+void CopyRowsToHost(const float* src, int64_t d, int64_t stride, int64_t n,
+                    float* dst) {
   for (int64_t i = 0; i < n; ++i) {
     std::memcpy(dst + i * d, src + i * stride * d, d * sizeof(float));
   }
-  return absl::OkStatus();
 }
-#endif
 
 }  // namespace gift::client

@@ -15,6 +15,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "client/daemon_attachment.h"
+#include "client/device_sketch.h"
 #include "gift/v1/agent.grpc.pb.h"
 #include "shm/layout.h"
 #include "shm/protocol.h"
@@ -58,6 +59,7 @@ struct DaemonAttachment::Impl {
     int64_t window_omega_version = -1;
     bool full = false;
     std::vector<float> window_omega;
+    // The host path's accumulators (the device path's are in `sketcher`).
     std::vector<float> y, a;
     double trace = 0, a_trace = 0;
     int64_t count = 0, a_count = 0;
@@ -87,6 +89,11 @@ struct DaemonAttachment::Impl {
   absl::Status StepWindows(const shm::PlanView& agreed)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   absl::Status CloseWindow(int j) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  absl::Status WriteHostWindow(int j, int b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  absl::Status CopyDeviceWindow(int j, int b) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Waits for the device copies of the last window close (device path)
+  // before a region they write into is unmapped.
+  void QuiesceDeviceCopies() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   absl::Status OpenWindow(int j, const shm::PlanView& agreed)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   absl::Status MapFullRegions(const shm::PlanView& plan)
@@ -111,17 +118,21 @@ struct DaemonAttachment::Impl {
   int heartbeat_ms ABSL_GUARDED_BY(mu) = 1000;
   shm::StepCounters totals ABSL_GUARDED_BY(mu){};
   AttachmentStats stats ABSL_GUARDED_BY(mu);
-  std::vector<float> rows_scratch, sketch_scratch;  // training thread only
+  std::vector<float> rows_scratch, sketch_scratch;  // host path, under mu
+  // device_memory: the device accumulators and the sketch stream. Made by
+  // Create before the private thread starts, then the pointer is constant;
+  // its calls are serialised by mu. Declared after `mapping`, so that it is
+  // destroyed first (waiting for its copies into the mapped regions).
+  std::unique_ptr<DeviceSketcher> sketcher;
 
   absl::Notification stop;
   std::thread thread;
 };
 
-// Copies n rows (each d floats, taken every `stride` rows) of `src` to
-// host `dst`; src is device memory when `device` (FAILED_PRECONDITION in a
-// build without CUDA).
-absl::Status CopyRowsToHost(const float* src, int64_t d, int64_t stride,
-                            int64_t n, bool device, float* dst);
+// Copies n rows (each d floats, taken every `stride` rows) of host `src`
+// to `dst`.
+void CopyRowsToHost(const float* src, int64_t d, int64_t stride, int64_t n,
+                    float* dst);
 
 }  // namespace gift::client
 

@@ -57,7 +57,10 @@ absl::Status DaemonAttachment::Impl::MapFullRegions(const shm::PlanView& plan) {
     }
     shm::RegionDesc desc = e->full_region;
     desc.device = options.device;  // giftd's number for the GPU may differ
-    ASSIGN_OR_RETURN(mapping->full[j], shm::OpenRegion(desc));
+    ASSIGN_OR_RETURN(std::unique_ptr<shm::Region> region,
+                     shm::OpenRegion(desc));
+    if (mapping->full[j] != nullptr) QuiesceDeviceCopies();
+    mapping->full[j] = std::move(region);
     mapping->full_generation[j] = e->full_region.generation;
   }
   return absl::OkStatus();
@@ -145,7 +148,8 @@ bool DaemonAttachment::WantsSketch(const std::string& layer) const {
 }
 
 absl::Status DaemonAttachment::Sketch(const std::string& layer,
-                                      const float* activations, int64_t rows) {
+                                      const float* activations, int64_t rows,
+                                      void* producer_stream) {
   Impl& m = *impl_;
   absl::MutexLock lock(&m.mu);
   auto it = m.by_name.find(layer);
@@ -164,11 +168,12 @@ absl::Status DaemonAttachment::Sketch(const std::string& layer,
   const int64_t want = plan != nullptr ? plan->sketch_rows : 512;
   const int64_t n = std::min<int64_t>(rows, std::max<int64_t>(1, want));
   const int64_t stride = rows / n, d = s.d_in;
+  if (m.sketcher != nullptr) {
+    return m.sketcher->Add(it->second, activations, n, stride, producer_stream);
+  }
   const int64_t k = static_cast<int64_t>(s.window_omega.size()) / d;
   m.rows_scratch.resize(n * d);
-  RETURN_IF_ERROR(CopyRowsToHost(activations, d, stride, n,
-                                 m.options.device_memory,
-                                 m.rows_scratch.data()));
+  CopyRowsToHost(activations, d, stride, n, m.rows_scratch.data());
   m.sketch_scratch.resize(kernels::SketchWorkspaceFloats(n, k));
   RETURN_IF_ERROR(kernels::SketchAccumulate(
       m.rows_scratch.data(), n, d, s.window_omega.data(), k,
@@ -283,6 +288,11 @@ absl::Status DaemonAttachment::Impl::OpenWindow(int j,
   s.refresh_seq = agreed.layers[j].refresh_seq;
   s.window_omega_version = s.omega_version;
   s.window_omega = s.omega_version >= 0 ? s.omega : mapping->omega0[j];
+  if (sketcher != nullptr) {
+    if (!s.usable) return absl::OkStatus();
+    return sketcher->Open(j, e->d_in, s.window_omega, s.full,
+                          std::max<int64_t>(1, agreed.sketch_rows));
+  }
   s.y.assign(static_cast<size_t>(e->d_in) * e->k_cap, 0.0f);
   s.a.assign(s.full ? static_cast<size_t>(e->d_in * e->d_in) : 0, 0.0f);
   s.trace = s.a_trace = 0;
@@ -296,6 +306,42 @@ absl::Status DaemonAttachment::Impl::CloseWindow(int j) {
   if (!s.usable) return absl::OkStatus();
   shm::LayerEntry* e = shm::Entry(mapping->block(), j);
   const int b = static_cast<int>(s.window % 2);
+  RETURN_IF_ERROR(sketcher != nullptr ? CopyDeviceWindow(j, b)
+                                      : WriteHostWindow(j, b));
+  shm::SketchMeta meta{};
+  meta.window = s.window;
+  meta.omega_version = s.window_omega_version;
+  meta.k = e->k_cap;
+  meta.full = s.full ? 1 : 0;
+  meta.start_step = s.start_step;
+  meta.end_step = step;
+  // After the copies are queued and, on a CUDA IPC region, the event giftd
+  // waits on is recorded behind them.
+  shm::CloseWindow(e, meta);
+  ++stats.windows_closed;
+  return absl::OkStatus();
+}
+
+absl::Status DaemonAttachment::Impl::CopyDeviceWindow(int j, int b) {
+  const LayerState& s = layers[j];
+  const shm::LayerEntry* e = shm::Entry(mapping->block(), j);
+  const auto layout =
+      shm::LayerRegionLayout::Compute(e->d_in, e->r_cap, e->k_cap);
+  const auto fl = shm::FullRegionLayout::Compute(e->d_in);
+  return sketcher->Close(j, mapping->data[j].get(), layout.sketch[b],
+                         s.full ? mapping->full[j].get() : nullptr,
+                         s.full ? &fl.acc[b] : nullptr);
+}
+
+void DaemonAttachment::Impl::QuiesceDeviceCopies() {
+  if (sketcher == nullptr) return;
+  absl::Status st = sketcher->Quiesce();
+  if (!st.ok()) Note(absl::StrCat("device sketch copies: ", st.message()));
+}
+
+absl::Status DaemonAttachment::Impl::WriteHostWindow(int j, int b) {
+  LayerState& s = layers[j];
+  shm::LayerEntry* e = shm::Entry(mapping->block(), j);
   const auto layout =
       shm::LayerRegionLayout::Compute(e->d_in, e->r_cap, e->k_cap);
   shm::Region* data = mapping->data[j].get();
@@ -313,15 +359,6 @@ absl::Status DaemonAttachment::Impl::CloseWindow(int j) {
     RETURN_IF_ERROR(full->Write(fl.acc[b].trace, &s.a_trace, sizeof(double)));
     RETURN_IF_ERROR(full->Write(fl.acc[b].count, &s.a_count, sizeof(int64_t)));
   }
-  shm::SketchMeta meta{};
-  meta.window = s.window;
-  meta.omega_version = s.window_omega_version;
-  meta.k = e->k_cap;
-  meta.full = s.full ? 1 : 0;
-  meta.start_step = s.start_step;
-  meta.end_step = step;
-  shm::CloseWindow(e, meta);
-  ++stats.windows_closed;
   return absl::OkStatus();
 }
 

@@ -84,6 +84,11 @@ absl::StatusOr<std::unique_ptr<DaemonAttachment>> DaemonAttachment::Create(
   if (o.agent_socket.empty()) o.agent_socket = DefaultSocket();
   RETURN_IF_ERROR(CheckOptions(o));
   auto impl = std::make_unique<Impl>(o, base);
+  if (o.device_memory) {
+    ASSIGN_OR_RETURN(impl->sketcher,
+                     DeviceSketcher::Create(
+                         o.device, static_cast<int>(impl->by_name.size())));
+  }
   std::vector<std::string> named = o.resume.gift_layers;
   for (const auto& [name, version] : o.resume.factor_versions) {
     named.push_back(name);
@@ -115,12 +120,17 @@ DaemonAttachment::~DaemonAttachment() {
   req.set_session_id(impl_->mapping->session_id);
   // Unmap first: giftd frees the regions (device memory included) when the
   // session ends.
+  impl_->QuiesceDeviceCopies();
   impl_->mapping.reset();
   v1::DeregisterResponse resp;
   grpc::ClientContext ctx;
   ctx.set_deadline(
       absl::ToChronoTime(absl::Now() + impl_->options.rpc_timeout));
   impl_->stub->Deregister(&ctx, req, &resp);  // best effort
+}
+
+void* DaemonAttachment::sketch_stream() const {
+  return impl_->sketcher != nullptr ? impl_->sketcher->stream() : nullptr;
 }
 
 AttachmentStats DaemonAttachment::stats() const {
@@ -212,8 +222,11 @@ DaemonAttachment::Impl::Map(const v1::RegisterResponse& response) {
   }
   for (uint32_t j = 0; j < h->n_layers; ++j) {
     const shm::LayerEntry* e = shm::Entry(m->block(), j);
-    ASSIGN_OR_RETURN(std::unique_ptr<shm::Region> r,
-                     shm::OpenRegion(e->region));
+    shm::RegionDesc desc = e->region;
+    // giftd's number for the GPU may differ (CUDA_VISIBLE_DEVICES); the
+    // device sketches record the region's event on this rank's device.
+    if (options.device_memory) desc.device = options.device;
+    ASSIGN_OR_RETURN(std::unique_ptr<shm::Region> r, shm::OpenRegion(desc));
     std::vector<float> omega0;
     RETURN_IF_ERROR(shm::ReadOmega0(*e, *r, &omega0));
     m->data.push_back(std::move(r));
@@ -283,6 +296,7 @@ void DaemonAttachment::Impl::Beat() {
 
 void DaemonAttachment::Impl::Detach(const std::string& why) {
   if (mapping == nullptr) return;
+  QuiesceDeviceCopies();
   mapping.reset();
   ++stats.detaches;
   Note(absl::StrCat("lost giftd (", why,

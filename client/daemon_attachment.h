@@ -13,21 +13,34 @@
 //  * a restarted daemon: the rank re-registers, telling it the epochs and
 //    versions it holds so that the new daemon continues above them.
 //
-// Per training step, on the training thread:
-//   // forward/backward: for each layer the daemon wants sketched
-//   if (att->WantsSketch(name)) RETURN_IF_ERROR(att->Sketch(name, a, rows));
+// Per training step:
+//   // forward/backward: for each layer the daemon wants sketched (device
+//   // activations: with the stream that produced them)
+//   if (att->WantsSketch(name)) {
+//     RETURN_IF_ERROR(att->Sketch(name, a, rows, producer_stream));
+//   }
 //   RETURN_IF_ERROR(att->BeforeStep(allreduce.get(), &factors));
 //   RETURN_IF_ERROR(allreduce->Run(bucket, factors, &t));  // timed
 //   RETURN_IF_ERROR(att->AfterStep(*allreduce, t, seconds));
+//
+// Device activations (options.device_memory) are sketched on the GPU, on
+// the attachment's own stream (sketch_stream()), into accumulators in
+// device memory; no call of the training step waits for the GPU. A window
+// close (in AfterStep) copies them into the rank's CUDA IPC sketch buffer
+// on that stream and records the interprocess event giftd waits on; only
+// when giftd serves host shared memory instead (it could not use the GPU)
+// does AfterStep wait for the sketch stream, at window ends.
 //
 // Sketch windows follow the agreed plan, so every rank closes them in the
 // same step: a window ends after step s when (s + 1) % K == 0 for the K of
 // the epoch the step agreed on, or when that epoch carries a higher refresh
 // request for the layer than the window began with.
 //
-// Thread safety: Sketch/BeforeStep/AfterStep from one thread (the training
-// loop); a private thread does registration and heartbeats. The accessors
-// are thread-safe.
+// Thread safety: Sketch, BeforeStep and AfterStep are serialised by one
+// mutex, so AfterStep may run on another thread than Sketch (a
+// communication thread); the caller orders them (a step's Sketch calls
+// before its AfterStep). A private thread does registration and
+// heartbeats. The accessors are thread-safe.
 #ifndef GIFT_CLIENT_DAEMON_ATTACHMENT_H_
 #define GIFT_CLIENT_DAEMON_ATTACHMENT_H_
 
@@ -58,7 +71,10 @@ struct AttachmentOptions {
   int world_size = 0;
   // Default: 0.
   int local_rank = 0;
-  // Gradients and activations in device memory (NCCL ranks). Default: false.
+  // Gradients and activations in device memory (NCCL ranks): giftd is
+  // asked for CUDA IPC data regions and sketches run on the GPU.
+  // REQUIRES: a build with CUDA and the device `device` (Create fails with
+  // FAILED_PRECONDITION otherwise). Default: false.
   bool device_memory = false;
   // CUDA device (device_memory). Default: 0.
   int device = 0;
@@ -104,7 +120,8 @@ struct AttachmentStats {
 class DaemonAttachment {
  public:
   // Never fails because of the daemon: INVALID_ARGUMENT only for bad
-  // options or a plan without 2-D layers is fine (nothing to declare). The
+  // options (FAILED_PRECONDITION: device_memory without a usable CUDA
+  // device); a plan without 2-D layers is fine (nothing to declare). The
   // 2-D layers of `base` are declared to the daemon; `base` is the plan the
   // rank runs while detached, and the layout of every later epoch.
   static absl::StatusOr<std::unique_ptr<DaemonAttachment>> Create(
@@ -113,22 +130,51 @@ class DaemonAttachment {
 
   // Is `layer` a candidate whose activations the daemon wants this step?
   bool WantsSketch(const std::string& layer) const;
-  // Adds a sample of rows × d_in activations (host or, with device_memory,
-  // device memory) to the layer's open window. No-op when not wanted.
-  // INVALID_ARGUMENT for an unknown layer or bad sizes. REQUIRES: the
-  // activations are complete (device memory: the stream that produced them
-  // is synchronised; the sampled rows are copied with a blocking
-  // cudaMemcpy2D on the legacy default stream).
-  // Cost: the copy of min(rows, sketch_rows) rows to the host and one
-  // rows × d_in × (r + p) GEMM pair there, per wanted layer and step.
+  // Adds a sample of the rows × d_in activations (row-major) to the
+  // layer's open window: n = min(rows, the plan's sketch_rows) rows, every
+  // (rows / n)-th from row 0. No-op when not wanted. INVALID_ARGUMENT for an
+  // unknown layer or bad sizes.
+  //
+  // Host activations (device_memory false; producer_stream is ignored):
+  // sketched before the call returns. Cost: the copy of n rows and one
+  // n × d_in × (r + p) GEMM pair on the calling thread.
+  //
+  // Device activations (device_memory): producer_stream is the
+  // cudaStream_t that produced them (nullptr = the legacy default stream).
+  // The sketch (one D2D gather of the n rows when rows > n, the GEMM pair,
+  // the trace and count, and for `full` layers A += aᵀa) is queued on
+  // sketch_stream() behind an event recorded on producer_stream, and the
+  // call returns without waiting for the GPU: it never synchronises,
+  // allocates device memory, or queues anything on the legacy default
+  // stream but that event when producer_stream is it. Nothing needs
+  // synchronising first.
+  // REQUIRES: the activations stay allocated and unchanged until
+  // sketch_stream() has read them. With PyTorch's caching allocator:
+  //   x.record_stream(torch.cuda.ExternalStream(att.sketch_stream()))
+  // before x may be freed (it is not reused until the sketch stream passed
+  // this point). INVALID_ARGUMENT for pointers that are not memory of
+  // options.device.
+  // Under CUDA graph capture of producer_stream the sketch is captured too
+  // (the producer stream then waits for the sketch stream at the end of
+  // the call, so that the capture is joined); each replay adds those rows
+  // to the layer's device accumulators again. AfterStep must not run while
+  // such a capture is open.
   absl::Status Sketch(const std::string& layer, const float* activations,
-                      int64_t rows);
+                      int64_t rows, void* producer_stream = nullptr);
+  // The cudaStream_t the device sketches and window closes run on
+  // (device_memory); nullptr on the host path. The same for the
+  // attachment's lifetime. Nothing in the library makes a training stream
+  // wait for it.
+  void* sketch_stream() const;
   // Applies a newer plan epoch (allreduce->AddPlan) and copies new factors
   // into `factors`; drops stale ones.
   absl::Status BeforeStep(QuantizedAllReduce* allreduce,
                           VersionedFactors* factors);
   // Publishes the step's telemetry, closes/opens sketch windows per the
-  // agreed epoch. collective_seconds: the Run's wall time.
+  // agreed epoch. collective_seconds: the Run's wall time. Device path: a
+  // close queues device copies on sketch_stream() (and, into host shared
+  // memory, waits for them); an open zeroes the device accumulators with
+  // cudaMemsetAsync (allocating on a layer's first window only).
   absl::Status AfterStep(const QuantizedAllReduce& allreduce,
                          const StepTelemetry& telemetry,
                          double collective_seconds);
