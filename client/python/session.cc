@@ -127,11 +127,12 @@ bool Session::WantsSketch(const std::string& layer) const {
 absl::Status Session::Sketch(const std::string& layer, const float* activations,
                              int64_t rows, void* producer_stream) {
   if (attachment_ == nullptr) return absl::OkStatus();
-  (void)producer_stream;  // TODO(device sketch): pass on
-  return attachment_->Sketch(layer, activations, rows);
+  return attachment_->Sketch(layer, activations, rows, producer_stream);
 }
 
-void* Session::sketch_stream() const { return nullptr; }
+void* Session::sketch_stream() const {
+  return attachment_ != nullptr ? attachment_->sketch_stream() : nullptr;
+}
 
 absl::StatusOr<StepResult> Session::Step(float* flat) {
   StepResult r;
