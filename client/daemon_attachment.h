@@ -157,8 +157,12 @@ class DaemonAttachment {
   // Under CUDA graph capture of producer_stream the sketch is captured too
   // (the producer stream then waits for the sketch stream at the end of
   // the call, so that the capture is joined); each replay adds those rows
-  // to the layer's device accumulators again. AfterStep must not run while
-  // such a capture is open.
+  // to the layer's device accumulators again. A replay is not ordered with
+  // sketch_stream() by itself: make the replay stream wait for
+  // sketch_stream() before it (a window open zeroes there) and
+  // sketch_stream() wait for the replay stream after it (a window close
+  // copies there), with events. AfterStep must not run while such a
+  // capture is open.
   absl::Status Sketch(const std::string& layer, const float* activations,
                       int64_t rows, void* producer_stream = nullptr);
   // The cudaStream_t the device sketches and window closes run on

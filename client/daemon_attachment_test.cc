@@ -3,6 +3,7 @@
 // pinned layer takes the GIFT path on both ranks in the same steps; the
 // daemon dies and the ranks keep training, going Euclidean once the factor
 // is stale; a restarted daemon is re-adopted with versions above the old.
+// Also the option checks (resume names, device_memory needing a device).
 #include "client/daemon_attachment.h"
 
 #include <unistd.h>
@@ -18,6 +19,7 @@
 #include "daemon/daemon.h"
 #include "daemon/grpc_server.h"
 #include "gtest/gtest.h"
+#include "kernels/gpu.h"
 
 namespace gift::client {
 namespace {
@@ -299,6 +301,40 @@ TEST(DaemonAttachmentTest, ResumeMustNameTwoDimensionalLayers) {
   auto a = DaemonAttachment::Create(o, *plan);
   ASSERT_OK(a);
   EXPECT_FALSE((*a)->stats().attached);  // and training goes on without it
+}
+
+// device_memory needs a CUDA device (here: a GPU or a FAILED_PRECONDITION);
+// the host path has no sketch stream and ignores producer_stream.
+TEST(DaemonAttachmentTest, DeviceMemoryNeedsADeviceAndHasASketchStream) {
+  absl::StatusOr<BucketPlan> plan = TestPlan();
+  ASSERT_OK(plan);
+  AttachmentOptions o;
+  o.agent_socket = "/nonexistent/agent.sock";  // no daemon: never attaches
+  o.job_id = "job";
+  o.rank = 0;
+  o.world_size = 1;
+  auto host = DaemonAttachment::Create(o, *plan);
+  ASSERT_OK(host);
+  EXPECT_EQ((*host)->sketch_stream(), nullptr);
+  const std::vector<float> acts(kRows * kIn, 1.0f);
+  void* not_a_stream = reinterpret_cast<void*>(uintptr_t{0x1});
+  EXPECT_OK((*host)->Sketch("w", acts.data(), kRows, not_a_stream));
+  EXPECT_THAT((*host)->Sketch("nope", acts.data(), kRows),
+              testing::StatusIs(absl::StatusCode::kInvalidArgument));
+
+  o.device_memory = true;
+  auto dev = DaemonAttachment::Create(o, *plan);
+  if (gpu::Available()) {
+    ASSERT_OK(dev);
+    EXPECT_NE((*dev)->sketch_stream(), nullptr);
+    EXPECT_OK((*dev)->Sketch("w", nullptr, 0));  // nothing wanted yet
+  } else {
+    EXPECT_THAT(dev.status(),
+                testing::StatusIs(absl::StatusCode::kFailedPrecondition));
+  }
+  o.device = gpu::DeviceCount();  // one past the last
+  EXPECT_THAT(DaemonAttachment::Create(o, *plan).status(),
+              testing::StatusIs(absl::StatusCode::kFailedPrecondition));
 }
 
 TEST(DaemonStoreTest, RendezvousThroughTheDaemon) {

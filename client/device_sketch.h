@@ -18,7 +18,8 @@
 //    producer stream: the sketch is then captured too (only then does the
 //    producer stream wait for the sketch stream at the end of the call, so
 //    that the capture is joined) and each replay adds the captured rows
-//    again.
+//    again. Replays run outside the sketch stream: the caller orders them
+//    after the window's Open and before its Close (events both ways).
 //  * Open (window start) zeroes the accumulators with cudaMemsetAsync and
 //    uploads Ω; it allocates only when a layer needs more room than it had
 //    (its first window, a larger sketch_rows, the first `full` window).
