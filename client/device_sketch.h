@@ -13,24 +13,28 @@
 //  * Add records an event on the stream that produced the rows and makes
 //    the sketch stream wait for it, gathers strided rows device to device
 //    (cudaMemcpy2DAsync; none when the stride is 1), and queues the GEMMs.
-//    It never synchronises, never allocates and never touches the legacy
-//    default stream, so it may run inside a CUDA graph capture of the
-//    producer stream: the sketch is then captured too (only then does the
-//    producer stream wait for the sketch stream at the end of the call, so
-//    that the capture is joined) and each replay adds the captured rows
-//    again. Replays run outside the sketch stream: the caller orders them
-//    after the window's Open and before its Close (events both ways).
+//    It never synchronises, never allocates and queues nothing on the
+//    legacy default stream (but the event, when that is the producer), so
+//    it may run inside a CUDA graph capture of the producer stream: the
+//    sketch is then captured too (only then does the producer stream wait
+//    for the sketch stream at the end of the call, so that the capture is
+//    joined) and each replay adds the captured rows again. Replays run
+//    outside the sketch stream: the caller orders them after the window's
+//    Open and before its Close (events both ways).
 //  * Open (window start) zeroes the accumulators with cudaMemsetAsync and
-//    uploads Ω; it allocates only when a layer needs more room than it had
-//    (its first window, a larger sketch_rows, the first `full` window).
+//    uploads Ω (from pageable memory: the driver may wait for the sketch
+//    stream while staging it); it allocates only when a layer needs more
+//    room than it had (its first window, a larger sketch_rows, the first
+//    `full` window).
 //    Buffers only grow; replaced ones are freed only by the destructor, so
 //    a captured graph never points at freed memory while the sketcher lives.
 //  * Close (window end) copies the accumulators into the layer's shared
 //    region on the sketch stream: device to device into a CUDA IPC region,
 //    then Region::SignalWrites (the interprocess event giftd's Region::Read
 //    waits on); into a host POSIX region (giftd's fallback when it cannot
-//    use the GPU) device to host, then a synchronise of the sketch stream —
-//    the only host wait, at a window end, off the training thread.
+//    use the GPU) device to host, then a synchronise of the sketch stream:
+//    a host wait at a window end, off the training thread. (The other
+//    waits: Quiesce before a region is unmapped, and Ω's staging in Open.)
 //
 //   ASSIGN_OR_RETURN(auto sk, DeviceSketcher::Create(/*device=*/0, layers));
 //   RETURN_IF_ERROR(sk->Open(j, d, omega, /*full=*/false, /*max_rows=*/512));

@@ -190,8 +190,9 @@ absl::Status CudaDeviceSketcher::Open(int layer, int64_t d,
   l.d = d;
   l.k = k;
   l.full = full;
-  // Ω from pageable memory: staged before the call returns, so `omega` may
-  // change afterwards.
+  // Ω from pageable memory: the driver stages it before the call returns
+  // (possibly waiting for the sketch stream to get there: at a window open,
+  // on the thread that runs AfterStep), so `omega` may change afterwards.
   GIFT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(l.omega.as<void>(), omega.data(),
                                             d * k * f, cudaMemcpyHostToDevice,
                                             s()));
