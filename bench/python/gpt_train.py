@@ -211,6 +211,13 @@ def gift_bytes(state):
     return out
 
 
+def gift_path_layers(state):
+    """The layers the last step sent on the GIFT path (state.stats())."""
+    last = state.stats().get("last") or {}
+    return sorted(str(l.get("name")) for l in last.get("layers") or []
+                  if isinstance(l, dict) and l.get("path") == "gift")
+
+
 def register_hook(ddp, mode):
     """Installs the mode's comm hook; returns (hook state, gift state)."""
     if mode == "ddp":
@@ -313,6 +320,8 @@ def train(a, rank, world):
         if net0 and net1:
             rec["tx_bytes"] = net1[0] - net0[0]
             rec["rx_bytes"] = net1[1] - net0[1]
+        if gstate is not None:  # the layers this step whitened
+            rec["gift_path"] = gift_path_layers(gstate)
         if a.check_identical:
             hexes, same = digests_agree(model)
             rec["sha256"] = hexes[rank]
@@ -322,6 +331,8 @@ def train(a, rank, world):
         if rank == 0 and not a.quiet:
             wire = (f" tx {rec['tx_bytes'] / 1e6:.2f} MB"
                     if "tx_bytes" in rec else "")
+            if "gift_path" in rec:
+                wire += f", {len(rec['gift_path'])} layers on the GIFT path"
             print(f"  [{a.mode}] step {step + 1}/{a.steps} loss(r0) "
                   f"{rec['loss']:.4f} {dt:.3f} s{wire}"
                   + (" params identical" if a.check_identical and not mismatch
@@ -355,10 +366,7 @@ def train(a, rank, world):
             if s.get(k) is not None:
                 mine["gift_" + k] = s[k] if isinstance(
                     s[k], (str, int, float, bool, dict, list)) else str(s[k])
-        last = s.get("last") or {}
-        mine["gift_path_layers"] = sorted(
-            str(l.get("name")) for l in last.get("layers") or []
-            if isinstance(l, dict) and l.get("path") == "gift")
+        mine["gift_path_layers"] = gift_path_layers(gstate)
     everyone = [None] * world
     dist.all_gather_object(everyone, mine)
     if rank == 0:
