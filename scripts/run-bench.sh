@@ -14,6 +14,12 @@
 # gift_python and giftd targets and takes several minutes) compares gift's
 # DDP comm hook with PyTorch's fp16/bf16/PowerSGD hooks on 4 gloo ranks
 # (HOOKS_BENCH_FLAGS adds flags, e.g. "--steps 40").
+# multihost_bench (bench/python/multihost_bench.py, only when named: it needs
+# the gift_python, giftd and giftctl targets and network namespaces, about 12
+# minutes) trains a 7.5 M-parameter GPT on 4 ranks, one network namespace
+# each, at egress 100mbit / 1gbit / unlimited, with DDP FP32, torch's fp16
+# and PowerSGD hooks, and gift euclid / gift (one peered giftd per
+# namespace) (MULTIHOST_BENCH_FLAGS adds flags, e.g. "--rounds 3").
 # Usage: scripts/run-bench.sh BUILD_DIR [benchmark-name ...]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -48,6 +54,18 @@ allreduce_netns() {
 out="$build/bench-results"
 mkdir -p "$out"
 for b in "${benches[@]}"; do
+  if [[ "$b" == multihost_bench ]]; then
+    echo "=== $b ==="
+    if ! reason=$("$here/netns.sh" check); then
+      echo "run-bench: skipping multihost_bench: network namespaces" \
+        "unavailable: $reason"
+      continue
+    fi
+    /usr/bin/python3 "$here/../bench/python/multihost_bench.py" \
+      --build "$build" --out "$out" ${MULTIHOST_BENCH_FLAGS:-} 2>&1 |
+      tee "$out/$b.txt"
+    continue
+  fi
   if [[ "$b" == hooks_bench ]]; then
     echo "=== $b ==="
     /usr/bin/python3 "$here/../bench/python/hooks_bench.py" --build "$build" \

@@ -1,0 +1,649 @@
+#!/usr/bin/python3
+"""Multi-host DDP benchmark (issue 12): a small GPT (gpt_train.py) on W
+ranks, each in a network namespace of its own behind a rate-limited veth
+(scripts/netns.sh: a "host" per rank, egress shaped like a NIC), with
+PyTorch's plain FP32 DDP, its fp16 and PowerSGD hooks, and gift's FP8 hook
+(euclid, and gift with one giftd per host).
+
+For every egress rate (--rates, default 100mbit,1gbit,none) it makes the
+namespaces once and runs the modes one after another on the same steps and
+batches, --rounds times in turn (ddp, fp16, ..., gift, ddp, fp16, ...), so
+that a slow moment of this shared machine spreads over all of them. Each
+run is a torchrun-style job: RANK / WORLD_SIZE / LOCAL_RANK / MASTER_ADDR
+(rank 0's address, 10.77.0.1) / MASTER_PORT set for `netns.sh exec R
+gpt_train.py` (--launcher torchrun: one `torchrun --nnodes W --node_rank R`
+per namespace instead), with GLOO_SOCKET_IFNAME=eth0.
+
+gift mode: one giftd per namespace (per "host"), each with its own agent
+socket (GIFT_AGENT_SOCKET of its rank), control on the namespace's
+loopback, and the daemons peered into one job (DESIGN §4): job id, token
+file, Peer service on 10.77.0.<r+1>:50152, leader rank 0's daemon
+(GIFT_JOB_ID of every rank names the job). One standalone giftd per rank
+would be W one-rank jobs of a W-rank allreduce: not a valid setup. giftd's
+selector needs far more steps than these runs have to pick layers on its
+own (measured gain on probe steps), so the layers matching --gift-pin (the
+MLP output projections, the paper's fc2) are pinned with giftctl on the
+leader once the ranks have declared them; with K = 4 their first factors
+arrive within the warm-up and the timed steps whiten them (the table says
+how many layers rank 0 whitened per timed step).
+
+Reported per rate and mode: s/step (median over the timed steps of every
+round; a step lasts as long as its slowest rank), the ratios to DDP FP32
+and to the fp16 hook, the bytes a rank sent on its interface per step
+(tx_bytes of eth0 over the timed steps: mode-agnostic, and on gift runs it
+includes the giftd Peer traffic, which is also measured from the daemons'
+TCP sockets and shown apart), gift's own payload count (state.stats()) and
+the final loss. The machine load before each run goes into the JSON: do
+not publish figures taken while builds ran.
+
+Bounded: every subprocess has a timeout; a job whose rank fails is killed
+after a grace period; the namespaces and daemons are removed at the end, on
+Ctrl-C and on errors.
+
+Usage: /usr/bin/python3 bench/python/multihost_bench.py --build BUILD
+       [--rates 100mbit,1gbit,none] [--modes ddp,fp16,powersgd,euclid,gift]
+       [--steps 10] [--warmup 5] [--rounds 2] [--out DIR]
+Writes DIR/multihost_bench.md and DIR/multihost_bench.json (DIR default
+BUILD/bench-results).
+"""
+
+import argparse
+import json
+import os
+import re
+import secrets
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+NETNS = os.path.join(ROOT, "scripts", "netns.sh")
+GPT = os.path.join(HERE, "gpt_train.py")
+PYTHON = "/usr/bin/python3"
+
+MODES = ("ddp", "fp16", "powersgd", "euclid", "gift")
+LABELS = {"ddp": "DDP FP32 (no hook)", "fp16": "torch fp16_compress_hook",
+          "powersgd": "torch PowerSGD rank 4", "euclid": "gift euclid (FP8)",
+          "gift": "gift gift (FP8 + giftd/host)"}
+CONTROL = "127.0.0.1:50151"  # every namespace has a loopback of its own
+PEER_PORT = 50152
+
+
+def addr(rank):
+    return f"10.77.0.{rank + 1}"
+
+
+def sh(argv, timeout, check=True):
+    """Runs argv with a deadline; returns its CompletedProcess."""
+    r = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                       text=True, timeout=timeout)
+    if check and r.returncode != 0:
+        raise RuntimeError(f"{' '.join(argv)}: exit {r.returncode}: "
+                           f"{r.stdout.strip()[-500:]}")
+    return r
+
+
+def kill_group(proc, sig=signal.SIGKILL):
+    """Signals the session `proc` leads (we started it with its own)."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+def tail(path, n=25):
+    try:
+        with open(path, errors="replace") as f:
+            return "".join(f.readlines()[-n:])
+    except OSError:
+        return ""
+
+
+# ------------------------------------------------------------ namespaces ---
+class Namespaces:
+    """W rank namespaces PREFIX-r<i> (scripts/netns.sh) at one egress rate."""
+
+    def __init__(self, prefix, world):
+        self.prefix = prefix
+        self.world = world
+        self.live = False
+
+    def up(self, rate):
+        self.down()
+        sh([NETNS, "up", "-p", self.prefix, "-w", str(self.world), "-r", rate],
+           timeout=60)
+        self.live = True
+
+    def down(self):
+        sh([NETNS, "down", "-p", self.prefix], timeout=60, check=False)
+        self.live = False
+
+    def cmd(self, rank, argv):
+        return [NETNS, "exec", "-p", self.prefix, str(rank)] + list(argv)
+
+
+# ----------------------------------------------------------------- giftd ---
+class Giftds:
+    """One giftd per namespace, peered into one job led by rank 0's."""
+
+    def __init__(self, ns, exe, ctl, tmp, job, flags, timeout):
+        self.ns, self.ctl, self.procs, self.logs = ns, ctl, [], []
+        self.socks = [os.path.join(tmp, f"giftd{r}", "agent.sock")
+                      for r in range(ns.world)]
+        token = os.path.join(tmp, "job.token")
+        fd = os.open(token, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(secrets.token_hex(16))
+        shm = f"/giftmh{os.getpid()}-{os.path.basename(tmp)}"
+        try:
+            for r in range(ns.world):
+                d = os.path.dirname(self.socks[r])
+                os.makedirs(d, exist_ok=True)
+                cmd = [exe, f"--node=host{r}", f"--agent-socket={self.socks[r]}",
+                       f"--control-address={CONTROL}", "--metrics-address=",
+                       f"--shm-prefix={shm}-r{r}x", f"--job-id={job}",
+                       f"--peer-address={addr(r)}:{PEER_PORT}",
+                       f"--leader-address={addr(0)}:{PEER_PORT}",
+                       f"--job-token-file={token}"] + list(flags)
+                log = os.path.join(d, "giftd.log")
+                self.logs.append(log)
+                with open(log, "w") as lf:
+                    self.procs.append(subprocess.Popen(
+                        ns.cmd(r, cmd), stdout=lf, stderr=subprocess.STDOUT,
+                        start_new_session=True))
+            self.command = cmd
+            self._wait_healthy(timeout)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _wait_healthy(self, timeout):
+        deadline = time.monotonic() + timeout
+        for r, p in enumerate(self.procs):
+            while True:
+                if p.poll() is not None:
+                    raise RuntimeError(f"giftd of rank {r} exited "
+                                       f"{p.returncode}:\n{tail(self.logs[r])}")
+                ok = sh(self.ns.cmd(r, [self.ctl, "--address", CONTROL,
+                                        "--timeout", "1", "health"]),
+                        timeout=10, check=False).returncode == 0
+                if ok and os.path.exists(self.socks[r]):
+                    break
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"giftd of rank {r} not SERVING after "
+                                       f"{timeout} s:\n{tail(self.logs[r])}")
+                time.sleep(0.2)
+
+    def layers(self, rank=0):
+        """giftctl --json layers of rank's daemon: the layer names, or []."""
+        r = sh(self.ns.cmd(rank, [self.ctl, "--address", CONTROL, "--timeout",
+                                  "2", "--json", "layers"]),
+               timeout=10, check=False)
+        if r.returncode != 0:
+            return []
+        try:
+            doc = json.loads(r.stdout)
+        except ValueError:
+            return []
+        items = doc.get("layers", []) if isinstance(doc, dict) else doc
+        return [l.get("name") for l in items
+                if isinstance(l, dict) and l.get("name")]
+
+    def pin_when_known(self, pattern, stop, timeout):
+        """Pins (giftctl pin, on the leader) the layers whose names match
+        `pattern` once the ranks have declared them; runs on a thread, so
+        `stop` (an Event) ends it. Returns the record of what happened."""
+        rx = re.compile(pattern)
+        deadline = time.monotonic() + timeout
+        rec = {"pattern": pattern, "pinned": [], "errors": []}
+        self.pins = rec
+        while not stop.is_set() and time.monotonic() < deadline:
+            want = sorted(n for n in self.layers() if rx.fullmatch(n))
+            if want:
+                for n in want:
+                    r = sh(self.ns.cmd(0, [self.ctl, "--address", CONTROL,
+                                           "--timeout", "2", "pin", n]),
+                           timeout=10, check=False)
+                    if r.returncode == 0:
+                        rec["pinned"].append(n)
+                    else:
+                        rec["errors"].append(f"{n}: {r.stdout.strip()[-200:]}")
+                rec["after_s"] = timeout - (deadline - time.monotonic())
+                return rec
+            stop.wait(0.3)
+        rec["errors"].append("no layer matched before the run ended")
+        return rec
+
+    def peer_bytes(self):
+        """Bytes each daemon sent on its Peer connections so far (tcp_info
+        bytes_sent of the sockets to or from the Peer port), or None."""
+        out = []
+        for r in range(self.ns.world):
+            f = f"( sport = :{PEER_PORT} or dport = :{PEER_PORT} )"
+            res = sh(self.ns.cmd(r, ["ss", "-tinH", "state", "established",
+                                     f]), timeout=10, check=False)
+            if res.returncode != 0:
+                return None
+            out.append(sum(int(x) for x in
+                           re.findall(r"bytes_sent:(\d+)", res.stdout)))
+        return out
+
+    def stop(self):
+        for p in self.procs:
+            kill_group(p, signal.SIGTERM)
+        deadline = time.monotonic() + 10
+        for p in self.procs:
+            try:
+                p.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                kill_group(p)
+                p.wait(5)
+
+    def log_tails(self, n=15):
+        return {f"rank{r}": tail(l, n) for r, l in enumerate(self.logs)}
+
+
+# ------------------------------------------------------------------ jobs ---
+def rank_argv(a, mode, rank, port, out_json):
+    script = [GPT, "--mode", mode, "--steps", str(a.steps),
+              "--warmup", str(a.warmup), "--batch", str(a.batch),
+              "--iface", "eth0", "--pg-timeout", str(a.pg_timeout)]
+    if a.check_identical:
+        script.append("--check-identical")
+    if rank == 0:
+        script += ["--json", out_json]
+    else:
+        script.append("--quiet")
+    script += a.train_arg
+    if a.launcher == "torchrun":
+        # Debian's torch 1.13 torchrun needs --redirects/--tee (README).
+        return [PYTHON, "-m", "torch.distributed.run", f"--nnodes={a.world}",
+                f"--node_rank={rank}", "--nproc_per_node=1",
+                f"--master_addr={addr(0)}", f"--master_port={port}",
+                "--max_restarts=0", "--redirects", "1", "--tee", "1"] + script
+    return [PYTHON] + script
+
+
+def run_job(a, ns, mode, tmp, port, daemons):
+    """One W-rank job; returns rank 0's JSON (plus the run's facts)."""
+    out_json = os.path.join(tmp, f"{mode}.json")
+    base = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
+                GLOO_SOCKET_IFNAME="eth0", PYTHONUNBUFFERED="1",
+                PYTHONPATH=os.pathsep.join(
+                    [os.path.join(a.build, "python")]
+                    + [p for p in os.environ.get("PYTHONPATH", "").split(
+                        os.pathsep) if p]))
+    base.pop("GIFT_JOB_ID", None)
+    procs, logs = [], []
+    t0 = time.monotonic()
+    try:
+        for r in range(a.world):
+            env = dict(base, WORLD_SIZE=str(a.world), MASTER_ADDR=addr(0),
+                       MASTER_PORT=str(port))
+            if a.launcher == "env":
+                env.update(RANK=str(r), LOCAL_RANK="0", GROUP_RANK=str(r),
+                           LOCAL_WORLD_SIZE="1")
+            if daemons is not None:
+                env.update(GIFT_AGENT_SOCKET=daemons.socks[r],
+                           GIFT_JOB_ID=a.job_id)
+            else:
+                # No daemon here: a stray /tmp/gift/agent.sock must not count.
+                env["GIFT_AGENT_SOCKET"] = os.path.join(tmp, "no-giftd.sock")
+            log = os.path.join(tmp, f"{mode}.rank{r}.log")
+            logs.append(log)
+            with open(log, "w") as lf:
+                procs.append(subprocess.Popen(
+                    ns.cmd(r, rank_argv(a, mode, r, port, out_json)), env=env,
+                    stdout=lf, stderr=subprocess.STDOUT, cwd=ROOT,
+                    start_new_session=True))
+        pinner = stop = None
+        if daemons is not None and a.gift_pin:
+            stop = threading.Event()
+            pinner = threading.Thread(
+                target=daemons.pin_when_known, daemon=True,
+                args=(a.gift_pin, stop, a.timeout))
+            pinner.start()
+        failed = wait_ranks(procs, a.timeout, a.grace)
+    finally:
+        if pinner is not None:
+            stop.set()
+            pinner.join(15)
+        for p in procs:
+            kill_group(p)
+            p.wait(10)
+    wall = time.monotonic() - t0
+    codes = [p.returncode for p in procs]
+    error = None
+    if failed or any(codes) or not os.path.exists(out_json):
+        why = failed or f"exit codes {codes}"
+        bad = next((i for i, c in enumerate(codes) if c), 0)
+        error = f"{mode}: {why}; rank {bad} log:\n{tail(logs[bad])}"
+        keep_logs(a, mode, logs)
+        if not os.path.exists(out_json):
+            raise RuntimeError(error)
+    with open(out_json) as f:
+        res = json.load(f)
+    if error:  # rank 0 wrote its figures, yet the job failed: keep both
+        res["error"] = error
+    res["wall_seconds"] = wall
+    if daemons is not None and a.gift_pin:
+        res["gift_pins"] = getattr(daemons, "pins", None)
+    res["rank0_log"] = tail(logs[0], 200)
+    return res
+
+
+def keep_logs(a, mode, logs):
+    """Copies a failed run's rank logs to OUT/multihost_bench_logs/."""
+    d = os.path.join(a.out, "multihost_bench_logs")
+    os.makedirs(d, exist_ok=True)
+    stamp = time.strftime("%H%M%S")
+    for i, log in enumerate(logs):
+        try:
+            shutil.copy(log, os.path.join(d, f"{stamp}-{mode}-rank{i}.log"))
+        except OSError:
+            pass
+
+
+def wait_ranks(procs, timeout, grace):
+    """Waits for every rank; None when all ended, else why they were cut."""
+    deadline = time.monotonic() + timeout
+    first_fail = None
+    while any(p.poll() is None for p in procs):
+        now = time.monotonic()
+        if first_fail is None:
+            bad = [i for i, p in enumerate(procs)
+                   if p.poll() is not None and p.returncode != 0]
+            if bad:
+                first_fail = (now, bad[0], procs[bad[0]].returncode)
+        if first_fail and now > first_fail[0] + grace:
+            return (f"rank {first_fail[1]} exited {first_fail[2]}; the others "
+                    f"were killed {grace:.0f} s later")
+        if now > deadline:
+            return f"still running after {timeout:.0f} s (killed)"
+        time.sleep(0.2)
+    return None
+
+
+# --------------------------------------------------------------- summary ---
+def merge(runs):
+    """One mode's rounds at one rate: pooled timed steps."""
+    ok = [r for r in runs if r.get("seconds_per_step")]
+    out = {"rounds": len(runs),
+           "rounds_ok": len([r for r in runs if "error" not in r]),
+           "errors": [r["error"] for r in runs if "error" in r]}
+    if not ok:
+        return out
+    secs = [s for r in ok for s in r.get("seconds_per_step", [])]
+    out["seconds_per_step_median"] = statistics.median(secs) if secs else None
+    out["seconds_per_step_min"] = min(secs) if secs else None
+    out["timed_steps"] = len(secs)
+    for key in ("wire_tx_bytes_per_rank_step", "giftd_peer_bytes_per_rank_step"):
+        v = [r[key] for r in ok if r.get(key) is not None]
+        out[key] = statistics.mean(v) if v else None
+    g = [r["gift_bytes_per_rank_step"] for r in ok
+         if r.get("gift_bytes_per_rank_step")]
+    if g:
+        out["gift_payload_bytes_per_rank_step"] = statistics.mean(
+            x["bytes_sent"] for x in g)
+    out["final_loss"] = statistics.mean(r["loss"][-1] for r in ok)
+    out["parameters"] = ok[0]["parameters"]
+    out["fp32_ring_bytes_per_step"] = ok[0]["fp32_ring_bytes_per_step"]
+    out["identical"] = all(r.get("identical", True) for r in ok)
+    # Layers rank 0 whitened per timed step (gift: pinned ones once their
+    # first factor arrived).
+    whitened = [len(st["gift_path"]) for r in ok
+                for st in r["ranks"][0]["steps"]
+                if "gift_path" in st and st["step"] >= r["warmup"]]
+    if whitened:
+        out["gift_path_layers_mean_timed"] = statistics.mean(whitened)
+    layers = [l for r in ok for rk in r.get("ranks", [])
+              for l in rk.get("gift_path_layers", [])]
+    if any("gift_path_layers" in rk for r in ok for rk in r.get("ranks", [])):
+        out["gift_path_layers"] = sorted(set(layers))
+    return out
+
+
+def fmt(x, spec, scale=1.0):
+    return "n/a" if x is None else format(x / scale, spec)
+
+
+def ratio(x, ref):
+    return f"{x / ref:.2f}×" if ref else "n/a"
+
+
+def table(results, rates, modes):
+    lines = ["| egress/rank | mode | s/step (median) | vs DDP FP32 | "
+             "vs fp16 hook | wire MB/rank/step | of which giftd Peer | "
+             "gift payload MB | GIFT-path layers | final loss |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    notes = []
+    for rate in rates:
+        row = results.get(rate, {})
+        ref = row.get("ddp", {}).get("seconds_per_step_median")
+        f16 = row.get("fp16", {}).get("seconds_per_step_median")
+        for m in modes:
+            r = row.get(m, {})
+            s = r.get("seconds_per_step_median")
+            if s is None:
+                err = "; ".join(e.splitlines()[0][:160]
+                                for e in r.get("errors", [])) or "not run"
+                lines.append(f"| {rate} | {LABELS[m]} | **failed**: {err} "
+                             "| | | | | | | |")
+                continue
+            label = LABELS[m]
+            if r.get("errors"):
+                notes.append(f"{rate} {m}: " + "; ".join(
+                    " / ".join(x.strip() for x in e.splitlines() if x.strip())
+                    [:300] for e in r["errors"]))
+                label += (f" (failed {len(r['errors'])} of {r['rounds']} "
+                          f"rounds, note {len(notes)})")
+            lines.append(
+                f"| {rate} | {label} | {s:.3f} "
+                f"| {ratio(s, ref)} | {ratio(s, f16)} "
+                f"| {fmt(r.get('wire_tx_bytes_per_rank_step'), '.2f', 1e6)} "
+                f"| {fmt(r.get('giftd_peer_bytes_per_rank_step'), '.3f', 1e6)} "
+                f"| {fmt(r.get('gift_payload_bytes_per_rank_step'), '.2f', 1e6)} "
+                f"| {fmt(r.get('gift_path_layers_mean_timed'), '.1f')} "
+                f"| {fmt(r.get('final_loss'), '.4f')} |")
+    if notes:
+        lines.append("")
+        lines += [f"{i + 1}. {n}" for i, n in enumerate(notes)]
+    return "\n".join(lines)
+
+
+# ------------------------------------------------------------------ main ---
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--build", required=True, help="CMake build directory")
+    ap.add_argument("--rates", default="100mbit,1gbit,none",
+                    help="per-rank egress limits (tc rates, or none)")
+    ap.add_argument("--modes", default=",".join(MODES))
+    ap.add_argument("--world", type=int, default=4)
+    ap.add_argument("--steps", type=int, default=10,
+                    help="steps per run, warm-up included (default 10)")
+    ap.add_argument("--warmup", type=int, default=5,
+                    help="steps before the timed ones (default 5: gift's "
+                         "pinned layers get their first factors in them)")
+    ap.add_argument("--rounds", type=int, default=2,
+                    help="times every mode runs at each rate, in turn")
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--launcher", choices=("env", "torchrun"), default="env")
+    ap.add_argument("--check-identical", action="store_true",
+                    help="also compare the parameter digests every step")
+    ap.add_argument("--train-arg", action="append", default=[],
+                    help="extra gpt_train.py argument (repeatable)")
+    ap.add_argument("--refresh-interval", type=int, default=4,
+                    help="giftd factor refresh interval K (default 4: the "
+                         "runs are short; giftd's own default is 50, with "
+                         "~12x less Peer traffic)")
+    ap.add_argument("--gift-pin", default=r"h\.\d+\.mlp\.c_proj",
+                    help="regex of layer names pinned onto the GIFT path "
+                         "with giftctl once the ranks declared them (default: "
+                         "the MLP output projections, the paper's fc2; '' "
+                         "leaves the choice to giftd's selector, which needs "
+                         "more steps than a short run has)")
+    ap.add_argument("--giftd-flag", action="append", default=[],
+                    help="extra giftd flag (repeatable)")
+    ap.add_argument("--timeout", type=float, default=300,
+                    help="seconds per run before its ranks are killed")
+    ap.add_argument("--grace", type=float, default=15,
+                    help="seconds the other ranks get after one failed")
+    ap.add_argument("--pg-timeout", type=float, default=120,
+                    help="gloo collective timeout in the ranks")
+    ap.add_argument("--out", default=None,
+                    help="output folder (default BUILD/bench-results)")
+    a = ap.parse_args(argv)
+    a.build = os.path.abspath(a.build)
+    a.rates = [r.strip() for r in a.rates.split(",") if r.strip()]
+    a.modes = [m.strip() for m in a.modes.split(",") if m.strip()]
+    for m in a.modes:
+        if m not in MODES:
+            ap.error(f"unknown mode {m!r} ({', '.join(MODES)})")
+    if a.steps <= a.warmup:
+        ap.error("--steps must exceed --warmup")
+    if not 1 <= a.world <= 64:
+        ap.error("--world must be 1..64")
+    a.job_id = f"multihost-{os.getpid()}"
+    a.out = os.path.abspath(a.out or os.path.join(a.build, "bench-results"))
+    return a
+
+
+def preflight(a):
+    why = sh([NETNS, "check"], timeout=30, check=False)
+    if why.returncode != 0:
+        sys.exit(f"multihost_bench: network namespaces unavailable: "
+                 f"{why.stdout.strip()}")
+    if {"euclid", "gift"} & set(a.modes) and not os.path.isfile(
+            os.path.join(a.build, "python", "gift", "__init__.py")):
+        sys.exit(f"multihost_bench: {a.build}/python/gift not built "
+                 "(cmake --build BUILD --target gift_python)")
+    giftd = os.path.join(a.build, "daemon", "giftd")
+    ctl = os.path.join(a.build, "tools", "giftctl", "giftctl")
+    if "gift" in a.modes and not (os.access(giftd, os.X_OK)
+                                  and os.access(ctl, os.X_OK)):
+        sys.exit(f"multihost_bench: {giftd} or {ctl} not built")
+    return giftd, ctl
+
+
+def run_all(a, ns, giftd, ctl, tmp_root):
+    results, raw = {}, []
+    port = 29500
+    for rate in a.rates:
+        print(f"=== egress {rate} per rank: {a.world} namespaces ===",
+              flush=True)
+        ns.up(rate)
+        runs = {m: [] for m in a.modes}
+        for rnd in range(a.rounds):
+            for mode in a.modes:
+                port += 1
+                tmp = tempfile.mkdtemp(prefix=f"{mode}-", dir=tmp_root)
+                load = os.getloadavg()
+                t0 = time.monotonic()
+                rec = {"rate": rate, "mode": mode, "round": rnd,
+                       "loadavg_before": load}
+                daemons = None
+                try:
+                    if mode == "gift":
+                        daemons = Giftds(ns, giftd, ctl, tmp, a.job_id,
+                                         [f"--refresh-interval="
+                                          f"{a.refresh_interval}",
+                                          "--poll-interval-ms=20",
+                                          "--heartbeat-interval-ms=100",
+                                          "--refresh-threads=1"]
+                                         + a.giftd_flag, timeout=60)
+                        rec["giftd_command"] = daemons.command
+                    res = run_job(a, ns, mode, tmp, port, daemons)
+                    if daemons is not None:
+                        pb = daemons.peer_bytes()
+                        if pb is not None:
+                            res["giftd_peer_bytes"] = pb
+                            res["giftd_peer_bytes_per_rank_step"] = (
+                                sum(pb) / len(pb) / a.steps)
+                    rec.update(res)
+                    msg = (f"{rec['seconds_per_step_median']:.3f} s/step, wire "
+                           f"{rec.get('wire_tx_bytes_per_rank_step', 0) / 1e6:.2f}"
+                           f" MB/rank/step, loss {rec['loss'][-1]:.4f}")
+                    if rec.get("error"):
+                        msg += "; BUT FAILED: " + rec["error"]
+                except Exception as e:  # noqa: BLE001 -- a failed run is a row
+                    rec["error"] = f"{type(e).__name__}: {e}"
+                    if daemons is not None:
+                        rec["giftd_log_tails"] = daemons.log_tails()
+                    msg = "FAILED: " + rec["error"]
+                finally:
+                    if daemons is not None:
+                        daemons.stop()
+                print(f"  [{rate}] round {rnd + 1}/{a.rounds} {mode:8s} "
+                      f"(load {load[0]:.2f}) {time.monotonic() - t0:5.1f} s: "
+                      f"{msg}", flush=True)
+                runs[mode].append(rec)
+                raw.append(rec)
+        ns.down()
+        results[rate] = {m: merge(runs[m]) for m in a.modes}
+    return results, raw
+
+
+def main(argv=None):
+    a = parse_args(argv)
+    giftd, ctl = preflight(a)
+    out_dir = a.out
+    os.makedirs(out_dir, exist_ok=True)
+    # SIGTERM unwinds like Ctrl-C: the finally below removes everything.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    sh([NETNS, "gc", "giftmh"], timeout=60, check=False)
+    ns = Namespaces(f"giftmh{os.getpid()}", a.world)
+    tmp_root = tempfile.mkdtemp(prefix="multihost-bench-")
+    t_all = time.monotonic()
+    try:
+        results, raw = run_all(a, ns, giftd, ctl, tmp_root)
+    finally:
+        ns.down()
+        shutil.rmtree(tmp_root, ignore_errors=True)
+    total = time.monotonic() - t_all
+    n = next((r["parameters"] for row in results.values()
+              for r in row.values() if "parameters" in r), None)
+    loads = [r["loadavg_before"][0] for r in raw]
+    head = (f"# Multi-host DDP: {a.world} ranks, one network namespace each\n\n"
+            f"gpt_train.py GPT ({n / 1e6 if n else 0:.2f} M parameters), batch "
+            f"{a.batch} × 64 per rank, AdamW, gloo; {a.steps} steps per run "
+            f"({a.warmup} warm-up), {a.rounds} round(s) per mode and rate, "
+            f"modes interleaved. s/step: median of the timed steps of every "
+            f"round (slowest rank per step). Wire: eth0 tx_bytes per rank per "
+            f"step over the timed steps (FP32 ring: "
+            f"{2 * (a.world - 1) / a.world * 4 * (n or 0) / 1e6:.2f} MB); gift "
+            f"rows include the giftd Peer traffic (next column, its average "
+            f"over the whole run). gift: one giftd per host, peered, refresh "
+            f"interval {a.refresh_interval}, layers matching "
+            f"`{a.gift_pin}` pinned (GIFT-path layers: mean over rank 0's "
+            f"timed steps). Load average before the runs: "
+            f"{min(loads) if loads else 0:.2f}–{max(loads) if loads else 0:.2f}"
+            f" (2-core machine). Run time {total:.0f} s.\n")
+    md = head + "\n" + table(results, a.rates, a.modes) + "\n"
+    print()
+    print(md)
+    with open(os.path.join(out_dir, "multihost_bench.md"), "w") as f:
+        f.write(md)
+    with open(os.path.join(out_dir, "multihost_bench.json"), "w") as f:
+        json.dump({"world_size": a.world, "steps": a.steps,
+                   "warmup": a.warmup, "rounds": a.rounds, "batch": a.batch,
+                   "rates": a.rates, "modes": a.modes,
+                   "launcher": a.launcher,
+                   "refresh_interval": a.refresh_interval,
+                   "run_seconds": total, "summary": results, "runs": raw},
+                  f, indent=1)
+    print(f"multihost_bench: wrote {out_dir}/multihost_bench.md and "
+          "multihost_bench.json")
+    ok = all(r.get("rounds_ok") == r.get("rounds")
+             for row in results.values() for r in row.values())
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
