@@ -75,7 +75,10 @@ def _broadcast(obj, group):
 def _all_true(flag, group):
     if group is None:
         return flag
-    t = torch.tensor([1 if flag else 0], dtype=torch.int32)
+    # An NCCL group reduces device tensors only.
+    device = ("cuda" if dist.get_backend(group) == dist.Backend.NCCL
+              else "cpu")
+    t = torch.tensor([1 if flag else 0], dtype=torch.int32, device=device)
     dist.all_reduce(t, op=dist.ReduceOp.MIN, group=group)
     return bool(t.item())
 
