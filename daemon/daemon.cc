@@ -294,7 +294,7 @@ absl::StatusOr<v1::RegisterResponse> Daemon::Register(
   ASSIGN_OR_RETURN(std::unique_ptr<RankSession> s, CreateSession(r, spec));
   for (int i = 0; i < s->layers(); ++i) {
     RETURN_IF_ERROR(
-        shm::WriteOmega0(*s->entry(i), s->data(i), layers_[i].omega0));
+        shm::WriteOmega0(s->geometry(i), s->data(i), layers_[i].omega0));
   }
   ASSIGN_OR_RETURN(const bool raise, ContinueAbove(r));
   s->last_seen = absl::Now();
@@ -304,7 +304,8 @@ absl::StatusOr<v1::RegisterResponse> Daemon::Register(
   RETURN_IF_ERROR(EnsureFullRegions());
   for (int i = 0; i < session.layers(); ++i) {
     if (layers_[i].newest != nullptr) {
-      absl::Status st = shm::PublishFactor(session.entry(i), session.data(i),
+      absl::Status st = shm::PublishFactor(session.entry(i),
+                                           session.geometry(i), session.data(i),
                                            session.full(i), *layers_[i].newest);
       if (!st.ok()) LOG_WARNING("publishing to a new rank: %s", st.ToString());
     }
@@ -436,11 +437,13 @@ void Daemon::ReapDead() {
                                absl::FormatDuration(now - s->last_seen))});
     }
   }
-  for (auto& [id, why] : dead) {
-    ++reaped_total_;
-    metrics_.ranks_reaped->WithLabels(Labels({})).Increment();
-    DropSession(id, "reaped: " + why);
-  }
+  for (auto& [id, why] : dead) Reap(id, why);
+}
+
+void Daemon::Reap(const std::string& id, const std::string& why) {
+  ++reaped_total_;
+  metrics_.ranks_reaped->WithLabels(Labels({})).Increment();
+  DropSession(id, "reaped: " + why);
 }
 
 // ---- plan

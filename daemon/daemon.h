@@ -56,6 +56,8 @@
 namespace gift::daemon {
 
 inline constexpr char kGiftVersion[] = "0.1.0";
+// Window sums a layer keeps while its ranks' windows do not line up.
+inline constexpr size_t kMaxPendingWindows = 8;
 
 // Makes the link to the job's other daemons (PeerLink::Create, or a fake in
 // tests).
@@ -191,6 +193,9 @@ class Daemon : public DaemonCore, public PeerHandler {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void DropSession(const std::string& id, const std::string& why)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // DropSession, counted as a reap.
+  void Reap(const std::string& id, const std::string& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReapDead() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PublishPlanTo(RankSession& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PublishPlanToAll() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -206,8 +211,27 @@ class Daemon : public DaemonCore, public PeerHandler {
   // Applies the selector's decision; with `publish`, a change publishes a
   // new epoch. Returns whether anything changed.
   bool ApplySelection(bool publish = true) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // What a rank wrote, copied once and checked (shm/rank_counters.h,
+  // shm::ReadWindow): a malformed sample or window is dropped (Malformed).
+  void TakeLayerSample(RankSession& s, int i, SelectorSample* x, double* err,
+                       double* xsq, double* xhx)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void TakeStepCounters(RankSession& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The windows of layer i that rank `s` closed since the last poll (two at
+  // most), into the layer's pending sums.
+  void TakeWindows(int i, RankSession& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Counts (gift_shm_rejected_total{reason}) and logs, rate-limited per
+  // rank, something malformed that `s` wrote; `garbage` counts it towards
+  // disconnecting the rank.
+  void Malformed(RankSession& s, const char* reason, const std::string& what,
+                 bool garbage = true) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Reaps the ranks malformed kMalformedPollsBeforeDisconnect polls in a
+  // row (called once per poll).
+  void DisconnectMalformed() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void CollectWindows() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  static void AddSketch(Layer::Pending& p, shm::SketchData data);
+  // Adds `data` to a pending sum; false (nothing added) when its sizes
+  // differ or the row count would overflow.
+  static bool AddSketch(Layer::Pending& p, shm::SketchData data);
   void SubmitRefresh(Layer& l, Layer::Pending& p)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void PublishResults() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

@@ -69,6 +69,11 @@ DaemonMetrics::DaemonMetrics(metrics::Registry* r) {
       "Time to turn a summed sketch into a factor.", L({"layer"}),
       {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5,
        5, 10});
+  factors_rejected = &r->AddCounter(
+      "gift_factor_rejected_total",
+      "Factors dropped before publication: a non-finite or out-of-bounds "
+      "entry (the layer keeps its previous factor).",
+      L({"layer"}));
   sketch_windows = &r->AddCounter(
       "gift_sketch_windows_total",
       "Sketch windows seen, by what became of them.", L({"layer", "result"}));
@@ -95,6 +100,12 @@ DaemonMetrics::DaemonMetrics(metrics::Registry* r) {
   bytes_sent = &r->AddCounter("gift_bytes_sent_total",
                               "Payload bytes the rank sent, by path.",
                               L({"rank", "path"}));
+  shm_rejected = &r->AddCounter(
+      "gift_shm_rejected_total",
+      "Malformed windows and telemetry samples a rank wrote into its shared "
+      "memory, dropped by the daemon, by reason (window, sketch_meta, "
+      "sketch_data, layer_counters, step_counters, step).",
+      L({"rank", "reason"}));
   bytes_saved = &r->AddCounter(
       "gift_bytes_saved_total",
       "Bytes an FP32 ring allreduce would have sent minus the bytes sent.",

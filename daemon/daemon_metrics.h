@@ -36,6 +36,8 @@ struct DaemonMetrics {
   metrics::Family<metrics::Counter>* refreshes;
   metrics::Family<metrics::Counter>* refresh_failures;
   metrics::Family<metrics::Histogram>* refresh_duration;
+  // Factors dropped before publication (non-finite or out of bounds).
+  metrics::Family<metrics::Counter>* factors_rejected;
   // {job_id, node, layer, result = used|incomplete|busy}
   metrics::Family<metrics::Counter>* sketch_windows;
 
@@ -50,6 +52,10 @@ struct DaemonMetrics {
 
   // {job_id, node, rank, path = euclid|gift|control}
   metrics::Family<metrics::Counter>* bytes_sent;
+  // {job_id, node, rank, reason}: what a rank wrote into its shared memory
+  // that the daemon dropped (reason: window, sketch_meta, sketch_data,
+  // layer_counters, step_counters, step).
+  metrics::Family<metrics::Counter>* shm_rejected;
   // {job_id, node, rank}
   metrics::Family<metrics::Counter>* bytes_saved;
   metrics::Family<metrics::Counter>* steps;

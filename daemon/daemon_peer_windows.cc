@@ -54,7 +54,11 @@ void Daemon::AddOwned(Layer& l, const std::string& node, int contributors,
   const std::pair<int64_t, int64_t> key{data.meta.end_step,
                                         data.meta.omega_version};
   Layer::Pending& o = l.owned[key];
-  AddSketch(o, std::move(data));
+  if (!AddSketch(o, std::move(data))) {
+    LOG_WARNING("%s window %d from %s does not add up; dropped", l.name,
+                key.first, node);
+    return;
+  }
   o.contributors += contributors;
   o.sessions.push_back(node);
   auto incomplete = [&] {
@@ -88,7 +92,9 @@ absl::Status Daemon::OnSketch(const v1::PushSketchRequest& r) {
   absl::MutexLock lock(&mu_);
   if (stopped_) return absl::UnavailableError("giftd is stopping");
   ASSIGN_OR_RETURN(Layer * l, FindLayer(r.layer()));
-  if (r.k() < 1 || r.k() > l->k_cap || r.contributors() < 1 || r.count() < 0) {
+  if (r.k() != l->k_cap || r.contributors() < 1 ||
+      r.contributors() > world_size_ || r.count() < 0 ||
+      r.count() / r.contributors() > shm::kMaxSketchCount) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "sketch of %s from %s: k %d (k_cap %d), %d "
         "contributors, count %d",

@@ -2,6 +2,7 @@
 // closed sketch windows → refresher → factor slots.
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -10,6 +11,7 @@
 #include "daemon/daemon.h"
 #include "daemon/log.h"
 #include "kernels/quantize.h"
+#include "shm/rank_counters.h"
 
 namespace gift::daemon {
 
@@ -23,6 +25,7 @@ void Daemon::PollOnce() {
   ReadTelemetry();
   if (!IsFollower()) ApplySelection();
   CollectWindows();
+  DisconnectMalformed();
   PublishResults();
   UpdateGauges();
 }
@@ -30,8 +33,7 @@ void Daemon::PollOnce() {
 int64_t Daemon::SlowestStep() const {
   int64_t slowest = -1;
   for (const auto& [id, s] : sessions_) {
-    const int64_t step = s->header()->step.load(std::memory_order_acquire);
-    slowest = slowest < 0 ? step : std::min(slowest, step);
+    slowest = slowest < 0 ? s->last_step : std::min(slowest, s->last_step);
   }
   return std::max<int64_t>(slowest, 0);
 }
@@ -50,79 +52,146 @@ void RoundTrip(double err_sq, double x_sq, double xhat_x, double* rel_l2,
   *cosine = q.Cosine();
 }
 
+// `to` += v, saturating: the sums over a node's ranks of accepted
+// differences (each below 2^62) stay meaningful for the selector.
+void AddSat(int64_t* to, int64_t v) {
+  if (__builtin_add_overflow(*to, v, to)) {
+    *to = std::numeric_limits<int64_t>::max();
+  }
+}
+
 }  // namespace
+
+void Daemon::Malformed(RankSession& s, const char* reason,
+                       const std::string& what, bool garbage) {
+  metrics_.shm_rejected->WithLabels(Labels({absl::StrCat(s.rank()), reason}))
+      .Increment();
+  if (garbage && !s.malformed_now) {
+    s.malformed_now = true;
+    s.malformed_why = what;
+  }
+  int64_t held_back = 0;
+  if (s.malformed_log.Allow(&held_back)) {
+    LOG_WARNING(
+        "rank %d (session %s): dropped what it wrote into shared memory: %s "
+        "(%d more dropped since the last such line)",
+        s.rank(), s.id(), what, held_back);
+  }
+}
+
+void Daemon::DisconnectMalformed() {
+  std::vector<std::pair<std::string, std::string>> bad;
+  for (auto& [id, s] : sessions_) {
+    s->malformed_polls = s->malformed_now ? s->malformed_polls + 1 : 0;
+    s->malformed_now = false;
+    if (s->malformed_polls >= kMalformedPollsBeforeDisconnect) {
+      bad.push_back(
+          {id, absl::StrFormat("disconnected: its shared memory was "
+                               "malformed %d polls in a row (last: %s)",
+                               s->malformed_polls, s->malformed_why)});
+    }
+  }
+  for (const auto& [id, why] : bad) {
+    LOG_WARNING("session %s %s", id, why);
+    Reap(id, why);
+  }
+}
+
+void Daemon::TakeLayerSample(RankSession& s, int i, SelectorSample* x,
+                             double* err, double* xsq, double* xhx) {
+  const Layer& l = layers_[i];
+  shm::LayerCounters now;
+  if (!shm::ReadTelemetry(*s.entry(i), &now)) return;  // busy: next poll
+  shm::LayerCounters& was = s.last_counters[i];
+  absl::StatusOr<shm::LayerCounters> d = shm::CountersSince(was, now);
+  if (!d.ok()) {
+    Malformed(s, "layer_counters",
+              absl::StrCat("layer ", l.name, ": ", d.status().message()));
+    return;
+  }
+  const std::string rank = absl::StrCat(s.rank());
+  x->steps = std::max(x->steps, d->steps);
+  AddSat(&x->n, d->n);
+  AddSat(&x->upper, d->upper);
+  AddSat(&x->lower, d->lower);
+  AddSat(&x->probes, d->probes);
+  x->probe_euclid_sum += d->probe_euclid_sum;
+  x->probe_gift_sum += d->probe_gift_sum;
+  *err += d->err_sq;
+  *xsq += d->x_sq;
+  *xhx += d->xhat_x;
+  if (d->steps > 0) {
+    double rel, cos;
+    RoundTrip(d->err_sq, d->x_sq, d->xhat_x, &rel, &cos);
+    const char* path = d->gift_steps > 0 ? "gift" : "euclid";
+    metrics_.rel_l2->WithLabels(Labels({rank, l.name, path})).Set(rel);
+    metrics_.cosine->WithLabels(Labels({rank, l.name, path})).Set(cos);
+  }
+  metrics_.boundary_hits->WithLabels(Labels({rank, l.name, "upper"}))
+      .Increment(d->upper);
+  metrics_.boundary_hits->WithLabels(Labels({rank, l.name, "lower"}))
+      .Increment(d->lower);
+  metrics_.quantized_elements->WithLabels(Labels({rank, l.name}))
+      .Increment(d->n);
+  metrics_.nonfinite_inputs->WithLabels(Labels({rank, l.name}))
+      .Increment(d->nonfinite);
+  was = now;
+}
+
+void Daemon::TakeStepCounters(RankSession& s) {
+  const std::string rank = absl::StrCat(s.rank());
+  const int64_t step = s.header()->step.load(std::memory_order_acquire);
+  if (step < 0 || step > shm::kMaxStep) {
+    Malformed(s, "step", absl::StrCat("step ", step));
+  } else {
+    s.last_step = std::max(s.last_step, step);
+  }
+  shm::StepCounters t;
+  if (!shm::ReadStepCounters(*s.header(), &t)) return;  // busy: next poll
+  absl::StatusOr<shm::StepCounters> d = shm::CountersSince(s.last_totals, t);
+  if (!d.ok()) {
+    Malformed(s, "step_counters", std::string(d.status().message()));
+    return;
+  }
+  metrics_.steps->WithLabels(Labels({rank})).Increment(d->steps);
+  metrics_.bytes_sent->WithLabels(Labels({rank, "euclid"}))
+      .Increment(d->bytes_euclid);
+  metrics_.bytes_sent->WithLabels(Labels({rank, "gift"}))
+      .Increment(d->bytes_gift);
+  metrics_.bytes_sent->WithLabels(Labels({rank, "control"}))
+      .Increment(d->bytes_control);
+  // Each difference is below 2^62: their sum of three fits a double, and
+  // only what was saved counts.
+  const double sent = static_cast<double>(d->bytes_euclid) +
+                      static_cast<double>(d->bytes_gift) +
+                      static_cast<double>(d->bytes_control);
+  metrics_.bytes_saved->WithLabels(Labels({rank}))
+      .Increment(
+          std::max(0.0, static_cast<double>(d->bytes_fp32_equivalent) - sent));
+  metrics_.transform_seconds->WithLabels(Labels({rank}))
+      .Increment(d->transform_seconds);
+  metrics_.nonfinite_layers->WithLabels(Labels({rank}))
+      .Increment(d->nonfinite_layers);
+  std::vector<uint64_t> counts(shm::kDurationBuckets);
+  for (int b = 0; b < shm::kDurationBuckets; ++b) {
+    counts[b] = static_cast<uint64_t>(d->duration_buckets[b]);
+  }
+  metrics_.collective_duration->WithLabels(Labels({rank}))
+      .ObserveBuckets(counts, d->collective_seconds);
+  metrics_.rank_step->WithLabels(Labels({rank})).Set(t.steps);
+  s.last_totals = t;
+}
 
 void Daemon::ReadTelemetry() {
   std::vector<SelectorSample> samples(layers_.size());
   std::vector<double> err(layers_.size()), xsq(layers_.size()),
       xhx(layers_.size());
   for (auto& [id, s] : sessions_) {
-    const std::string rank = absl::StrCat(s->rank());
-    s->last_step = std::max(s->last_step, s->header()->step.load());
     for (size_t i = 0; i < layers_.size(); ++i) {
-      shm::LayerCounters now;
-      if (!shm::ReadTelemetry(*s->entry(i), &now)) continue;
-      shm::LayerCounters& was = s->last_counters[i];
-      SelectorSample& x = samples[i];
-      x.steps = std::max(x.steps, now.steps - was.steps);
-      x.n += now.n - was.n;
-      x.upper += now.upper - was.upper;
-      x.lower += now.lower - was.lower;
-      x.probes += now.probes - was.probes;
-      x.probe_euclid_sum += now.probe_euclid_sum - was.probe_euclid_sum;
-      x.probe_gift_sum += now.probe_gift_sum - was.probe_gift_sum;
-      const double de = now.err_sq - was.err_sq, dx = now.x_sq - was.x_sq,
-                   dxx = now.xhat_x - was.xhat_x;
-      err[i] += de;
-      xsq[i] += dx;
-      xhx[i] += dxx;
-      const Layer& l = layers_[i];
-      if (now.steps > was.steps) {
-        double rel, cos;
-        RoundTrip(de, dx, dxx, &rel, &cos);
-        const char* path = now.gift_steps > was.gift_steps ? "gift" : "euclid";
-        metrics_.rel_l2->WithLabels(Labels({rank, l.name, path})).Set(rel);
-        metrics_.cosine->WithLabels(Labels({rank, l.name, path})).Set(cos);
-      }
-      metrics_.boundary_hits->WithLabels(Labels({rank, l.name, "upper"}))
-          .Increment(now.upper - was.upper);
-      metrics_.boundary_hits->WithLabels(Labels({rank, l.name, "lower"}))
-          .Increment(now.lower - was.lower);
-      metrics_.quantized_elements->WithLabels(Labels({rank, l.name}))
-          .Increment(now.n - was.n);
-      metrics_.nonfinite_inputs->WithLabels(Labels({rank, l.name}))
-          .Increment(now.nonfinite - was.nonfinite);
-      was = now;
+      TakeLayerSample(*s, static_cast<int>(i), &samples[i], &err[i], &xsq[i],
+                      &xhx[i]);
     }
-    shm::StepCounters t;
-    if (shm::ReadStepCounters(*s->header(), &t)) {
-      shm::StepCounters& w = s->last_totals;
-      metrics_.steps->WithLabels(Labels({rank})).Increment(t.steps - w.steps);
-      metrics_.bytes_sent->WithLabels(Labels({rank, "euclid"}))
-          .Increment(t.bytes_euclid - w.bytes_euclid);
-      metrics_.bytes_sent->WithLabels(Labels({rank, "gift"}))
-          .Increment(t.bytes_gift - w.bytes_gift);
-      metrics_.bytes_sent->WithLabels(Labels({rank, "control"}))
-          .Increment(t.bytes_control - w.bytes_control);
-      const int64_t sent_now = t.bytes_euclid + t.bytes_gift + t.bytes_control;
-      const int64_t sent_was = w.bytes_euclid + w.bytes_gift + w.bytes_control;
-      metrics_.bytes_saved->WithLabels(Labels({rank}))
-          .Increment(
-              std::max<int64_t>(0, (t.bytes_fp32_equivalent - sent_now) -
-                                       (w.bytes_fp32_equivalent - sent_was)));
-      metrics_.transform_seconds->WithLabels(Labels({rank}))
-          .Increment(t.transform_seconds - w.transform_seconds);
-      metrics_.nonfinite_layers->WithLabels(Labels({rank}))
-          .Increment(t.nonfinite_layers - w.nonfinite_layers);
-      std::vector<uint64_t> counts(shm::kDurationBuckets);
-      for (int b = 0; b < shm::kDurationBuckets; ++b) {
-        counts[b] = t.duration_buckets[b] - w.duration_buckets[b];
-      }
-      metrics_.collective_duration->WithLabels(Labels({rank}))
-          .ObserveBuckets(counts, t.collective_seconds - w.collective_seconds);
-      metrics_.rank_step->WithLabels(Labels({rank})).Set(t.steps);
-      w = t;
-    }
+    TakeStepCounters(*s);
   }
   // A follower reports its node's samples; the leader adds them to its own
   // and alone feeds the selector.
@@ -187,27 +256,55 @@ bool Daemon::ApplySelection(bool publish) {
   return changed;
 }
 
+void Daemon::TakeWindows(int i, RankSession& s) {
+  Layer& l = layers_[i];
+  shm::LayerEntry* e = s.entry(i);
+  int64_t& consumed = s.consumed[i];  // the daemon's own count
+  const int64_t closed = e->window_closed.load(std::memory_order_acquire);
+  if (closed == consumed) return;
+  // The client begins window w + 2 in w's buffer only once w was consumed:
+  // at most two windows are new since the last poll. (consumed is the
+  // daemon's, at most 2^62: consumed + 2 cannot overflow; closed − consumed
+  // could.)
+  if (closed < consumed || closed > consumed + 2 || closed > shm::kMaxStep) {
+    Malformed(s, "window",
+              absl::StrFormat("layer %s: window %d closed after %d consumed",
+                              l.name, closed, consumed));
+    return;
+  }
+  for (const int64_t w : {closed - 1, closed}) {
+    if (w <= consumed) continue;
+    shm::SketchData data;
+    absl::Status st = shm::ReadWindow(*e, s.geometry(i), *s.data(i), s.full(i),
+                                      consumed, w, &data);
+    // An older window may be gone from its buffer; the newest may not.
+    if (absl::IsNotFound(st) && w < closed) continue;
+    if (!st.ok()) {
+      Malformed(s, "sketch_meta",
+                absl::StrCat("layer ", l.name, ": ", st.message()));
+      continue;
+    }
+    st = shm::CheckSketchData(data);
+    if (!st.ok()) {
+      // Non-finite activations are the training's, not a broken client's:
+      // dropped and counted, but no step towards a disconnect.
+      Malformed(s, "sketch_data",
+                absl::StrCat("layer ", l.name, ": ", st.message()),
+                /*garbage=*/false);
+      continue;
+    }
+    auto& p = l.pending[{data.meta.end_step, data.meta.omega_version}];
+    if (AddSketch(p, std::move(data))) ++p.contributors;
+  }
+  consumed = closed;
+  shm::ConsumeWindow(e, closed);
+}
+
 void Daemon::CollectWindows() {
   const int live = static_cast<int>(sessions_.size());
   for (size_t i = 0; i < layers_.size(); ++i) {
     Layer& l = layers_[i];
-    for (auto& [id, s] : sessions_) {
-      shm::LayerEntry* e = s->entry(static_cast<int>(i));
-      const int64_t closed = e->window_closed.load(std::memory_order_acquire);
-      const int64_t consumed = e->window_consumed.load();
-      for (int64_t w = std::max(consumed + 1, closed - 1); w <= closed; ++w) {
-        shm::SketchData data;
-        if (!shm::ReadWindow(*e, *s->data(static_cast<int>(i)),
-                             s->full(static_cast<int>(i)), w, &data)
-                 .ok()) {
-          continue;
-        }
-        auto& p = l.pending[{data.meta.end_step, data.meta.omega_version}];
-        AddSketch(p, std::move(data));
-        ++p.contributors;
-      }
-      if (closed > consumed) shm::ConsumeWindow(e, closed);
-    }
+    for (auto& [id, s] : sessions_) TakeWindows(static_cast<int>(i), *s);
     // The newest window every live rank contributed to is refreshed from
     // (with peers: sent to the layer's owner, which sums the nodes); older
     // incomplete ones can no longer complete.
@@ -233,22 +330,30 @@ void Daemon::CollectWindows() {
       }
       break;
     }
+    // Ranks whose windows never line up must not pile sums up.
+    while (l.pending.size() > kMaxPendingWindows) {
+      metrics_.sketch_windows->WithLabels(Labels({l.name, "incomplete"}))
+          .Increment();
+      l.pending.erase(l.pending.begin());
+    }
   }
 }
 
-void Daemon::AddSketch(Layer::Pending& p, shm::SketchData data) {
+bool Daemon::AddSketch(Layer::Pending& p, shm::SketchData data) {
   if (p.contributors == 0) {
     p.sum = std::move(data);
-    return;
+    return true;
   }
-  auto add = [](std::vector<float>& to, const std::vector<float>& v) {
-    if (to.size() != v.size()) return;
-    for (size_t j = 0; j < v.size(); ++j) to[j] += v[j];
-  };
-  add(p.sum.y, data.y);
-  add(p.sum.a, data.a);
+  int64_t count;
+  if (p.sum.y.size() != data.y.size() || p.sum.a.size() != data.a.size() ||
+      __builtin_add_overflow(p.sum.count, data.count, &count)) {
+    return false;
+  }
+  for (size_t j = 0; j < data.y.size(); ++j) p.sum.y[j] += data.y[j];
+  for (size_t j = 0; j < data.a.size(); ++j) p.sum.a[j] += data.a[j];
   p.sum.trace += data.trace;
-  p.sum.count += data.count;
+  p.sum.count = count;
+  return true;
 }
 
 void Daemon::SubmitRefresh(Layer& l, Layer::Pending& p) {
@@ -356,11 +461,13 @@ bool Daemon::InstallFactor(Layer& l, std::unique_ptr<shm::FactorData> f,
   }
   const int i = static_cast<int>(&l - layers_.data());
   for (auto& [id, s] : sessions_) {
-    absl::Status st =
-        shm::PublishFactor(s->entry(i), s->data(i), s->full(i), *f);
-    if (!st.ok()) {
-      LOG_WARNING("publishing %s v%d to rank %d: %s", l.name, f->version,
-                  s->rank(), st.ToString());
+    absl::Status st = shm::PublishFactor(s->entry(i), s->geometry(i),
+                                         s->data(i), s->full(i), *f);
+    int64_t held_back = 0;
+    // A rank that overwrote its slots fails every time: one line per while.
+    if (!st.ok() && s->malformed_log.Allow(&held_back)) {
+      LOG_WARNING("publishing %s v%d to rank %d: %s (%d more lines held back)",
+                  l.name, f->version, s->rank(), st.ToString(), held_back);
     }
   }
   // Whoever owns the layer later continues above every installed version.

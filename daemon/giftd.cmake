@@ -22,6 +22,7 @@ target_link_libraries(giftd PRIVATE gift_daemon gift_grpc_server gift_metrics_pr
 if(GIFT_BUILD_TESTS)
   gift_add_test(kv_store_test SOURCES kv_store_test.cc LIBS gift_daemon)
   gift_add_test(daemon_test SOURCES daemon_test.cc LIBS gift_daemon)
+  gift_add_test(daemon_shm_test SOURCES daemon_shm_test.cc LIBS gift_daemon)
   # An in-process PeerLink for the daemon's multi-node tests (no gRPC).
   add_library(gift_fake_peer_link fake_peer_link.cc)
   target_link_libraries(gift_fake_peer_link PUBLIC gift_proto gift_common

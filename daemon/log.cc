@@ -23,6 +23,18 @@ absl::StatusOr<LogLevel> ParseLogLevel(const std::string& name) {
       "log_level must be debug, info, warning or error (got '" + name + "')");
 }
 
+bool LogLimiter::Allow(int64_t* held_back) {
+  const absl::Time now = absl::Now();
+  if (now < next_) {
+    ++held_back_;
+    return false;
+  }
+  next_ = now + every_;
+  *held_back = held_back_;
+  held_back_ = 0;
+  return true;
+}
+
 void SetLogLevel(LogLevel level) { g_level.store(static_cast<int>(level)); }
 
 bool LogEnabled(LogLevel level) {

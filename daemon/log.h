@@ -7,14 +7,23 @@
 //   SetLogLevel(LogLevel::kInfo);
 //   LOG_INFO("reaped rank %d: %s", rank, reason);
 //
-// Thread safety: thread-safe.
+// A source that may repeat itself every poll (a rank writing garbage) goes
+// through a LogLimiter.
+//
+//   int64_t held_back;
+//   if (limiter.Allow(&held_back)) LOG_WARNING("... (%d more)", held_back);
+//
+// Thread safety: the functions are thread-safe; a LogLimiter is not (its
+// owner's lock guards it).
 #ifndef GIFT_DAEMON_LOG_H_
 #define GIFT_DAEMON_LOG_H_
 
+#include <cstdint>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/time.h"
 
 namespace gift::daemon {
 
@@ -24,6 +33,20 @@ absl::StatusOr<LogLevel> ParseLogLevel(const std::string& name);
 void SetLogLevel(LogLevel level);
 bool LogEnabled(LogLevel level);
 void LogLine(LogLevel level, const std::string& message);
+
+// Lets one line through per `every` and counts the ones it held back.
+class LogLimiter {
+ public:
+  explicit LogLimiter(absl::Duration every) : every_(every) {}
+  // True when a line may go out now; *held_back is then the number of lines
+  // held back since the last one.
+  bool Allow(int64_t* held_back);
+
+ private:
+  absl::Duration every_;
+  absl::Time next_ = absl::InfinitePast();
+  int64_t held_back_ = 0;
+};
 
 template <typename... Args>
 void Log(LogLevel level, const absl::FormatSpec<Args...>& format,

@@ -19,9 +19,10 @@ absl::StatusOr<std::unique_ptr<RankSession>> RankSession::Create(
                         spec.session_id, spec.rank, spec.world_size,
                         spec.layers);
   for (uint32_t i = 0; i < n; ++i) {
-    const shm::LayerEntry* e = shm::Entry(s->control_->data(), i);
+    const shm::LayerGeometry g = shm::GeometryOf(spec.layers[i]);
+    s->geometry_.push_back(g);
     const auto layout =
-        shm::LayerRegionLayout::Compute(e->d_in, e->r_cap, e->k_cap);
+        shm::LayerRegionLayout::Compute(g.d_in, g.r_cap, g.k_cap);
     ASSIGN_OR_RETURN(std::unique_ptr<shm::Region> r,
                      shm::CreateRegion(spec.data_kind,
                                        absl::StrCat(spec.name_prefix, "-L", i),
@@ -32,13 +33,14 @@ absl::StatusOr<std::unique_ptr<RankSession>> RankSession::Create(
     s->full_.emplace_back();
   }
   s->last_counters.assign(n, shm::LayerCounters{});
+  s->consumed.assign(n, -1);
   return s;
 }
 
 absl::Status RankSession::EnsureFullRegion(int i) {
   if (full_[i] != nullptr) return absl::OkStatus();
   shm::LayerEntry* e = entry(i);
-  const auto layout = shm::FullRegionLayout::Compute(e->d_in);
+  const auto layout = shm::FullRegionLayout::Compute(geometry_[i].d_in);
   ASSIGN_OR_RETURN(
       full_[i], shm::CreateRegion(spec_.data_kind,
                                   absl::StrCat(spec_.name_prefix, "-F", i, "-g",

@@ -6,6 +6,10 @@
 //   ASSIGN_OR_RETURN(auto s, RankSession::Create(spec));
 //   shm::LayerEntry* e = s->entry(0);
 //
+// Everything the rank writes is untrusted: the sizes the daemon reads and
+// writes with are the session's own (geometry()), and so are the counts it
+// keeps of what it already read (consumed, last_counters, last_totals).
+//
 // Thread safety: not thread-safe; the daemon holds its mutex around every
 // use.
 #ifndef GIFT_DAEMON_SESSION_H_
@@ -18,6 +22,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "daemon/log.h"
 #include "shm/layout.h"
 #include "shm/protocol.h"
 #include "shm/region.h"
@@ -37,6 +42,12 @@ struct SessionSpec {
   std::vector<shm::LayerDecl> layers;
 };
 
+// Polls in a row in which something a rank wrote was malformed before the
+// daemon disconnects it (drops its session as a reap would): 20 polls are
+// 2 s at the default poll interval, long past any torn write of a working
+// client, and one good poll starts the count again.
+inline constexpr int kMalformedPollsBeforeDisconnect = 20;
+
 class RankSession {
  public:
   static absl::StatusOr<std::unique_ptr<RankSession>> Create(
@@ -51,6 +62,8 @@ class RankSession {
   shm::LayerEntry* entry(int i) const {
     return shm::Entry(block(), static_cast<uint32_t>(i));
   }
+  // Layer i's sizes as the daemon created its regions.
+  const shm::LayerGeometry& geometry(int i) const { return geometry_[i]; }
   shm::Region* data(int i) const { return data_[i].get(); }
   shm::Region* full(int i) const { return full_[i].get(); }
   int layers() const { return static_cast<int>(data_.size()); }
@@ -61,9 +74,19 @@ class RankSession {
 
   // Daemon-side bookkeeping.
   absl::Time last_seen;
-  int64_t last_step = 0;
+  int64_t last_step = 0;  // the newest step reported (heartbeat or block)
+  // The last accepted telemetry samples.
   std::vector<shm::LayerCounters> last_counters;
   shm::StepCounters last_totals{};
+  // Per layer: the newest window the daemon consumed (−1: none).
+  std::vector<int64_t> consumed;
+  // Malformed shared memory: polls in a row with some (see
+  // kMalformedPollsBeforeDisconnect), whether this poll had some, the first
+  // reason of this poll, and the rate of its log lines.
+  int malformed_polls = 0;
+  bool malformed_now = false;
+  std::string malformed_why;
+  LogLimiter malformed_log{absl::Seconds(10)};
 
  private:
   explicit RankSession(SessionSpec spec) : spec_(std::move(spec)) {}
@@ -72,6 +95,7 @@ class RankSession {
   std::unique_ptr<shm::Region> control_;
   std::vector<std::unique_ptr<shm::Region>> data_;
   std::vector<std::unique_ptr<shm::Region>> full_;
+  std::vector<shm::LayerGeometry> geometry_;
   uint32_t full_generation_ = 0;
 };
 

@@ -55,6 +55,10 @@ inline constexpr uint32_t kLayoutVersion =
     1;  // bump on any change once released
 // Sketch oversampling p (DESIGN §2): k = r + p columns.
 inline constexpr int kOversample = 16;
+// Largest d_in of a layer (2^24): a full region's d_in × d_in floats and
+// every offset of LayerRegionLayout then stay far inside 64 bits. The
+// daemon's own limit (max_layer_d_in) is lower.
+inline constexpr int64_t kMaxDIn = int64_t{1} << 24;
 inline constexpr int kNameBytes = 128;
 inline constexpr int kIdBytes = 48;
 // cudaIpcMemHandle_t / cudaIpcEventHandle_t are 64 bytes.

@@ -11,6 +11,14 @@
 //   if (NewestFactorVersion(*Entry(block, i)) > held)
 //     RETURN_IF_ERROR(ReadNewestFactor(*Entry(block, i), *region, full, &f));
 //
+// The daemon never trusts what a rank wrote: a rank can put anything into
+// any byte of its control block and data regions, at any time. So the
+// daemon's functions below take the layer's sizes from a LayerGeometry the
+// daemon kept when it created the block (never from the entry, which the
+// rank can overwrite), copy each field they use once into the daemon's own
+// memory, check the copy, and loop only over bounds of their own. The
+// client's functions trust the daemon's block (CheckControlBlock first).
+//
 // Thread safety: one writer per field as in layout.h; the functions keep no
 // state.
 #ifndef GIFT_SHM_PROTOCOL_H_
@@ -35,6 +43,20 @@ struct LayerDecl {
   int64_t d_in = 0;
   int32_t r_cap = 0;  // REQUIRES: 1 <= r_cap <= d_in
 };
+
+// A layer's sizes as the daemon created its regions: what the daemon reads
+// and writes with (the entry's d_in, r_cap and k_cap are the rank's to
+// overwrite).
+struct LayerGeometry {
+  int64_t d_in = 0;
+  int32_t r_cap = 0;
+  int32_t k_cap = 0;  // min(d_in, r_cap + kOversample)
+};
+// REQUIRES: 1 <= d.r_cap <= d.d_in.
+LayerGeometry GeometryOf(const LayerDecl& d);
+// The entry's copy, for the client (which trusts the daemon's block):
+// INVALID_ARGUMENT when the entry is malformed.
+absl::StatusOr<LayerGeometry> EntryGeometry(const LayerEntry& entry);
 
 // Daemon: fills a zeroed control block of ControlBlockBytes(n) bytes: magic,
 // version, ids, layer names/shapes/caps, empty slots (version −1), windows
@@ -91,8 +113,13 @@ struct FactorData {
 
 // Daemon: writes f into the slot that does not hold the newest version
 // (region, and full_region for kind 1), under the slot's seqlock.
-// INVALID_ARGUMENT for sizes that do not fit the entry's caps, a version not
-// above the newest, or kind 1 without a full region.
+// INVALID_ARGUMENT for sizes that do not fit the geometry's caps, a version
+// not above the newest, or kind 1 without a full region.
+absl::Status PublishFactor(LayerEntry* entry, const LayerGeometry& geometry,
+                           Region* region, Region* full_region,
+                           const FactorData& f);
+// The same with the entry's own geometry (tests, tools that play the daemon
+// on a block they made).
 absl::Status PublishFactor(LayerEntry* entry, Region* region,
                            Region* full_region, const FactorData& f);
 // Client: the newest published version, −1 when none.
@@ -105,7 +132,9 @@ absl::Status ReadNewestFactor(const LayerEntry& entry, const Region& region,
 // Client: Ω₀ (d_in × k_cap floats) of the layer.
 absl::Status ReadOmega0(const LayerEntry& entry, const Region& region,
                         std::vector<float>* omega);
-// Daemon: writes Ω₀.
+// Daemon: writes Ω₀ (d_in × k_cap floats).
+absl::Status WriteOmega0(const LayerGeometry& geometry, Region* region,
+                         const std::vector<float>& omega);
 absl::Status WriteOmega0(const LayerEntry& entry, Region* region,
                          const std::vector<float>& omega);
 
@@ -128,31 +157,53 @@ void CloseWindow(LayerEntry* entry, const SketchMeta& meta);
 
 struct SketchData {
   SketchMeta meta;
-  std::vector<float> y;  // d_in × meta.k (row-major, row stride meta.k)
+  std::vector<float> y;  // d_in × k_cap (row-major, row stride k_cap)
   double trace = 0;      // from the sketch buffer
   int64_t count = 0;     // from the sketch buffer
 
   std::vector<float> a;  // d_in × d_in when meta.full
 };
-// Daemon: the last closed window and its data, or NOT_FOUND when no window
-// newer than window_consumed is closed. DATA_LOSS for inconsistent
-// SketchMeta (window or k out of range); FAILED_PRECONDITION when meta.full
-// and full_region is null.
-absl::Status ReadClosedWindow(const LayerEntry& entry, const Region& region,
-                              const Region* full_region, SketchData* out);
-// Daemon: window w exactly (buffer w % 2, if its meta says w and w is
-// closed). NOT_FOUND otherwise. Used when the local ranks' last closed
-// windows differ by one.
+
+// Largest step and window count (2^62) the daemon accepts from a rank:
+// differences and sums of a few such values cannot overflow int64.
+inline constexpr int64_t kMaxStep = int64_t{1} << 62;
+// Largest row count of one window's sketch (2^40): far above any real
+// window, and small enough that thousands of them sum without overflow.
+inline constexpr int64_t kMaxSketchCount = int64_t{1} << 40;
+
+// Daemon: copies window w (buffer w % 2) into `out`, once, with the
+// daemon's geometry and its own count of consumed windows (`consumed`; the
+// entry's window_consumed is the rank's to overwrite). NOT_FOUND when w is
+// not closed or already consumed, or its buffer holds another window (for
+// the newest closed window that is the client's fault); DATA_LOSS for a
+// malformed window: k other than k_cap, full not 0/1, an Ω version below
+// −1, steps outside 0 <= start <= end <= kMaxStep; FAILED_PRECONDITION when
+// meta.full and full_region is null. The values are not checked:
+// CheckSketchData.
+absl::Status ReadWindow(const LayerEntry& entry, const LayerGeometry& geometry,
+                        const Region& region, const Region* full_region,
+                        int64_t consumed, int64_t w, SketchData* out);
+// Daemon: DATA_LOSS unless every value of the copy is finite, the trace
+// >= 0 and the count in [0, kMaxSketchCount].
+absl::Status CheckSketchData(const SketchData& d);
+// The same with the entry's own geometry and window_consumed (tests); and
+// the last closed window (NOT_FOUND when none is newer than
+// window_consumed, DATA_LOSS when its buffer holds another one).
 absl::Status ReadWindow(const LayerEntry& entry, const Region& region,
                         const Region* full_region, int64_t w, SketchData* out);
-// Daemon: marks window w consumed (buffer w % 2 free again).
+absl::Status ReadClosedWindow(const LayerEntry& entry, const Region& region,
+                              const Region* full_region, SketchData* out);
+// Daemon: stores window_consumed = w (the daemon's own count, which only
+// grows; buffer w % 2 is free again, and so is the other one's older
+// window).
 void ConsumeWindow(LayerEntry* entry, int64_t w);
 
 // ---- telemetry ---------------------------------------------------------
 
 // Client (one writer).
 void WriteTelemetry(LayerEntry* entry, const LayerCounters& counters);
-// Daemon: false when torn on every try.
+// Daemon: a copy of the counters; false when torn on every try. The copy is
+// the rank's word: check it with CountersSince (shm/rank_counters.h).
 bool ReadTelemetry(const LayerEntry& entry, LayerCounters* counters);
 // The same for the header's per-step totals.
 void WriteStepCounters(ControlHeader* header, const StepCounters& totals);

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <limits>
 #include <string>
 #include <thread>
 #include <vector>
@@ -418,22 +419,80 @@ TEST_F(ProtocolTest, FullWindowCarriesTheAccumulator) {
   EXPECT_EQ(d.a, Fill(0, e_->d_in * e_->d_in, 1));
 }
 
-TEST_F(ProtocolTest, NarrowSketchKeepsFirstColumnsAndBadMetaIsDataLoss) {
+// The daemon sums windows of every rank: a sketch narrower or wider than
+// k_cap cannot be summed, and so is malformed.
+TEST_F(ProtocolTest, SketchOfAnotherWidthIsDataLoss) {
   RunWindow(e_, data_.get(), full_.get(), 0, false);
-  const int k = 5;
-  e_->sketch_meta[0].k = k;
   SketchData d;
-  ASSERT_OK(ReadClosedWindow(*e_, *data_, full_.get(), &d));
-  std::vector<float> all = Fill(0, e_->d_in * e_->k_cap, 0);
-  ASSERT_EQ(d.y.size(), size_t(e_->d_in * k));
-  for (int64_t row = 0; row < e_->d_in; ++row) {
-    for (int col = 0; col < k; ++col) {
-      ASSERT_EQ(d.y[row * k + col], all[row * e_->k_cap + col]);
-    }
+  for (int32_t k : {5, e_->k_cap + 1, 0, -1}) {
+    e_->sketch_meta[0].k = k;
+    EXPECT_THAT(ReadClosedWindow(*e_, *data_, full_.get(), &d),
+                StatusIs(absl::StatusCode::kDataLoss))
+        << k;
   }
-  e_->sketch_meta[0].k = e_->k_cap + 1;
+}
+
+// Issue 13: the daemon read d_in, r_cap and k_cap from the entry, which the
+// rank can overwrite, and re-read them during the copy. With the daemon's
+// own geometry, whatever the entry says, it reads the window it created the
+// region for; and it copies meta once, so its checks see what it uses.
+TEST_F(ProtocolTest, DaemonReadsWithItsOwnGeometryWhateverTheEntrySays) {
+  const LayerGeometry g = GeometryOf(layers_[0]);
+  EXPECT_EQ(g.d_in, 40);
+  EXPECT_EQ(g.r_cap, 8);
+  EXPECT_EQ(g.k_cap, 24);
+  RunWindow(e_, data_.get(), full_.get(), 0, false);
+  e_->d_in = int64_t{1} << 40;
+  e_->r_cap = -7;
+  e_->k_cap = 1 << 30;
+  e_->window_consumed.store(std::numeric_limits<int64_t>::max());
+  SketchData d;
+  ASSERT_OK(ReadWindow(*e_, g, *data_, full_.get(), /*consumed=*/-1, 0, &d));
+  EXPECT_EQ(d.y, Fill(0, 40 * 24, 0));
+  EXPECT_EQ(d.count, 100);
+  EXPECT_OK(CheckSketchData(d));
+  // The entry's sizes are refused where the entry is trusted (tests, the
+  // client), instead of read with.
   EXPECT_THAT(ReadClosedWindow(*e_, *data_, full_.get(), &d),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  // Meta out of range is malformed, not read.
+  e_->sketch_meta[0].end_step = -1;
+  EXPECT_THAT(ReadWindow(*e_, g, *data_, full_.get(), -1, 0, &d),
               StatusIs(absl::StatusCode::kDataLoss));
+  e_->sketch_meta[0].end_step = 10;
+  e_->sketch_meta[0].full = 7;
+  EXPECT_THAT(ReadWindow(*e_, g, *data_, full_.get(), -1, 0, &d),
+              StatusIs(absl::StatusCode::kDataLoss));
+  e_->sketch_meta[0].full = 0;
+  // Values the rank wrote that no real sketch holds.
+  ASSERT_OK(ReadWindow(*e_, g, *data_, full_.get(), -1, 0, &d));
+  d.y[7] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_THAT(CheckSketchData(d), StatusIs(absl::StatusCode::kDataLoss));
+  ASSERT_OK(ReadWindow(*e_, g, *data_, full_.get(), -1, 0, &d));
+  d.count = -1;
+  EXPECT_THAT(CheckSketchData(d), StatusIs(absl::StatusCode::kDataLoss));
+  d.count = 1;
+  d.trace = std::numeric_limits<double>::infinity();
+  EXPECT_THAT(CheckSketchData(d), StatusIs(absl::StatusCode::kDataLoss));
+  // The daemon's own count of consumed windows, not the entry's.
+  EXPECT_THAT(ReadWindow(*e_, g, *data_, full_.get(), /*consumed=*/0, 0, &d),
+              StatusIs(absl::StatusCode::kNotFound));
+}
+
+TEST_F(ProtocolTest, DaemonPublishesWithItsOwnGeometry) {
+  const LayerGeometry g = GeometryOf(layers_[0]);
+  const FactorData f = MakeFactor(*e_, 1);
+  e_->d_in = 3;  // the rank's lie
+  e_->k_cap = 2;
+  ASSERT_OK(PublishFactor(e_, g, data_.get(), nullptr, f));
+  // Sized for the lie: refused against the daemon's geometry.
+  FactorData small = MakeFactor(*e_, 2);
+  EXPECT_THAT(PublishFactor(e_, g, data_.get(), nullptr, small),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  std::vector<float> omega0(40 * 24, 0.5f);
+  ASSERT_OK(WriteOmega0(g, data_.get(), omega0));
+  EXPECT_THAT(WriteOmega0(*e_, data_.get(), omega0),
+              StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 TEST_F(ProtocolTest, TelemetryRoundTrip) {

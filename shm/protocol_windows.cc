@@ -1,0 +1,190 @@
+// Sketch windows and telemetry of shm/protocol.h. The client writes both;
+// the daemon copies what it reads once and checks the copy against its own
+// geometry (protocol.h), so nothing a rank writes sizes a read or bounds a
+// loop here.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "shm/protocol.h"
+#include "shm/protocol_internal.h"
+#include "shm/seqlock.h"
+
+namespace gift::shm {
+namespace {
+
+using internal::CheckSize;
+using internal::LayoutOf;
+using internal::ReadVec;
+
+absl::Status CheckMeta(const SketchMeta& m, const LayerGeometry& g, int64_t w) {
+  if (m.k != g.k_cap || (m.full != 0 && m.full != 1) || m.omega_version < -1 ||
+      m.omega_version > kMaxStep || m.start_step < 0 ||
+      m.start_step > m.end_step || m.end_step > kMaxStep) {
+    return absl::DataLossError(absl::StrCat(
+        "window ", w, " is malformed (k ", m.k, " for k_cap ", g.k_cap,
+        ", full ", m.full, ", omega version ", m.omega_version, ", steps ",
+        m.start_step, "..", m.end_step, ")"));
+  }
+  return absl::OkStatus();
+}
+
+bool AllFinite(const std::vector<float>& v) {
+  return std::all_of(v.begin(), v.end(),
+                     [](float x) { return std::isfinite(x); });
+}
+
+// Copies sketch buffer b (y d_in × k_cap, trace, count) and, for a full
+// window, the A accumulator b.
+absl::Status CopyBuffers(const LayerGeometry& g, const Region& region,
+                         const Region* full, int b, SketchData* d) {
+  const LayerRegionLayout l = LayoutOf(g);
+  RETURN_IF_ERROR(CheckSize(region, l.bytes, "data"));
+  const LayerRegionLayout::Sketch& s = l.sketch[b];
+  RETURN_IF_ERROR(ReadVec(region, s.y, g.d_in * g.k_cap, &d->y));
+  RETURN_IF_ERROR(region.Read(s.trace, &d->trace, sizeof(double)));
+  RETURN_IF_ERROR(region.Read(s.count, &d->count, sizeof(int64_t)));
+  if (!d->meta.full) return absl::OkStatus();
+  if (full == nullptr) {
+    return absl::FailedPreconditionError(
+        "window fed the full accumulator; the full region is needed");
+  }
+  const FullRegionLayout fl = FullRegionLayout::Compute(g.d_in);
+  RETURN_IF_ERROR(CheckSize(*full, fl.bytes, "full"));
+  return ReadVec(*full, fl.acc[b].a, g.d_in * g.d_in, &d->a);
+}
+
+}  // namespace
+
+absl::StatusOr<bool> BeginWindow(LayerEntry* entry, Region* region,
+                                 Region* full_region, int64_t w, bool full) {
+  if (w < 0) return absl::InvalidArgumentError("negative window");
+  if (full && full_region == nullptr) {
+    return absl::FailedPreconditionError("full window without a full region");
+  }
+  ASSIGN_OR_RETURN(const LayerGeometry g, EntryGeometry(*entry));
+  const int b = static_cast<int>(w % 2);
+  // The buffer is free once the daemon consumed the last window closed in it
+  // (w − 2, or an earlier one when w − 2 was skipped).
+  int64_t last = entry->sketch_meta[b].window;
+  if (last >= 0 &&
+      entry->window_consumed.load(std::memory_order_acquire) < last) {
+    return false;
+  }
+  LayerRegionLayout l = LayoutOf(g);
+  RETURN_IF_ERROR(CheckSize(*region, l.bytes, "data"));
+  const LayerRegionLayout::Sketch& s = l.sketch[b];
+  RETURN_IF_ERROR(region->Zero(s.y, s.count + sizeof(int64_t) - s.y));
+  if (full) {
+    FullRegionLayout fl = FullRegionLayout::Compute(g.d_in);
+    RETURN_IF_ERROR(CheckSize(*full_region, fl.bytes, "full"));
+    const FullRegionLayout::Acc& a = fl.acc[b];
+    RETURN_IF_ERROR(full_region->Zero(a.a, a.count + sizeof(int64_t) - a.a));
+  }
+  return true;
+}
+
+void CloseWindow(LayerEntry* entry, const SketchMeta& meta) {
+  entry->sketch_meta[meta.window % 2] = meta;
+  entry->window_closed.store(meta.window, std::memory_order_release);
+}
+
+absl::Status ReadWindow(const LayerEntry& entry, const LayerGeometry& geometry,
+                        const Region& region, const Region* full_region,
+                        int64_t consumed, int64_t w, SketchData* out) {
+  const int64_t closed = entry.window_closed.load(std::memory_order_acquire);
+  // After consumption the client may already reuse the buffer for w + 2.
+  if (w < 0 || w > closed || w <= consumed) {
+    return absl::NotFoundError(
+        absl::StrCat("window ", w, " is not closed and unconsumed (closed ",
+                     closed, ", consumed ", consumed, ")"));
+  }
+  const int b = static_cast<int>(w % 2);
+  SketchData d;
+  d.meta = entry.sketch_meta[b];  // the one copy; never read again
+  if (d.meta.window != w) {
+    return absl::NotFoundError(absl::StrCat("buffer ", b, " holds window ",
+                                            d.meta.window, ", not ", w));
+  }
+  RETURN_IF_ERROR(CheckMeta(d.meta, geometry, w));
+  RETURN_IF_ERROR(CopyBuffers(geometry, region, full_region, b, &d));
+  *out = std::move(d);
+  return absl::OkStatus();
+}
+
+absl::Status CheckSketchData(const SketchData& d) {
+  if (!std::isfinite(d.trace) || d.trace < 0 || d.count < 0 ||
+      d.count > kMaxSketchCount) {
+    return absl::DataLossError(absl::StrCat("window ", d.meta.window,
+                                            " has trace ", d.trace,
+                                            " and count ", d.count));
+  }
+  if (!AllFinite(d.y) || !AllFinite(d.a)) {
+    return absl::DataLossError(absl::StrCat("window ", d.meta.window,
+                                            " has non-finite sketch values"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ReadWindow(const LayerEntry& entry, const Region& region,
+                        const Region* full_region, int64_t w, SketchData* out) {
+  ASSIGN_OR_RETURN(const LayerGeometry g, EntryGeometry(entry));
+  const int64_t consumed =
+      entry.window_consumed.load(std::memory_order_relaxed);
+  return ReadWindow(entry, g, region, full_region, consumed, w, out);
+}
+
+absl::Status ReadClosedWindow(const LayerEntry& entry, const Region& region,
+                              const Region* full_region, SketchData* out) {
+  ASSIGN_OR_RETURN(const LayerGeometry g, EntryGeometry(entry));
+  const int64_t closed = entry.window_closed.load(std::memory_order_acquire);
+  const int64_t consumed =
+      entry.window_consumed.load(std::memory_order_relaxed);
+  if (closed < 0 || closed <= consumed) {
+    return absl::NotFoundError("no closed window to consume");
+  }
+  absl::Status s =
+      ReadWindow(entry, g, region, full_region, consumed, closed, out);
+  // The newest closed window's buffer cannot hold another one: a mismatch
+  // there is a client bug, not a race.
+  if (absl::IsNotFound(s)) return absl::DataLossError(s.message());
+  return s;
+}
+
+void ConsumeWindow(LayerEntry* entry, int64_t w) {
+  entry->window_consumed.store(w, std::memory_order_release);
+}
+
+// ---- telemetry ----
+
+void WriteTelemetry(LayerEntry* entry, const LayerCounters& counters) {
+  SeqlockWriteBegin(&entry->tele_lock);
+  entry->tele = counters;
+  SeqlockWriteEnd(&entry->tele_lock);
+}
+
+bool ReadTelemetry(const LayerEntry& entry, LayerCounters* counters) {
+  LayerCounters copy;
+  if (!SeqlockRead(&entry.tele_lock, [&] { copy = entry.tele; })) return false;
+  *counters = copy;
+  return true;
+}
+
+void WriteStepCounters(ControlHeader* header, const StepCounters& totals) {
+  SeqlockWriteBegin(&header->tele_lock);
+  header->totals = totals;
+  SeqlockWriteEnd(&header->tele_lock);
+}
+
+bool ReadStepCounters(const ControlHeader& header, StepCounters* totals) {
+  StepCounters copy;
+  if (!SeqlockRead(&header.tele_lock, [&] { copy = header.totals; })) {
+    return false;
+  }
+  *totals = copy;
+  return true;
+}
+
+}  // namespace gift::shm

@@ -1,0 +1,92 @@
+#include "shm/rank_counters.h"
+
+#include <cmath>
+#include <limits>
+
+#include "common/status_matchers.h"
+#include "gtest/gtest.h"
+
+namespace gift::shm {
+namespace {
+
+using ::gift::testing::StatusIs;
+using ::testing::HasSubstr;
+
+LayerCounters Layer(int64_t steps) {
+  LayerCounters c{};
+  c.steps = steps;
+  c.gift_steps = steps / 2;
+  c.n = 100 * steps;
+  c.upper = 3 * steps;
+  c.lower = 5 * steps;
+  c.probes = steps / 4;
+  c.err_sq = 0.25 * steps;
+  c.x_sq = 10.0 * steps;
+  c.xhat_x = -1.0 * steps;  // may be negative
+  c.cosine_sum = 0.5 * steps;
+  c.factor_version = 3;
+  return c;
+}
+
+StepCounters Steps(int64_t steps) {
+  StepCounters t{};
+  t.steps = steps;
+  t.collective_seconds = 0.1 * steps;
+  t.bytes_gift = 7 * steps;
+  t.duration_buckets[2] = steps;
+  return t;
+}
+
+TEST(RankCountersTest, DifferencesOfGoodSamples) {
+  auto d = CountersSince(Layer(10), Layer(14));
+  ASSERT_OK(d);
+  EXPECT_EQ(d->steps, 4);
+  EXPECT_EQ(d->n, 400);
+  EXPECT_EQ(d->upper, 12);
+  EXPECT_DOUBLE_EQ(d->x_sq, 40.0);
+  EXPECT_DOUBLE_EQ(d->xhat_x, -4.0);
+  EXPECT_EQ(d->factor_version, 3);
+  auto t = CountersSince(Steps(10), Steps(15));
+  ASSERT_OK(t);
+  EXPECT_EQ(t->steps, 5);
+  EXPECT_EQ(t->bytes_gift, 35);
+  EXPECT_EQ(t->duration_buckets[2], 5);
+  ASSERT_OK(CountersSince(LayerCounters{}, Layer(0)));
+}
+
+TEST(RankCountersTest, MalformedOrDecreasingSamplesAreDataLoss) {
+  const LayerCounters was = Layer(10);
+  auto bad = [&](auto edit, const char* field) {
+    LayerCounters now = Layer(12);
+    edit(now);
+    EXPECT_THAT(CountersSince(was, now),
+                StatusIs(absl::StatusCode::kDataLoss, HasSubstr(field)))
+        << field;
+  };
+  bad([](LayerCounters& c) { c.steps = 5; }, "steps");  // went down
+  bad([](LayerCounters& c) { c.n = std::numeric_limits<int64_t>::max(); }, "n");
+  bad([](LayerCounters& c) { c.lower = std::numeric_limits<int64_t>::min(); },
+      "lower");
+  bad([](LayerCounters& c) { c.err_sq = std::nan(""); }, "err_sq");
+  bad([](LayerCounters& c) { c.x_sq = 1.0; }, "x_sq");  // went down
+  bad([](LayerCounters& c) { c.xhat_x = INFINITY; }, "xhat_x");
+  bad([](LayerCounters& c) { c.upper = c.n; }, "upper");  // upper + lower > n
+  bad([](LayerCounters& c) { c.gift_steps = 100; }, "gift_steps");
+  bad([](LayerCounters& c) { c.probes = 100; }, "probes");
+
+  StepCounters now = Steps(12);
+  now.duration_buckets[5] = 1;  // more durations than steps
+  EXPECT_THAT(CountersSince(Steps(10), now),
+              StatusIs(absl::StatusCode::kDataLoss));
+  now = Steps(12);
+  now.collective_seconds = -1;
+  EXPECT_THAT(CountersSince(Steps(10), now),
+              StatusIs(absl::StatusCode::kDataLoss));
+  now = Steps(12);
+  for (int64_t& b : now.duration_buckets) b = int64_t{1} << 61;
+  EXPECT_THAT(CountersSince(Steps(10), now),
+              StatusIs(absl::StatusCode::kDataLoss));
+}
+
+}  // namespace
+}  // namespace gift::shm
