@@ -72,8 +72,10 @@ absl::Status ApplyYamlMap(const YAML::Node& map, const std::string& prefix,
                           const std::string& file, std::set<std::string>& seen,
                           DaemonConfig& c) {
   for (auto it = map.begin(); it != map.end(); ++it) {
-    const YAML::Node& key = it->first;
-    const YAML::Node& value = it->second;
+    // Copies (Node is a handle): `it->first` lives in a temporary proxy that
+    // dies at the end of the statement.
+    const YAML::Node key = it->first;
+    const YAML::Node value = it->second;
     if (!key.IsScalar()) return At(file, key.Mark(), "keys must be names");
     std::string name = prefix + key.Scalar();
     if (prefix.empty() && name == "selection") {
