@@ -8,16 +8,21 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <set>
+#include <map>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/cord.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
+#include "absl/types/optional.h"
 #include "common/status_macros.h"
 #include "daemon/config_options.h"
 // GCC 12 reports false dangling-pointer warnings inside yaml-cpp 0.7.
@@ -60,16 +65,61 @@ void FillMachineDefaults(DaemonConfig& c) {
   if (c.shm_prefix.empty()) c.shm_prefix = "/gift-" + SanitizeForShm(c.node);
 }
 
+// ---- where each option was set, for the errors of the checks
+
+// Option name -> where its value was last set: "giftd.yaml:12" or the flag
+// as typed ("--refresh-interval").
+using Sources = std::map<std::string, std::string>;
+
+// The checks run after every value is in (a cross-field check needs them
+// all), so each failing check names the options it is about in a payload
+// of its status; LoadConfigFromString turns the first of them that the file
+// or a flag set into the message's prefix. ValidateConfig drops the payload.
+constexpr char kKeysPayload[] = "gift.daemon.config/keys";
+
+// INVALID_ARGUMENT `msg` about `keys`, the offending option first.
+absl::Status Invalid(const std::string& msg,
+                     std::vector<std::string> keys = {}) {
+  absl::Status s = absl::InvalidArgumentError(msg);
+  if (!keys.empty()) {
+    s.SetPayload(kKeysPayload, absl::Cord(absl::StrJoin(keys, ",")));
+  }
+  return s;
+}
+
+// `s` about `keys` unless it already names its options.
+absl::Status About(absl::Status s, std::vector<std::string> keys) {
+  if (s.ok() || s.GetPayload(kKeysPayload).has_value()) return s;
+  return Invalid(std::string(s.message()), std::move(keys));
+}
+
+// `s` prefixed with where the first of its options that has a source was
+// set; unchanged (without the payload) when none has.
+absl::Status Locate(const absl::Status& s, const Sources& sources) {
+  absl::optional<absl::Cord> keys = s.GetPayload(kKeysPayload);
+  const std::string message(s.message());
+  if (keys.has_value()) {
+    for (absl::string_view key : absl::StrSplit(std::string(*keys), ',')) {
+      auto it = sources.find(std::string(key));
+      if (it != sources.end()) return Invalid(it->second + ": " + message);
+    }
+  }
+  return absl::Status(s.code(), message);
+}
+
 // ---- YAML
+
+std::string Line(const std::string& file, const YAML::Mark& mark) {
+  return absl::StrFormat("%s:%d", file, mark.line + 1);
+}
 
 absl::Status At(const std::string& file, const YAML::Mark& mark,
                 const std::string& msg) {
-  return absl::InvalidArgumentError(
-      absl::StrFormat("%s:%d: %s", file, mark.line + 1, msg));
+  return absl::InvalidArgumentError(Line(file, mark) + ": " + msg);
 }
 
 absl::Status ApplyYamlMap(const YAML::Node& map, const std::string& prefix,
-                          const std::string& file, std::set<std::string>& seen,
+                          const std::string& file, Sources& sources,
                           DaemonConfig& c) {
   for (auto it = map.begin(); it != map.end(); ++it) {
     // Copies (Node is a handle): `it->first` lives in a temporary proxy that
@@ -83,14 +133,14 @@ absl::Status ApplyYamlMap(const YAML::Node& map, const std::string& prefix,
       if (!value.IsMap()) {
         return At(file, key.Mark(), "selection: expected a map");
       }
-      RETURN_IF_ERROR(ApplyYamlMap(value, "selection.", file, seen, c));
+      RETURN_IF_ERROR(ApplyYamlMap(value, "selection.", file, sources, c));
       continue;
     }
     const Option* option = FindOption(name);
     if (option == nullptr) {
       return At(file, key.Mark(), absl::StrCat("unknown key '", name, "'"));
     }
-    if (!seen.insert(option->name).second) {
+    if (!sources.emplace(option->name, Line(file, key.Mark())).second) {
       return At(file, key.Mark(), absl::StrCat("duplicate key '", name, "'"));
     }
     if (!value.IsScalar() && !value.IsNull()) {
@@ -104,15 +154,14 @@ absl::Status ApplyYamlMap(const YAML::Node& map, const std::string& prefix,
 }
 
 absl::Status ApplyYaml(const std::string& yaml, const std::string& file,
-                       DaemonConfig& c) {
+                       Sources& sources, DaemonConfig& c) {
   try {
     YAML::Node root = YAML::Load(yaml);
     if (root.IsNull()) return absl::OkStatus();  // empty or comments only
     if (!root.IsMap()) {
       return At(file, root.Mark(), "expected a map of options");
     }
-    std::set<std::string> seen;
-    return ApplyYamlMap(root, "", file, seen, c);
+    return ApplyYamlMap(root, "", file, sources, c);
   } catch (const YAML::Exception& e) {
     return At(file, e.mark, e.msg);
   }
@@ -125,7 +174,7 @@ bool IsFlag(const std::string& arg, const char* name) {
          arg == absl::StrCat("--", absl::StrReplaceAll(name, {{"-", "_"}}));
 }
 
-absl::Status ApplyFlags(const std::vector<std::string>& flags,
+absl::Status ApplyFlags(const std::vector<std::string>& flags, Sources& sources,
                         DaemonConfig& c) {
   for (size_t i = 0; i < flags.size(); ++i) {
     const std::string& arg = flags[i];
@@ -164,6 +213,7 @@ absl::Status ApplyFlags(const std::vector<std::string>& flags,
     if (!s.ok()) {
       return absl::InvalidArgumentError(flag + ": " + s.message().data());
     }
+    sources[option->name] = flag;  // overrides the file's line
   }
   return absl::OkStatus();
 }
@@ -189,26 +239,27 @@ absl::StatusOr<std::string> ReadFile(const std::string& path,
 
 // ---- cross-field checks
 
-absl::Status Invalid(const std::string& msg) {
-  return absl::InvalidArgumentError(msg);
-}
-
 // host:port, IPv6 hosts in brackets, numeric port (0 = any free port).
 absl::Status CheckAddress(const std::string& name, const std::string& addr) {
   size_t colon = addr.rfind(':');
   std::string host = colon == std::string::npos ? "" : addr.substr(0, colon);
   bool bracketed = absl::StartsWith(host, "[") && absl::EndsWith(host, "]");
   if (host.empty() || (host.find(':') != std::string::npos && !bracketed)) {
-    return Invalid(absl::StrFormat(
-        "%s must be host:port, IPv6 hosts in brackets (got '%s')", name, addr));
+    return Invalid(
+        absl::StrFormat(
+            "%s must be host:port, IPv6 hosts in brackets (got '%s')", name,
+            addr),
+        {name});
   }
   std::string port = addr.substr(colon + 1);
   int p = -1;
   bool digits = !port.empty() && port.size() <= 5 &&
                 port.find_first_not_of("0123456789") == std::string::npos;
   if (!digits || !absl::SimpleAtoi(port, &p) || p > 65535) {
-    return Invalid(absl::StrFormat(
-        "%s: port must be a number in 0..65535 (got '%s')", name, port));
+    return Invalid(
+        absl::StrFormat("%s: port must be a number in 0..65535 (got '%s')",
+                        name, port),
+        {name});
   }
   return absl::OkStatus();
 }
@@ -220,24 +271,31 @@ bool IsLoopback(const std::string& addr) {
 }
 
 absl::Status CheckPaths(const DaemonConfig& c) {
-  if (c.node.empty()) return Invalid("node must not be empty");
+  if (c.node.empty()) return Invalid("node must not be empty", {"node"});
   // sockaddr_un::sun_path holds 108 bytes with the terminating NUL.
   if (!absl::StartsWith(c.agent_socket, "/") || c.agent_socket.size() > 107) {
-    return Invalid(absl::StrFormat(
-        "agent_socket must be an absolute path of at most 107 bytes (got "
-        "'%s')",
-        c.agent_socket));
+    return Invalid(
+        absl::StrFormat(
+            "agent_socket must be an absolute path of at most 107 bytes (got "
+            "'%s')",
+            c.agent_socket),
+        {"agent_socket"});
   }
   // Segment names append to the prefix; keep well inside NAME_MAX (255).
   if (c.shm_prefix.size() < 2 || c.shm_prefix[0] != '/' ||
       c.shm_prefix.find('/', 1) != std::string::npos ||
       c.shm_prefix.size() > 128) {
-    return Invalid(absl::StrFormat(
-        "shm_prefix must be '/' and 1..127 characters without '/' (got '%s')",
-        c.shm_prefix));
+    // The default prefix is made from the node name.
+    return Invalid(
+        absl::StrFormat(
+            "shm_prefix must be '/' and 1..127 characters without '/' (got "
+            "'%s')",
+            c.shm_prefix),
+        {"shm_prefix", "node"});
   }
   if (c.tls_cert_file.empty() != c.tls_key_file.empty()) {
-    return Invalid("tls_cert_file and tls_key_file must be set together");
+    return Invalid("tls_cert_file and tls_key_file must be set together",
+                   {"tls_cert_file", "tls_key_file"});
   }
   return absl::OkStatus();
 }
@@ -246,10 +304,11 @@ absl::Status CheckPaths(const DaemonConfig& c) {
 // reads it again when it builds the link (PeerLinkOptions::token).
 absl::Status CheckTokenFile(const std::string& path) {
   absl::StatusOr<std::string> token = ReadFile(path, "job_token_file");
-  if (!token.ok()) return token.status();
+  if (!token.ok()) return About(token.status(), {"job_token_file"});
   // Stripped like giftd strips it when it reads the token.
   if (absl::StripAsciiWhitespace(*token).empty()) {
-    return Invalid(absl::StrFormat("job_token_file '%s' is empty", path));
+    return Invalid(absl::StrFormat("job_token_file '%s' is empty", path),
+                   {"job_token_file"});
   }
   return absl::OkStatus();
 }
@@ -257,10 +316,12 @@ absl::Status CheckTokenFile(const std::string& path) {
 absl::Status CheckPeerTls(const DaemonConfig& c) {
   if (c.peer_tls_cert_file.empty() != c.peer_tls_key_file.empty()) {
     return Invalid(
-        "peer_tls_cert_file and peer_tls_key_file must be set together");
+        "peer_tls_cert_file and peer_tls_key_file must be set together",
+        {"peer_tls_cert_file", "peer_tls_key_file"});
   }
   if (!c.peer_tls_cert_file.empty() && c.peer_tls_ca_file.empty()) {
-    return Invalid("peer_tls_ca_file is required with peer TLS");
+    return Invalid("peer_tls_ca_file is required with peer TLS",
+                   {"peer_tls_cert_file", "peer_tls_key_file"});
   }
   return absl::OkStatus();
 }
@@ -272,9 +333,11 @@ bool IsWildcard(const std::string& addr) {
 
 absl::Status CheckPeer(const DaemonConfig& c) {
   if (c.peer_timeout_ms <= c.poll_interval_ms) {
-    return Invalid(absl::StrFormat(
-        "peer_timeout_ms must be > poll_interval_ms (got %d <= %d)",
-        c.peer_timeout_ms, c.poll_interval_ms));
+    return Invalid(
+        absl::StrFormat(
+            "peer_timeout_ms must be > poll_interval_ms (got %d <= %d)",
+            c.peer_timeout_ms, c.poll_interval_ms),
+        {"peer_timeout_ms", "poll_interval_ms"});
   }
   RETURN_IF_ERROR(CheckPeerTls(c));
   if (c.peer_address.empty()) return absl::OkStatus();
@@ -285,7 +348,8 @@ absl::Status CheckPeer(const DaemonConfig& c) {
       {"job_token_file", &c.job_token_file}};
   for (const auto& [name, value] : required) {
     if (value->empty()) {
-      return Invalid(absl::StrFormat("%s is required with peer_address", name));
+      return Invalid(absl::StrFormat("%s is required with peer_address", name),
+                     {name, "peer_address"});
     }
   }
   RETURN_IF_ERROR(CheckAddress("leader_address", c.leader_address));
@@ -293,10 +357,11 @@ absl::Status CheckPeer(const DaemonConfig& c) {
     RETURN_IF_ERROR(
         CheckAddress("peer_advertise_address", c.peer_advertise_address));
   } else if (IsWildcard(c.peer_address)) {
-    return Invalid(absl::StrFormat(
-        "peer_advertise_address is required when peer_address is a wildcard "
-        "address (got '%s')",
-        c.peer_address));
+    return Invalid(
+        absl::StrFormat("peer_advertise_address is required when "
+                        "peer_address is a wildcard address (got '%s')",
+                        c.peer_address),
+        {"peer_address"});
   }
   return CheckTokenFile(c.job_token_file);
 }
@@ -307,10 +372,10 @@ absl::Status CheckEndpoints(const DaemonConfig& c) {
     RETURN_IF_ERROR(CheckAddress("metrics_address", c.metrics_address));
   }
   if (!IsLoopback(c.control_address) && c.control_token_file.empty()) {
-    return Invalid(absl::StrFormat(
-        "control_token_file is required when control_address is not "
-        "loopback (got '%s')",
-        c.control_address));
+    return Invalid(absl::StrFormat("control_token_file is required when "
+                                   "control_address is not loopback (got '%s')",
+                                   c.control_address),
+                   {"control_address", "control_token_file"});
   }
   RETURN_IF_ERROR(CheckPaths(c));
   return CheckPeer(c);
@@ -324,36 +389,61 @@ std::string internal::YamlQuoted(const std::string& s) {
   return out.c_str();
 }
 
-absl::Status ValidateConfig(const DaemonConfig& config) {
+namespace {
+
+// SelectorPolicy::Validate names the field: "selection.top_k must be ...".
+std::vector<std::string> SelectionKey(absl::string_view message) {
+  const std::string name(message.substr(0, message.find(' ')));
+  if (FindOption(name) == nullptr) return {};
+  return {name};
+}
+
+// ValidateConfig with the options of each error in its payload.
+absl::Status ValidateKeyed(const DaemonConfig& config) {
   for (const Option& option : Options()) {
-    if (option.check) RETURN_IF_ERROR(option.check(config));
+    if (option.check) {
+      RETURN_IF_ERROR(About(option.check(config), {option.name}));
+    }
   }
   if (absl::Status s = config.selection.Validate(); !s.ok()) {
-    return Invalid(absl::StrCat("selection: ", s.message()));
+    return Invalid(absl::StrCat("selection: ", s.message()),
+                   SelectionKey(s.message()));
   }
   if (config.rank > config.max_rank) {
     return Invalid(absl::StrFormat("rank must be <= max_rank (got %d > %d)",
-                                   config.rank, config.max_rank));
+                                   config.rank, config.max_rank),
+                   {"rank", "max_rank"});
   }
   if (config.rank_timeout_ms <= config.heartbeat_interval_ms) {
-    return Invalid(absl::StrFormat(
-        "rank_timeout_ms must be > heartbeat_interval_ms (got %d <= %d)",
-        config.rank_timeout_ms, config.heartbeat_interval_ms));
+    return Invalid(
+        absl::StrFormat(
+            "rank_timeout_ms must be > heartbeat_interval_ms (got %d <= %d)",
+            config.rank_timeout_ms, config.heartbeat_interval_ms),
+        {"rank_timeout_ms", "heartbeat_interval_ms"});
   }
   return CheckEndpoints(config);
+}
+
+}  // namespace
+
+absl::Status ValidateConfig(const DaemonConfig& config) {
+  return Locate(ValidateKeyed(config), Sources());
 }
 
 absl::StatusOr<DaemonConfig> LoadConfigFromString(
     const std::string& yaml, const std::string& file_name,
     const std::vector<std::string>& flags) {
   DaemonConfig config;
-  RETURN_IF_ERROR(
-      ApplyYaml(yaml, file_name.empty() ? "<config>" : file_name, config));
-  RETURN_IF_ERROR(ApplyFlags(flags, config));
+  Sources sources;
+  RETURN_IF_ERROR(ApplyYaml(yaml, file_name.empty() ? "<config>" : file_name,
+                            sources, config));
+  RETURN_IF_ERROR(ApplyFlags(flags, sources, config));
   FillMachineDefaults(config);
   // --help must work even beside a bad value, so the user can look it up.
   if (!config.help && !config.help_markdown) {
-    RETURN_IF_ERROR(ValidateConfig(config));
+    if (absl::Status s = ValidateKeyed(config); !s.ok()) {
+      return Locate(s, sources);
+    }
   }
   return config;
 }

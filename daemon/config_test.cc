@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/status_matchers.h"
@@ -233,25 +234,120 @@ TEST(ConfigTest, FlagErrors) {
   ExpectError(Load("", {"--config=x.yaml"}), "unknown flag '--config'");
 }
 
+// A value that parses but fails a check names the flag as typed.
 TEST(ConfigTest, RangeErrors) {
   ExpectError(Load("", {"--refresh-interval=0"}),
-              "refresh_interval must be >= 1 (got 0)");
-  ExpectError(Load("", {"--beta=0"}), "beta must be > 0 (got 0)");
+              "--refresh-interval: refresh_interval must be >= 1 (got 0)");
+  ExpectError(Load("", {"--refresh_interval", "-3"}),
+              "--refresh_interval: refresh_interval must be >= 1 (got -3)");
+  ExpectError(Load("", {"--beta=0"}), "--beta: beta must be > 0 (got 0)");
   ExpectError(Load("", {"--heartbeat-interval-ms=5"}),
-              "heartbeat_interval_ms must be >= 10 (got 5)");
+              "--heartbeat-interval-ms: heartbeat_interval_ms must be >= 10 "
+              "(got 5)");
   ExpectError(Load("", {"--selection.top-k=0"}),
-              "selection.top_k must be >= 1 (got 0)");
+              "--selection.top-k: selection.top_k must be >= 1 (got 0)");
   ExpectError(Load("", {"--transform=diag"}),
-              "transform must be one of lowrank|full (got 'diag')");
+              "--transform: transform must be one of lowrank|full (got "
+              "'diag')");
   ExpectError(Load("", {"--format=e3m4"}),
-              "format must be one of e4m3|e5m2 (got 'e3m4')");
+              "--format: format must be one of e4m3|e5m2 (got 'e3m4')");
   ExpectError(Load("", {"--log-level=loud"}),
-              "log_level must be one of debug|info|warning|error (got 'loud')");
+              "--log-level: log_level must be one of debug|info|warning|error "
+              "(got 'loud')");
   ExpectError(Load("", {"--rank=65"}),
-              "rank must be <= max_rank (got 65 > 64)");
+              "--rank: rank must be <= max_rank (got 65 > 64)");
+  ExpectError(Load("", {"--max-rank=16"}),
+              "--max-rank: rank must be <= max_rank (got 32 > 16)");
   ExpectError(Load("", {"--rank-timeout-ms=1000"}),
-              "rank_timeout_ms must be > heartbeat_interval_ms (got 1000 <= "
-              "1000)");
+              "--rank-timeout-ms: rank_timeout_ms must be > "
+              "heartbeat_interval_ms (got 1000 <= 1000)");
+  ExpectError(Load("", {"--control-address=127.0.0.1:99999"}),
+              "--control-address: control_address: port must be a number in "
+              "0..65535 (got '99999')");
+  ExpectError(Load("", {"--agent-socket=gift.sock"}),
+              "--agent-socket: agent_socket must be an absolute path of at "
+              "most 107 bytes (got 'gift.sock')");
+  ExpectError(Load("", {"--selection.hysteresis=1"}),
+              "--selection.hysteresis: selection: selection.hysteresis must "
+              "be in [0, 1) (got 1)");
+}
+
+// Every check of a value from the file names file:line of its key (issue
+// 13: these came without a location, after the file was read).
+TEST(ConfigTest, YamlValidationErrorsNameFileAndLine) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"rank: 8\nformat: e9m9\n",
+       "giftd.yaml:2: format must be one of e4m3|e5m2 (got 'e9m9')"},
+      {"# K\nrefresh_interval: -5\n",
+       "giftd.yaml:2: refresh_interval must be >= 1 (got -5)"},
+      {"rank: 8\ncontrol_address: 127.0.0.1:99999\n",
+       "giftd.yaml:2: control_address: port must be a number in 0..65535 "
+       "(got '99999')"},
+      {"beta: 1\nrank: 80\n",
+       "giftd.yaml:2: rank must be <= max_rank (got 80 > 64)"},
+      {"beta: 1\n\nmax_rank: 16\n",
+       "giftd.yaml:3: rank must be <= max_rank (got 32 > 16)"},
+      {"rank: 8\nagent_socket: gift.sock\n",
+       "giftd.yaml:2: agent_socket must be an absolute path of at most 107 "
+       "bytes (got 'gift.sock')"},
+      {"selection:\n  top_k: 2\n  hysteresis: 1.5\n",
+       "giftd.yaml:3: selection: selection.hysteresis must be in [0, 1) (got "
+       "1.5)"},
+      {"selection:\n  top_k: 0\n",
+       "giftd.yaml:2: selection.top_k must be >= 1 (got 0)"},
+      {"rank: 8\nbeta: 0\n", "giftd.yaml:2: beta must be > 0 (got 0)"},
+      {"heartbeat_interval_ms: 20000\n",
+       "giftd.yaml:1: rank_timeout_ms must be > heartbeat_interval_ms (got "
+       "10000 <= 20000)"},
+      {"rank: 8\npoll_interval_ms: 20000\n",
+       "giftd.yaml:2: peer_timeout_ms must be > poll_interval_ms (got 10000 "
+       "<= 20000)"},
+      {"rank: 8\ncontrol_address: 0.0.0.0:50151\n",
+       "giftd.yaml:2: control_token_file is required when control_address is "
+       "not loopback (got '0.0.0.0:50151')"},
+      {"rank: 8\nmetrics_address: :9464\n",
+       "giftd.yaml:2: metrics_address must be host:port, IPv6 hosts in "
+       "brackets (got ':9464')"},
+      {"rank: 8\ntls_key_file: /k.pem\n",
+       "giftd.yaml:2: tls_cert_file and tls_key_file must be set together"},
+      {"rank: 8\nshm_prefix: gift\n",
+       "giftd.yaml:2: shm_prefix must be '/' and 1..127 characters without "
+       "'/' (got 'gift')"},
+      // The default shm_prefix comes from the node name.
+      {"rank: 8\nnode: " + std::string(130, 'n') + "\n",
+       "giftd.yaml:2: shm_prefix must be '/' and 1..127 characters without "
+       "'/' (got '/gift-" +
+           std::string(130, 'n') + "')"},
+      {"rank: 8\npeer_address: 10.0.0.2:50152\n",
+       "giftd.yaml:2: job_id is required with peer_address"},
+      {"rank: 8\nlog_level: loud\n",
+       "giftd.yaml:2: log_level must be one of debug|info|warning|error (got "
+       "'loud')"},
+  };
+  for (const auto& [yaml, message] : cases) {
+    ExpectError(Load(yaml), message);
+  }
+}
+
+// A flag overrides the file's line; a check on an option only the file set
+// still names the file.
+TEST(ConfigTest, ValidationErrorsNameTheLastSource) {
+  ExpectError(Load("rank: 16\n", {"--rank=100"}),
+              "--rank: rank must be <= max_rank (got 100 > 64)");
+  ExpectError(Load("rank: 40\n", {"--max-rank=16"}),
+              "giftd.yaml:1: rank must be <= max_rank (got 40 > 16)");
+  ExpectError(Load("beta: 1\nrefresh_interval: 0\n", {"--rank=8"}),
+              "giftd.yaml:2: refresh_interval must be >= 1 (got 0)");
+}
+
+// ValidateConfig on a config built in code has no source to name.
+TEST(ConfigTest, ValidateConfigOfAHandBuiltConfig) {
+  absl::StatusOr<DaemonConfig> c = Load("");
+  ASSERT_OK(c);
+  c->rank = 100;
+  absl::Status s = ValidateConfig(*c);
+  EXPECT_EQ(s.message(), "rank must be <= max_rank (got 100 > 64)");
+  EXPECT_EQ(s, absl::InvalidArgumentError(s.message()));  // no payload
 }
 
 TEST(ConfigTest, SelectionPolicyIsValidatedBySelector) {
@@ -399,33 +495,39 @@ TEST(ConfigTest, PeerOptionErrors) {
     return Load("", flags);
   };
   ExpectError(Load("", {"--peer-address=10.0.0.2:50152"}),
-              "job_id is required with peer_address");
+              "--peer-address: job_id is required with peer_address");
   ExpectError(with({"--leader-address="}),
-              "leader_address is required with peer_address");
+              "--leader-address: leader_address is required with "
+              "peer_address");
   ExpectError(with({"--job-token-file="}),
-              "job_token_file is required with peer_address");
+              "--job-token-file: job_token_file is required with "
+              "peer_address");
   ExpectError(with({"--job-token-file=/nonexistent/token"}),
-              "cannot read job_token_file '/nonexistent/token': No such file "
-              "or directory");
-  ExpectError(with({"--job-token-file=" + blank.path()}),
-              "job_token_file '" + blank.path() + "' is empty");
+              "--job-token-file: cannot read job_token_file "
+              "'/nonexistent/token': No such file or directory");
+  ExpectError(
+      with({"--job-token-file=" + blank.path()}),
+      "--job-token-file: job_token_file '" + blank.path() + "' is empty");
   ExpectError(with({"--peer-address=10.0.0.2"}),
-              "peer_address must be host:port, IPv6 hosts in brackets (got "
-              "'10.0.0.2')");
+              "--peer-address: peer_address must be host:port, IPv6 hosts in "
+              "brackets (got '10.0.0.2')");
   ExpectError(with({"--leader-address=10.0.0.1:x"}),
-              "leader_address: port must be a number in 0..65535 (got 'x')");
+              "--leader-address: leader_address: port must be a number in "
+              "0..65535 (got 'x')");
   ExpectError(with({"--peer-address=0.0.0.0:50152"}),
-              "peer_advertise_address is required when peer_address is a "
-              "wildcard address (got '0.0.0.0:50152')");
+              "--peer-address: peer_advertise_address is required when "
+              "peer_address is a wildcard address (got '0.0.0.0:50152')");
   ExpectError(with({"--peer-tls-cert-file=/c.pem"}),
-              "peer_tls_cert_file and peer_tls_key_file must be set together");
+              "--peer-tls-cert-file: peer_tls_cert_file and peer_tls_key_file "
+              "must be set together");
   ExpectError(
       with({"--peer-tls-cert-file=/c.pem", "--peer-tls-key-file=/k.pem"}),
-      "peer_tls_ca_file is required with peer TLS");
+      "--peer-tls-cert-file: peer_tls_ca_file is required with peer TLS");
   ExpectError(Load("", {"--peer-timeout-ms=100"}),
-              "peer_timeout_ms must be > poll_interval_ms (got 100 <= 100)");
+              "--peer-timeout-ms: peer_timeout_ms must be > poll_interval_ms "
+              "(got 100 <= 100)");
   ExpectError(Load("", {"--peer-timeout-ms=0"}),
-              "peer_timeout_ms must be >= 1 (got 0)");
+              "--peer-timeout-ms: peer_timeout_ms must be >= 1 (got 0)");
 }
 
 TEST(ConfigTest, LoadConfigReadsTheFileFirstWhereverItStands) {
@@ -450,7 +552,7 @@ TEST(ConfigTest, LoadConfigFileErrors) {
               "--config given more than once");
   // Values from the file are checked like flags, after the flags applied.
   ExpectError(LoadArgv({"--config", file.path()}),
-              "sketch_rows must be >= 1 (got -3)");
+              file.path() + ":2: sketch_rows must be >= 1 (got -3)");
   EXPECT_OK(LoadArgv({"--config", file.path(), "--sketch-rows=4"}));
   TempFile typo("rank: 8\n# comment\nrefresh_intervall: 3\n");
   absl::StatusOr<DaemonConfig> c = LoadArgv({"--config", typo.path()});
