@@ -3,10 +3,11 @@
 // The table itself, and the texts printed from it, are in config_options.cc.
 #include "daemon/config.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <map>
 #include <utility>
@@ -218,22 +219,47 @@ absl::Status ApplyFlags(const std::vector<std::string>& flags, Sources& sources,
   return absl::OkStatus();
 }
 
-// `what` names the file in the error: "config file", "job_token_file".
-absl::StatusOr<std::string> ReadFile(const std::string& path,
-                                     const char* what = "config file") {
-  auto fail = [&path, what](int err) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "cannot read %s '%s': %s", what, path, std::strerror(err)));
+// Bounds of the files giftd reads: a full --print-config is about 6 KB.
+constexpr int64_t kMaxConfigBytes = 1 << 20;
+constexpr int64_t kMaxTokenBytes = 64 << 10;
+
+// A regular file of at most `max_bytes`. `what` names the file in the
+// error: "config file", "job_token_file". A FIFO, a device (/dev/zero) or a
+// directory is refused before any read, so a bad path cannot block giftd or
+// feed it without end.
+absl::StatusOr<std::string> ReadFile(const std::string& path, const char* what,
+                                     int64_t max_bytes) {
+  auto fail = [&path, what](const std::string& why) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("cannot read %s '%s': %s", what, path, why));
   };
-  FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) return fail(errno);
+  // O_NONBLOCK: opening a FIFO must not wait for a writer.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return fail(std::strerror(errno));
+  struct stat st;
+  std::string why;
+  if (::fstat(fd, &st) != 0) {
+    why = std::strerror(errno);
+  } else if (!S_ISREG(st.st_mode)) {
+    why = "not a regular file";
+  } else if (st.st_size > max_bytes) {
+    why = absl::StrFormat("%d bytes, more than the %d allowed",
+                          static_cast<int64_t>(st.st_size), max_bytes);
+  }
   std::string text;
   char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof(buf), f)) > 0) text.append(buf, n);
-  int err = std::ferror(f) ? errno : 0;
-  std::fclose(f);
-  if (err != 0) return fail(err);
+  while (why.empty()) {
+    const ssize_t n = ::read(fd, buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) why = std::strerror(errno);
+    if (n <= 0) break;
+    text.append(buf, static_cast<size_t>(n));
+    if (static_cast<int64_t>(text.size()) > max_bytes) {
+      why = absl::StrFormat("more than the %d bytes allowed", max_bytes);
+    }
+  }
+  ::close(fd);
+  if (!why.empty()) return fail(why);
   return text;
 }
 
@@ -303,7 +329,8 @@ absl::Status CheckPaths(const DaemonConfig& c) {
 // The job token must be there at start, not at the first peer call; giftd
 // reads it again when it builds the link (PeerLinkOptions::token).
 absl::Status CheckTokenFile(const std::string& path) {
-  absl::StatusOr<std::string> token = ReadFile(path, "job_token_file");
+  absl::StatusOr<std::string> token =
+      ReadFile(path, "job_token_file", kMaxTokenBytes);
   if (!token.ok()) return About(token.status(), {"job_token_file"});
   // Stripped like giftd strips it when it reads the token.
   if (absl::StripAsciiWhitespace(*token).empty()) {
@@ -469,7 +496,7 @@ absl::StatusOr<DaemonConfig> LoadConfig(int argc, const char* const* argv) {
   }
   std::string yaml;
   if (have_file) {
-    ASSIGN_OR_RETURN(yaml, ReadFile(file));
+    ASSIGN_OR_RETURN(yaml, ReadFile(file, "config file", kMaxConfigBytes));
   }
   return LoadConfigFromString(yaml, file, flags);
 }

@@ -2,6 +2,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -508,6 +509,9 @@ TEST(ConfigTest, PeerOptionErrors) {
   ExpectError(
       with({"--job-token-file=" + blank.path()}),
       "--job-token-file: job_token_file '" + blank.path() + "' is empty");
+  ExpectError(with({"--job-token-file=/dev/zero"}),
+              "--job-token-file: cannot read job_token_file '/dev/zero': not "
+              "a regular file");
   ExpectError(with({"--peer-address=10.0.0.2"}),
               "--peer-address: peer_address must be host:port, IPv6 hosts in "
               "brackets (got '10.0.0.2')");
@@ -557,6 +561,31 @@ TEST(ConfigTest, LoadConfigFileErrors) {
   TempFile typo("rank: 8\n# comment\nrefresh_intervall: 3\n");
   absl::StatusOr<DaemonConfig> c = LoadArgv({"--config", typo.path()});
   ExpectError(c, typo.path() + ":3: unknown key 'refresh_intervall'");
+}
+
+// Only a regular file of at most 1 MiB is read: a device, a FIFO or a
+// directory is refused before any read (no endless read, no wait for a
+// writer, no "out of memory").
+TEST(ConfigTest, ConfigFileMustBeABoundedRegularFile) {
+  ExpectError(LoadArgv({"--config", "/dev/zero"}),
+              "cannot read config file '/dev/zero': not a regular file");
+  char dir[] = "/tmp/giftd_config_dir_XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  ExpectError(
+      LoadArgv({"--config", dir}),
+      std::string("cannot read config file '") + dir + "': not a regular file");
+  const std::string fifo = std::string(dir) + "/fifo";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  ExpectError(LoadArgv({"--config", fifo}),
+              "cannot read config file '" + fifo + "': not a regular file");
+  unlink(fifo.c_str());
+  rmdir(dir);
+  TempFile big(std::string((1 << 20) + 1, '#'));
+  ExpectError(LoadArgv({"--config", big.path()}),
+              "cannot read config file '" + big.path() +
+                  "': 1048577 bytes, more than the 1048576 allowed");
+  TempFile fits("# " + std::string((1 << 20) - 3, '-') + "\n");
+  EXPECT_OK(LoadArgv({"--config", fits.path()}));
 }
 
 }  // namespace
