@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "tools/read_file.h"
 
 namespace gift::tools {
 namespace {
@@ -237,30 +238,14 @@ absl::StatusOr<NpyArray> ParseNpy(absl::string_view bytes,
   return a;
 }
 
-absl::StatusOr<NpyArray> ReadNpy(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  if (f == nullptr) {
+absl::StatusOr<NpyArray> ReadNpy(const std::string& path, int64_t max_bytes) {
+  absl::StatusOr<std::string> bytes = ReadRegularFile(path, max_bytes);
+  if (absl::IsNotFound(bytes.status())) {
     return absl::NotFoundError(
-        absl::StrCat(path, ": cannot open (", std::strerror(errno), ")"));
+        absl::StrCat(path, ": cannot open (", bytes.status().message(), ")"));
   }
-  std::string bytes;
-  if (std::fseek(f, 0, SEEK_END) == 0) {
-    const long size = std::ftell(f);
-    if (size > 0) bytes.reserve(static_cast<size_t>(size));
-    std::rewind(f);
-  }
-  char buf[1 << 16];
-  size_t got;
-  while ((got = std::fread(buf, 1, sizeof(buf), f)) > 0) {
-    bytes.append(buf, got);
-  }
-  const bool failed = std::ferror(f) != 0;
-  std::fclose(f);
-  if (failed) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": read error (is it a regular file?)"));
-  }
-  return ParseNpy(bytes, path);
+  if (!bytes.ok()) return Bad(path, bytes.status().message());
+  return ParseNpy(*bytes, path);
 }
 
 absl::StatusOr<std::string> SerializeNpy(const std::vector<int64_t>& shape,

@@ -5,9 +5,10 @@
 // The header is validated strictly: the magic string, a known version, a
 // header length that fits the file, a Python dict literal with exactly the
 // keys 'descr', 'fortran_order' and 'shape', a '\n'-terminated header, and a
-// data section of exactly prod(shape) * 4 bytes. Every failure is an
-// INVALID_ARGUMENT (NOT_FOUND for a missing file) whose message names the
-// file and what was found; nothing throws.
+// data section of exactly prod(shape) * 4 bytes. Only a regular file of
+// bounded size is read (ReadNpy). Every failure is an INVALID_ARGUMENT
+// (NOT_FOUND for a missing file) whose message names the file and what was
+// found; nothing throws.
 //
 //   ASSIGN_OR_RETURN(NpyArray w, ReadNpy("grad.npy"));
 //   if (w.shape.size() != 2) ...;
@@ -57,8 +58,15 @@ absl::StatusOr<NpyHeader> ParseNpyHeader(absl::string_view bytes,
 absl::StatusOr<NpyArray> ParseNpy(absl::string_view bytes,
                                   absl::string_view name);
 
-// Reads and parses `path`. NOT_FOUND if it cannot be opened.
-absl::StatusOr<NpyArray> ReadNpy(const std::string& path);
+// Largest .npy file ReadNpy reads by default: 8 GiB (a [T, R, d_out, d_in]
+// worker sequence of 4096 x 4096 layers, 4 workers, 32 steps).
+inline constexpr int64_t kMaxNpyBytes = int64_t{8} << 30;
+
+// Reads and parses `path`. NOT_FOUND if it cannot be opened;
+// INVALID_ARGUMENT, before reading, unless it is a regular file (not a FIFO,
+// a device or a directory) of at most `max_bytes`.
+absl::StatusOr<NpyArray> ReadNpy(const std::string& path,
+                                 int64_t max_bytes = kMaxNpyBytes);
 
 // Serialises a '<f4' C-order array with a header of format `major_version`
 // (1, 2 or 3), padded so that the data starts at a multiple of 64 bytes.

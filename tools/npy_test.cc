@@ -2,11 +2,14 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/status_matchers.h"
 
 namespace gift::tools {
@@ -186,6 +189,35 @@ TEST(NpyTest, MissingFileIsNotFound) {
   absl::StatusOr<NpyArray> a = ReadNpy("/nonexistent/dir/x.npy");
   EXPECT_THAT(a, StatusIs(absl::StatusCode::kNotFound));
   EXPECT_THAT(std::string(a.status().message()), HasSubstr("x.npy"));
+}
+
+// Only a bounded regular file is read: /dev/zero (an endless read), a FIFO
+// (a read that waits for a writer) and a directory (once "out of memory")
+// are refused before any read, naming the file.
+TEST(NpyTest, ReadsOnlyBoundedRegularFiles) {
+  char dir[] = "/tmp/npy_test_XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string fifo = std::string(dir) + "/fifo.npy";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  for (const std::string& path :
+       {std::string("/dev/zero"), fifo, std::string(dir)}) {
+    absl::StatusOr<NpyArray> a = ReadNpy(path);
+    EXPECT_THAT(a, StatusIs(absl::StatusCode::kInvalidArgument,
+                            path + ": not a regular file"));
+  }
+  unlink(fifo.c_str());
+  const std::string path = std::string(dir) + "/w.npy";
+  ASSERT_OK(WriteNpy(path, {2, 3}, {1, 2, 3, 4, 5, 6}));
+  absl::StatusOr<std::string> bytes = SerializeNpy({2, 3}, {1, 2, 3, 4, 5, 6});
+  ASSERT_OK(bytes);
+  const int64_t size = static_cast<int64_t>(bytes->size());
+  EXPECT_OK(ReadNpy(path, size));
+  EXPECT_THAT(ReadNpy(path, size - 1),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       absl::StrCat(path, ": ", size, " bytes, more than the ",
+                                    size - 1, " allowed")));
+  unlink(path.c_str());
+  rmdir(dir);
 }
 
 TEST(NpyTest, SerializeChecksShape) {

@@ -60,9 +60,14 @@ class Case:
         return self.write(name, npy_bytes((d, d), a))
 
 
-def run(binary, args):
-    p = subprocess.run([binary] + args, capture_output=True, text=True,
-                       timeout=120)
+def run(binary, args, timeout=120):
+    """A run past `timeout` seconds reads as exit -1 with a note on stderr
+    (a reader blocked on a FIFO or reading /dev/zero without end)."""
+    try:
+        p = subprocess.run([binary] + args, capture_output=True, text=True,
+                           timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return -1, "", "timed out after %d s\n" % timeout
     return p.returncode, p.stdout, p.stderr
 
 
@@ -83,6 +88,10 @@ def main():
             (2, 3, d_out, d_in),
             [c.rng.gauss(0, 1) for _ in range(6 * d_out * d_in)]))
         good = open(w, "rb").read()
+        fifo = os.path.join(tmp, "fifo.npy")
+        os.mkfifo(fifo)
+        huge = c.write("huge.npy", good[:128])
+        os.truncate(huge, (8 << 30) + 1)  # sparse: no disk used
         nan_vals = [1.0] * (d_out * d_in)
         nan_vals[1 * d_in + 2] = float("nan")
         inf_a = [0.0] * (d_in * d_in)
@@ -151,9 +160,20 @@ def main():
             ("both gradients", ["--grad", w, "--grad-workers", gw],
              "exactly one of --grad"),
             ("bad format", ["--grad", w, "--format", "e3m4"], "e3m4"),
+            # Not regular files: refused before any read (issue 13: an
+            # endless read, a read blocked forever, "out of memory").
+            ("endless device", ["--grad", "/dev/zero"],
+             "/dev/zero: not a regular file"),
+            ("FIFO", ["--grad", fifo], "fifo.npy: not a regular file"),
+            ("directory", ["--grad", tmp], tmp + ": not a regular file"),
+            ("FIFO as A", ["--grad", w, "--a", fifo],
+             "fifo.npy: not a regular file"),
+            ("too large", ["--grad", huge],
+             "huge.npy: 8589934593 bytes, more than the 8589934592 "
+             "allowed"),
         ]
         for name, args, want in bad:
-            code, out, err = run(opts.bin, args)
+            code, out, err = run(opts.bin, args, timeout=30)
             lines = err.splitlines()
             if code != 2 or len(lines) != 1 or \
                     not lines[0].startswith("gift-fidelity: error: ") or \
