@@ -4,6 +4,7 @@
 #include "tools/giftctl/cli.h"
 
 #include <cmath>
+#include <limits>
 #include <map>
 
 #include "absl/status/status.h"
@@ -31,7 +32,7 @@ const char kUsage[] =
     "  --token-file F       send the token in F as 'authorization: Bearer'\n"
     "  --tls-ca F           use TLS, trusting the CA certificates in F\n"
     "  --json               print responses as JSON (proto field names)\n"
-    "  --timeout S          seconds per call (default 5)\n"
+    "  --timeout S          seconds per call, in (0, 86400] (default 5)\n"
     "\n"
     "Commands:\n"
     "  status                     daemon status\n"
@@ -57,6 +58,9 @@ const char kUsage[] =
     "Exit status: 0 success, 1 call failed, 2 usage error.\n";
 
 namespace {
+
+// WatchTelemetryRequest.interval_ms: 0 (giftd's default) or at least this.
+constexpr int kWatchMinIntervalMs = 50;
 
 absl::Status Usage(const std::string& msg) {
   return absl::InvalidArgumentError(msg);
@@ -91,14 +95,49 @@ struct CommandArgs {
   }
 };
 
-absl::Status ParseInt(const std::string& what, const std::string& text,
-                      int* out) {
+// The range a number must be in, as giftd checks it (control.proto), so
+// that a bad value is a usage error before any call instead of a value the
+// daemon reads as "keep" or a call that fails.
+struct Range {
+  double min;
+  bool min_open;  // min itself excluded
+  double max;     // +inf: no upper bound
+  bool max_open;
+
+  bool Contains(double v) const {
+    return (min_open ? v > min : v >= min) && (max_open ? v < max : v <= max);
+  }
+  std::string Text() const {
+    if (std::isinf(max)) return absl::StrCat(min_open ? "> " : ">= ", min);
+    return absl::StrCat("in ", min_open ? "(" : "[", min, ", ", max,
+                        max_open ? ")" : "]");
+  }
+};
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+constexpr Range kPositive = {0, true, kInf, false};
+constexpr Range kAtLeastOne = {1, false, kInf, false};
+constexpr Range kNonNegative = {0, false, kInf, false};
+constexpr Range kUnit = {0, false, 1, false};     // [0, 1]
+constexpr Range kUnitOpen = {0, false, 1, true};  // [0, 1)
+// A call's deadline: the chrono conversion of a larger one would overflow.
+constexpr Range kTimeout = {0, true, 86400, false};  // a day
+
+// `text` as typed, parsed into `v`.
+absl::Status InRange(const std::string& what, const std::string& text, double v,
+                     const Range& range) {
+  if (range.Contains(v)) return absl::OkStatus();
+  return Usage(absl::StrCat(what, ": must be ", range.Text(), ", got ", text));
+}
+
+absl::Status ParseNumber(const std::string& what, const std::string& text,
+                         int* out) {
   if (absl::SimpleAtoi(text, out)) return absl::OkStatus();
   return Usage(
       absl::StrFormat("%s: expected an integer, got '%s'", what, text));
 }
 
-absl::Status ParseDouble(const std::string& what, const std::string& text,
+absl::Status ParseNumber(const std::string& what, const std::string& text,
                          double* out) {
   if (absl::SimpleAtod(text, out) && std::isfinite(*out)) {
     return absl::OkStatus();
@@ -106,25 +145,39 @@ absl::Status ParseDouble(const std::string& what, const std::string& text,
   return Usage(absl::StrFormat("%s: expected a number, got '%s'", what, text));
 }
 
-// Helpers that apply `--option` when present.
-absl::Status OptInt(CommandArgs& a, const std::string& option, int* out) {
-  std::string text;
-  if (!a.Take(option, &text)) return absl::OkStatus();
-  return ParseInt("--" + option, text, out);
+template <typename T>
+absl::Status ParseInRange(const std::string& what, const std::string& text,
+                          const Range& range, T* out) {
+  RETURN_IF_ERROR(ParseNumber(what, text, out));
+  return InRange(what, text, *out, range);
 }
 
-absl::Status OptDouble(CommandArgs& a, const std::string& option, double* out) {
-  std::string text;
-  if (!a.Take(option, &text)) return absl::OkStatus();
-  return ParseDouble("--" + option, text, out);
-}
-
-// SetSelectionPolicy reads 0 as "keep the current value", so a 0 the user
-// meant literally cannot be sent; say so rather than silently doing nothing.
-absl::Status NonZero(const std::string& option, double value) {
+// A request field the daemon reads 0 as "keep the current value" for: a 0
+// the user meant literally cannot be sent; say so rather than silently
+// doing nothing.
+absl::Status NonZero(const std::string& command, const std::string& option,
+                     double value) {
   if (value != 0) return absl::OkStatus();
-  return Usage(absl::StrFormat(
-      "policy: --%s 0 cannot be sent (0 keeps the current value)", option));
+  return Usage(
+      absl::StrFormat("%s: --%s 0 cannot be sent (0 keeps the current value)",
+                      command, option));
+}
+
+// `--option` when present: parsed, not 0 ("keep"), in `range`; *given says
+// whether it was there.
+template <typename T>
+absl::Status OptKeepField(CommandArgs& a, const std::string& option,
+                          const Range& range, T* out, bool* given) {
+  std::string text;
+  *given = a.Take(option, &text);
+  if (!*given) return absl::OkStatus();
+  const std::string what = "--" + option;
+  T v{};
+  RETURN_IF_ERROR(ParseNumber(what, text, &v));
+  RETURN_IF_ERROR(NonZero(a.name, option, v));
+  RETURN_IF_ERROR(InRange(what, text, v, range));
+  *out = v;
+  return absl::OkStatus();
 }
 
 absl::Status ParseLayer(CommandArgs& a, Invocation& inv) {
@@ -151,10 +204,12 @@ absl::Status ParseLayer(CommandArgs& a, Invocation& inv) {
     s->set_format(text == "e5m2" ? gift::v1::FP8_FORMAT_E5M2
                                  : gift::v1::FP8_FORMAT_E4M3);
   }
+  // 0 keeps the layer's rank and beta: not sendable.
   int rank = 0;
   double beta = 0;
-  RETURN_IF_ERROR(OptInt(a, "rank", &rank));
-  RETURN_IF_ERROR(OptDouble(a, "beta", &beta));
+  bool given;
+  RETURN_IF_ERROR(OptKeepField(a, "rank", kAtLeastOne, &rank, &given));
+  RETURN_IF_ERROR(OptKeepField(a, "beta", kPositive, &beta, &given));
   s->set_rank(rank);
   s->set_beta(beta);
   return a.Done();
@@ -179,36 +234,42 @@ absl::Status ParsePolicy(CommandArgs& a, Invocation& inv) {
   gift::v1::SelectionPolicy* p = inv.set_policy.mutable_policy();
   std::string text;
   if (a.Take("kind", &text)) RETURN_IF_ERROR(ParseKind(text, p));
-  // Option name, proto setter; a missing option leaves the field 0 (keep).
+  // Option name, range (SelectorPolicy::Validate's), proto setter; a missing
+  // option leaves the field 0 (keep).
   struct IntField {
     const char* option;
+    Range range;
     void (gift::v1::SelectionPolicy::*set)(int32_t);
   };
   for (IntField f :
-       {IntField{"top-k", &gift::v1::SelectionPolicy::set_top_k},
-        IntField{"window", &gift::v1::SelectionPolicy::set_window_steps},
-        IntField{"max-layers", &gift::v1::SelectionPolicy::set_max_layers}}) {
-    int v = -1;
-    RETURN_IF_ERROR(OptInt(a, f.option, &v));
-    if (v == -1) continue;
-    RETURN_IF_ERROR(NonZero(f.option, v));
-    (p->*f.set)(v);
+       {IntField{"top-k", kAtLeastOne, &gift::v1::SelectionPolicy::set_top_k},
+        IntField{"window", kAtLeastOne,
+                 &gift::v1::SelectionPolicy::set_window_steps},
+        IntField{"max-layers", kNonNegative,
+                 &gift::v1::SelectionPolicy::set_max_layers}}) {
+    int v = 0;
+    bool given;
+    RETURN_IF_ERROR(OptKeepField(a, f.option, f.range, &v, &given));
+    if (given) (p->*f.set)(v);
   }
   struct DoubleField {
     const char* option;
+    Range range;
     void (gift::v1::SelectionPolicy::*set)(double);
   };
   for (DoubleField f :
-       {DoubleField{"threshold", &gift::v1::SelectionPolicy::set_threshold},
-        DoubleField{"hysteresis", &gift::v1::SelectionPolicy::set_hysteresis},
-        DoubleField{"max-flops",
+       {DoubleField{"threshold", kUnit,
+                    &gift::v1::SelectionPolicy::set_threshold},
+        DoubleField{"hysteresis", kUnitOpen,
+                    &gift::v1::SelectionPolicy::set_hysteresis},
+        DoubleField{"max-flops", kNonNegative,
                     &gift::v1::SelectionPolicy::set_max_extra_flops},
-        DoubleField{"min-gain", &gift::v1::SelectionPolicy::set_min_gain}}) {
-    double v = std::nan("");
-    RETURN_IF_ERROR(OptDouble(a, f.option, &v));
-    if (std::isnan(v)) continue;
-    RETURN_IF_ERROR(NonZero(f.option, v));
-    (p->*f.set)(v);
+        DoubleField{"min-gain", kUnitOpen,
+                    &gift::v1::SelectionPolicy::set_min_gain}}) {
+    double v = 0;
+    bool given;
+    RETURN_IF_ERROR(OptKeepField(a, f.option, f.range, &v, &given));
+    if (given) (p->*f.set)(v);
   }
   return a.Done();
 }
@@ -223,7 +284,8 @@ absl::Status ParseCommand(CommandArgs& a, Invocation& inv) {
   if (c == "set-interval" || c == "set-rank") {
     RETURN_IF_ERROR(a.Positional(1, 1));
     int v = 0;
-    RETURN_IF_ERROR(ParseInt(c, a.positional[0], &v));
+    // K >= 1, r >= 1 (the daemon checks r against max_rank and d_in).
+    RETURN_IF_ERROR(ParseInRange(c, a.positional[0], kAtLeastOne, &v));
     inv.command = c == "set-rank" ? Command::kSetRank : Command::kSetInterval;
     inv.set_interval.set_steps(v);
     inv.set_rank.set_rank(v);
@@ -246,10 +308,21 @@ absl::Status ParseCommand(CommandArgs& a, Invocation& inv) {
   if (c == "watch") {
     inv.command = Command::kWatch;
     RETURN_IF_ERROR(a.Positional(0, 0));
-    int interval = 0;
-    RETURN_IF_ERROR(OptInt(a, "interval", &interval));
-    RETURN_IF_ERROR(OptInt(a, "count", &inv.watch_count));
-    if (inv.watch_count < 0) return Usage("--count: must be >= 0");
+    int interval = 0;  // 0: giftd's default period
+    std::string text;
+    if (a.Take("interval", &text)) {
+      RETURN_IF_ERROR(
+          ParseInRange("--interval", text, kNonNegative, &interval));
+      if (interval != 0 && interval < kWatchMinIntervalMs) {
+        return Usage(absl::StrFormat(
+            "--interval: must be 0 (the default) or >= %d ms, got %d",
+            kWatchMinIntervalMs, interval));
+      }
+    }
+    if (a.Take("count", &text)) {
+      RETURN_IF_ERROR(
+          ParseInRange("--count", text, kNonNegative, &inv.watch_count));
+    }
     inv.watch.set_interval_ms(interval);
     return a.Done();
   }
@@ -268,8 +341,8 @@ absl::Status ApplyGlobal(const std::string& name, const std::string& value,
   if (name == "token-file") inv.token_file = value;
   if (name == "tls-ca") inv.tls_ca = value;
   if (name == "timeout") {
-    RETURN_IF_ERROR(ParseDouble("--timeout", value, &inv.timeout_seconds));
-    if (inv.timeout_seconds <= 0) return Usage("--timeout: must be > 0");
+    RETURN_IF_ERROR(
+        ParseInRange("--timeout", value, kTimeout, &inv.timeout_seconds));
   }
   return absl::OkStatus();
 }

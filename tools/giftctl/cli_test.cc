@@ -12,6 +12,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
@@ -132,13 +133,74 @@ TEST(ParseTest, UsageErrors) {
   ExpectUsage({"policy", "--max-layers", "0"},
               "policy: --max-layers 0 cannot be sent (0 keeps the current "
               "value)");
-  ExpectUsage({"status", "--timeout", "0"}, "--timeout: must be > 0");
+  ExpectUsage({"status", "--timeout", "0"},
+              "--timeout: must be in (0, 86400], got 0");
   ExpectUsage({"status", "--timeout"}, "--timeout: missing value");
   ExpectUsage({"--json=1", "status"}, "--json: takes no value");
   ExpectUsage({"watch", "--count", "2", "--count", "3"},
               "--count: given more than once");
   ExpectUsage({"health", "x"}, "health: expected 0 arguments, got 1");
   ExpectUsage({"health", "--wait=1"}, "health: unknown option '--wait'");
+}
+
+// Every numeric argument and option is checked before any call: a value
+// giftd would refuse, or read as 0 = "keep", or one a field cannot hold is
+// a usage error naming the option (issue 13: `policy --top-k -1` was sent
+// as nothing and exited 0).
+TEST(ParseTest, NumbersOutOfRangeAreUsageErrors) {
+  const std::pair<std::vector<std::string>, std::string> cases[] = {
+      {{"policy", "--top-k", "-1"}, "--top-k: must be >= 1, got -1"},
+      {{"policy", "--top-k=-7"}, "--top-k: must be >= 1, got -7"},
+      {{"policy", "--window", "-1"}, "--window: must be >= 1, got -1"},
+      {{"policy", "--window", "0"},
+       "policy: --window 0 cannot be sent (0 keeps the current value)"},
+      {{"policy", "--max-layers", "-1"}, "--max-layers: must be >= 0, got -1"},
+      {{"policy", "--top-k", "3000000000"},
+       "--top-k: expected an integer, got '3000000000'"},
+      {{"policy", "--threshold", "1.5"},
+       "--threshold: must be in [0, 1], got 1.5"},
+      {{"policy", "--threshold", "-0.1"},
+       "--threshold: must be in [0, 1], got -0.1"},
+      {{"policy", "--hysteresis", "1"},
+       "--hysteresis: must be in [0, 1), got 1"},
+      {{"policy", "--min-gain", "-0.5"},
+       "--min-gain: must be in [0, 1), got -0.5"},
+      {{"policy", "--max-flops", "-1"}, "--max-flops: must be >= 0, got -1"},
+      {{"policy", "--max-flops", "inf"},
+       "--max-flops: expected a number, got 'inf'"},
+      {{"set-interval", "0"}, "set-interval: must be >= 1, got 0"},
+      {{"set-interval", "-3"}, "set-interval: must be >= 1, got -3"},
+      {{"set-rank", "0"}, "set-rank: must be >= 1, got 0"},
+      {{"set-rank", "99999999999"},
+       "set-rank: expected an integer, got '99999999999'"},
+      {{"layer", "fc2", "--rank", "-1"}, "--rank: must be >= 1, got -1"},
+      {{"layer", "fc2", "--rank", "0"},
+       "layer: --rank 0 cannot be sent (0 keeps the current value)"},
+      {{"layer", "fc2", "--beta", "-1"}, "--beta: must be > 0, got -1"},
+      {{"layer", "fc2", "--beta=0"},
+       "layer: --beta 0 cannot be sent (0 keeps the current value)"},
+      {{"layer", "fc2", "--beta", "nan"},
+       "--beta: expected a number, got 'nan'"},
+      {{"watch", "--interval", "-1"}, "--interval: must be >= 0, got -1"},
+      {{"watch", "--interval", "10"},
+       "--interval: must be 0 (the default) or >= 50 ms, got 10"},
+      {{"watch", "--count", "-1"}, "--count: must be >= 0, got -1"},
+      {{"status", "--timeout", "-1"},
+       "--timeout: must be in (0, 86400], got -1"},
+      {{"status", "--timeout", "1e300"},
+       "--timeout: must be in (0, 86400], got 1e300"},
+  };
+  for (const auto& [args, message] : cases) ExpectUsage(args, message);
+  // The edges that are fine.
+  EXPECT_EQ(
+      Parse({"policy", "--max-layers", "1"})->set_policy.policy().max_layers(),
+      1);
+  EXPECT_EQ(
+      Parse({"policy", "--threshold", "1"})->set_policy.policy().threshold(),
+      1);
+  EXPECT_EQ(Parse({"watch", "--interval", "0"})->watch.interval_ms(), 0);
+  EXPECT_EQ(Parse({"watch", "--interval", "50"})->watch.interval_ms(), 50);
+  EXPECT_EQ(Parse({"status", "--timeout", "86400"})->timeout_seconds, 86400);
 }
 
 TEST(ParseTest, HelpNeedsNoCommand) {
@@ -154,8 +216,10 @@ struct BinaryRun {
   std::string output;  // stdout and stderr
 };
 
+// Bounded by `timeout`: a giftctl that hangs fails the test (exit 124).
 BinaryRun RunBinary(const std::string& args) {
-  std::string cmd = std::string(GIFTCTL_BINARY) + " " + args + " 2>&1";
+  std::string cmd =
+      "timeout 30 " + std::string(GIFTCTL_BINARY) + " " + args + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   std::string out;
   char buf[4096];
@@ -172,6 +236,20 @@ TEST(BinaryTest, UsageErrorsExitTwoWithUsageLine) {
     EXPECT_EQ(r.exit_code, 2) << args << ": " << r.output;
     EXPECT_THAT(r.output, HasSubstr("giftctl: ")) << args;
     EXPECT_THAT(r.output, HasSubstr("usage: giftctl")) << args;
+  }
+}
+
+// Out of range: exit 2 before any call (nothing listens on port 1: a call
+// would fail with UNAVAILABLE and exit 1).
+TEST(BinaryTest, OutOfRangeNumbersExitTwoBeforeAnyCall) {
+  for (const char* args :
+       {"policy --top-k -1", "policy --window -1", "policy --max-layers -1",
+        "set-interval -1", "set-rank 0", "layer fc2 --rank -1",
+        "layer fc2 --beta -1", "watch --interval -1"}) {
+    BinaryRun r = RunBinary(std::string("--address 127.0.0.1:1 ") + args);
+    EXPECT_EQ(r.exit_code, 2) << args << ": " << r.output;
+    EXPECT_THAT(r.output, HasSubstr("usage: giftctl")) << args;
+    EXPECT_THAT(r.output, ::testing::Not(HasSubstr("UNAVAILABLE"))) << args;
   }
 }
 
