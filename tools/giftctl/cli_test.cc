@@ -5,6 +5,7 @@
 #include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -274,6 +275,30 @@ TEST(BinaryTest, MissingTokenFileExitsOne) {
   BinaryRun r = RunBinary("--token-file /nonexistent/token status");
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_THAT(r.output, HasSubstr("cannot read token file '/nonexistent/"));
+}
+
+// Token and CA files are regular files of bounded size: /dev/zero, a FIFO
+// (no writer) or a directory fail at once instead of reading forever,
+// blocking or failing later.
+TEST(BinaryTest, TokenAndCaFilesMustBeRegularFiles) {
+  char dir[] = "/tmp/giftctl_cli_test_XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string fifo = std::string(dir) + "/fifo";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  for (const std::string& path :
+       {std::string("/dev/zero"), fifo, std::string(dir)}) {
+    BinaryRun r =
+        RunBinary("--address 127.0.0.1:1 --token-file " + path + " status");
+    EXPECT_EQ(r.exit_code, 1) << path << ": " << r.output;
+    EXPECT_THAT(r.output, HasSubstr("cannot read token file '" + path +
+                                    "': not a regular file"));
+    r = RunBinary("--address 127.0.0.1:1 --tls-ca " + path + " status");
+    EXPECT_EQ(r.exit_code, 1) << path << ": " << r.output;
+    EXPECT_THAT(r.output, HasSubstr("cannot read CA file '" + path +
+                                    "': not a regular file"));
+  }
+  unlink(fifo.c_str());
+  rmdir(dir);
 }
 
 }  // namespace

@@ -4,11 +4,7 @@
 #include <signal.h>
 
 #include <atomic>
-#include <cerrno>
 #include <chrono>
-#include <cstring>
-#include <fstream>
-#include <sstream>
 #include <thread>
 
 #include "absl/status/status.h"
@@ -17,20 +13,26 @@
 #include "absl/strings/str_join.h"
 #include "common/grpc_status.h"
 #include "tools/giftctl/format.h"
+#include "tools/read_file.h"
 
 namespace gift::giftctl {
 namespace {
 
+// A token is a line; a CA bundle of a few hundred certificates fits too.
+constexpr int64_t kMaxTokenBytes = 64 << 10;
+constexpr int64_t kMaxCaBytes = 4 << 20;
+
+// Only a regular file of at most max_bytes (tools/read_file.h): a FIFO or
+// /dev/zero given as --token-file must not hang giftctl.
 absl::StatusOr<std::string> ReadFile(const std::string& what,
-                                     const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
+                                     const std::string& path,
+                                     int64_t max_bytes) {
+  absl::StatusOr<std::string> text = tools::ReadRegularFile(path, max_bytes);
+  if (!text.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "cannot read ", what, " '", path, "': ", std::strerror(errno)));
+        "cannot read ", what, " '", path, "': ", text.status().message()));
   }
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
+  return text;
 }
 
 // A context with the deadline and the token. Watch streams get no deadline:
@@ -137,7 +139,8 @@ std::string Epoch(int64_t epoch) {
 
 absl::StatusOr<std::string> ReadToken(const std::string& path) {
   if (path.empty()) return std::string();
-  absl::StatusOr<std::string> text = ReadFile("token file", path);
+  absl::StatusOr<std::string> text =
+      ReadFile("token file", path, kMaxTokenBytes);
   if (!text.ok()) return text.status();
   std::string token(absl::StripTrailingAsciiWhitespace(*text));
   if (token.empty()) {
@@ -152,7 +155,7 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(
     return grpc::CreateChannel(inv.address, grpc::InsecureChannelCredentials());
   }
   grpc::SslCredentialsOptions ssl;
-  absl::StatusOr<std::string> ca = ReadFile("CA file", inv.tls_ca);
+  absl::StatusOr<std::string> ca = ReadFile("CA file", inv.tls_ca, kMaxCaBytes);
   if (!ca.ok()) return ca.status();
   ssl.pem_root_certs = *ca;
   return grpc::CreateChannel(inv.address, grpc::SslCredentials(ssl));
