@@ -2,6 +2,7 @@
 // staleness, sketches, windows and telemetry.
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -111,9 +112,11 @@ absl::Status DaemonAttachment::Impl::TakeFactors(VersionedFactors* factors) {
 void DaemonAttachment::Impl::DropStale(VersionedFactors* factors) {
   for (LayerState& s : layers) {
     const std::string& name = base.layers()[s.plan_index].name;
-    const GiftFactor* newest = factors->Newest(name);
-    if (newest == nullptr) continue;
-    auto it = s.window_end.find(newest->version);
+    // The version by value, not a GiftFactor pointer: Drop frees the factor.
+    const std::vector<int64_t> held = factors->Held(name);
+    if (held.empty()) continue;
+    const int64_t version = held.back();
+    auto it = s.window_end.find(version);
     const int64_t end = it == s.window_end.end() ? 0 : it->second;
     if (step - end > staleness_limit) {
       factors->Drop(name);
@@ -121,7 +124,7 @@ void DaemonAttachment::Impl::DropStale(VersionedFactors* factors) {
       Note(absl::StrFormat(
           "factor v%d of %s is %d steps old (limit %d): Euclidean until a "
           "new one arrives",
-          newest->version, name, step - end, staleness_limit));
+          version, name, step - end, staleness_limit));
     }
   }
 }

@@ -3,12 +3,14 @@
 // pinned layer takes the GIFT path on both ranks in the same steps; the
 // daemon dies and the ranks keep training, going Euclidean once the factor
 // is stale; a restarted daemon is re-adopted with versions above the old.
-// Also the option checks (resume names, device_memory needing a device).
+// Also, without a daemon, the drop of a stale factor and its note, and the
+// option checks (resume names, device_memory needing a device).
 #include "client/daemon_attachment.h"
 
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -277,6 +279,76 @@ TEST(DaemonAttachmentTest, FullTransformRefreshesFromTheAccumulatedMoment) {
     EXPECT_EQ(records[0][i].version, records[1][i].version) << "step " << i;
     EXPECT_EQ(records[0][i].full, records[1][i].full) << "step " << i;
   }
+}
+
+// A rank without giftd holding factor v7 of "w" (resumed at step 0) with a
+// staleness limit of 3 steps: steps 0-3 keep it, the BeforeStep of step 4
+// drops it. Returns the note it logged (stats().last_error), or "" after a
+// failed assertion.
+std::string StaleDropNote() {
+  absl::StatusOr<BucketPlan> plan = TestPlan();
+  EXPECT_OK(plan);
+  if (!plan.ok()) return "";
+  AttachmentOptions o;
+  o.agent_socket = "/nonexistent/agent.sock";  // no daemon: never attaches
+  o.job_id = "job";
+  o.rank = 0;
+  o.world_size = 1;
+  o.retry_interval = absl::Hours(1);  // one try in Create, then quiet
+  o.staleness_limit = 3;
+  o.resume.factor_versions = {{"w", 7}};
+  absl::StatusOr<std::unique_ptr<DaemonAttachment>> att =
+      DaemonAttachment::Create(o, *plan);
+  EXPECT_OK(att);
+  if (!att.ok()) return "";
+  GiftFactor f;
+  f.version = 7;
+  f.d_in = kIn;
+  f.r = 1;
+  f.u.assign(kIn, 0.125f);
+  f.c = {0.5f};
+  f.c_inv = {-1.0f / 3};
+  VersionedFactors factors;
+  EXPECT_OK(factors.Put("w", std::move(f)));
+  std::string note;
+  RunThreadRanks(1, [&](Communicator& comm) {
+    auto ar = QuantizedAllReduce::Create(&comm, *plan, {});
+    ASSERT_OK(ar);
+    for (int64_t step = 0; step <= 4; ++step) {
+      ASSERT_OK((*att)->BeforeStep(ar->get(), &factors));
+      EXPECT_EQ(factors.Held("w").size(), step < 4 ? 1u : 0u) << step;
+      StepTelemetry t;
+      t.step = step;
+      ASSERT_OK((*att)->AfterStep(**ar, t, 0.001));
+    }
+    const AttachmentStats stats = (*att)->stats();
+    EXPECT_EQ(stats.stale_drops, 1);
+    note = stats.last_error;
+  });
+  return note;
+}
+
+constexpr char kStaleNote[] =
+    "factor v7 of w is 4 steps old (limit 3): Euclidean until a new one "
+    "arrives";
+
+// The note names the version dropped: read before Drop frees the factor
+// (a heap-use-after-free under ASan before the fix).
+TEST(DaemonAttachmentTest, StaleFactorIsDroppedAndNamedByItsVersion) {
+  EXPECT_EQ(StaleDropNote(), kStaleNote);
+}
+
+// The same in a child whose glibc heap fills freed blocks with 0xa5 bytes
+// (MALLOC_PERTURB; the tcache, which skips the fill, off): a read of the
+// freed factor then names version -6510615555426900571, so the use after
+// free fails without ASan too.
+TEST(DaemonAttachmentTest, StaleNoteSurvivesAPoisonedHeap) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // the child execs anew
+  ::setenv("GLIBC_TUNABLES",
+           "glibc.malloc.tcache_count=0:glibc.malloc.perturb=165", 1);
+  EXPECT_EXIT(std::exit(StaleDropNote() == kStaleNote ? 0 : 1),
+              ::testing::ExitedWithCode(0), "");
+  ::unsetenv("GLIBC_TUNABLES");
 }
 
 TEST(DaemonAttachmentTest, ResumeMustNameTwoDimensionalLayers) {

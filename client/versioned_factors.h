@@ -57,14 +57,16 @@ class VersionedFactors {
   // highest versions. INVALID_ARGUMENT for a negative version or an
   // inconsistent factor.
   absl::Status Put(const std::string& layer, GiftFactor factor);
-  // The factor of that version, or nullptr when not held.
+  // The factor of that version, or nullptr when not held. The pointer is
+  // valid until the next Put or Drop of the layer (either may free it).
   const GiftFactor* Find(const std::string& layer, int64_t version) const;
   // Held versions, ascending (empty when none).
   std::vector<int64_t> Held(const std::string& layer) const;
-  // The highest held version, or nullptr.
+  // The highest held version, or nullptr; valid as long as Find's.
   const GiftFactor* Newest(const std::string& layer) const;
   // Forgets every version of the layer (a stale factor: the layer then goes
-  // Euclidean until a new one arrives).
+  // Euclidean until a new one arrives). Frees the factors: read what is
+  // needed of them (the version) first.
   void Drop(const std::string& layer);
 
  private:
