@@ -15,6 +15,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "daemon/config.h"
+#include "daemon/limits.h"
 
 namespace gift::daemon {
 namespace internal {
@@ -78,6 +79,36 @@ Option DoubleOption(std::string name, Get get, double min, bool above_min,
     return absl::InvalidArgumentError(absl::StrFormat(
         "%s must be %s %s (got %s)", name,
         above_min ? ">" : ">=", FormatDouble(min), FormatDouble(v)));
+  };
+  return o;
+}
+
+// IntOption with an upper bound too (the lower bound's message as every
+// option's).
+template <typename Get>
+Option IntRangeOption(std::string name, Get get, int min, int64_t max,
+                      std::string help) {
+  Option o = IntOption(name, get, min, std::move(help));
+  o.check = [get, name, max, below = o.check](const DaemonConfig& c) {
+    if (absl::Status s = below(c); !s.ok()) return s;
+    if (get(c) <= max) return absl::OkStatus();
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s must be <= %d (got %d)", name, max, get(c)));
+  };
+  return o;
+}
+
+// DoubleOption that must also lie in [lo, hi].
+template <typename Get>
+Option DoubleRangeOption(std::string name, Get get, double min, bool above_min,
+                         double lo, double hi, std::string help) {
+  Option o = DoubleOption(name, get, min, above_min, std::move(help));
+  o.check = [get, name, lo, hi, below = o.check](const DaemonConfig& c) {
+    if (absl::Status s = below(c); !s.ok()) return s;
+    if (get(c) >= lo && get(c) <= hi) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s must be in [%s, %s] (got %s)", name, FormatDouble(lo),
+        FormatDouble(hi), FormatDouble(get(c))));
   };
   return o;
 }
@@ -146,6 +177,8 @@ Option SelectionKindOption() {
   [](auto& c) -> auto& { return c.f; }
 #define GIFT_FIELD(f) #f, GIFT_FIELD_GET(f)
 #define GIFT_INT(f, min, help) IntOption(GIFT_FIELD(f), min, help)
+#define GIFT_INT_RANGE(f, min, max, help) \
+  IntRangeOption(GIFT_FIELD(f), min, max, help)
 #define GIFT_DOUBLE(f, min, above, help) \
   DoubleOption(GIFT_FIELD(f), min, above, help)
 #define GIFT_STRING(f, value, help) \
@@ -208,16 +241,20 @@ std::vector<Option> Peer() {
 
 std::vector<Option> Plan() {
   return {
-      GIFT_INT(refresh_interval, 1, "Factor refresh interval K, in steps"),
+      GIFT_INT_RANGE(refresh_interval, 1, kMaxRefreshInterval,
+                     "Factor refresh interval K, in steps"),
       GIFT_INT(rank, 1, "Default factor rank r (<= max_rank)"),
-      GIFT_INT(max_rank, 1, "Factor slot capacity: largest run-time rank"),
+      GIFT_INT_RANGE(max_rank, 1, 4096,
+                     "Factor slot capacity: largest run-time rank"),
       GIFT_INT(probe_interval, 1, "Probe step interval M (measured gain)"),
       GIFT_INT(sketch_rows, 1, "Sampled input rows per layer and step"),
       GIFT_INT(staleness_limit, 1,
                "Steps a factor may age before a rank falls back to Euclidean"),
-      GIFT_DOUBLE(beta, 0, true, "Low-rank damping strength beta"),
-      GIFT_DOUBLE(full_beta, 0, true,
-                  "Full-transform damping (tau = full_beta tr A / d_in)"),
+      DoubleRangeOption(GIFT_FIELD(beta), 0, true, kMinBeta, kMaxBeta,
+                        "Low-rank damping strength beta, [1e-08, 1e+08]"),
+      DoubleRangeOption(GIFT_FIELD(full_beta), 0, true, kMinBeta, kMaxBeta,
+                        "Full-transform damping (tau = full_beta tr A / "
+                        "d_in), [1e-08, 1e+08]"),
       GIFT_INT(full_max_d_in, 1, "Largest d_in allowed the full transform"),
       GIFT_ENUM(transform, "Default whitening transform", "lowrank", "full"),
       GIFT_ENUM(format, "Default FP8 format", "e4m3", "e5m2"),
@@ -255,6 +292,7 @@ std::vector<Option> Daemon() {
   };
 }
 
+#undef GIFT_INT_RANGE
 #undef GIFT_ENUM
 #undef GIFT_STRING
 #undef GIFT_DOUBLE

@@ -247,8 +247,13 @@ class Daemon : public DaemonCore, public PeerHandler {
   absl::Status InstallPeerFactor(const v1::PublishFactorRequest& r)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void InstallPendingFactors() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  bool InstallFactor(Layer& l, std::unique_ptr<shm::FactorData> f,
-                     double seconds) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Returns whether it was installed; INVALID_ARGUMENT (counted in
+  // gift_factor_rejected_total, logged) for a factor outside
+  // factor_check.h's bounds, which the layer never gets.
+  absl::StatusOr<bool> InstallFactor(Layer& l,
+                                     std::unique_ptr<shm::FactorData> f,
+                                     double seconds)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateGauges() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int64_t SlowestStep() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::map<std::string, SelectorSettings> SelectorSettingsByLayer() const

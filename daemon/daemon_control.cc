@@ -8,6 +8,7 @@
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 #include "daemon/daemon.h"
+#include "daemon/limits.h"
 #include "daemon/log.h"
 
 namespace gift::daemon {
@@ -172,12 +173,15 @@ absl::Status Daemon::ValidateLayerSettings(const Layer& l,
   }
   if (s.rank() < 0 || s.rank() > l.d_in || s.rank() > l.r_cap) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "rank %d for layer %s must be in [1, %d] (d_in %d, max_rank %d)",
+        "rank %d for layer %s must be in [1, %d] (d_in %d, max_rank %d; 0: "
+        "the daemon's rank)",
         s.rank(), l.name, l.r_cap, l.d_in, config_.max_rank));
   }
-  if (!std::isfinite(s.beta()) || s.beta() < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("beta must be a finite value > 0 (got %g)", s.beta()));
+  // 0 keeps the current value; NaN fails both comparisons.
+  if (s.beta() != 0 && !(s.beta() >= kMinBeta && s.beta() <= kMaxBeta)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "beta %g for layer %s must be in [%g, %g] (0: the default)", s.beta(),
+        l.name, kMinBeta, kMaxBeta));
   }
   if (s.transform() == v1::TRANSFORM_FULL && l.d_in > config_.full_max_d_in) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -234,9 +238,10 @@ absl::StatusOr<v1::SetRefreshIntervalResponse> Daemon::SetRefreshInterval(
     ASSIGN_OR_RETURN(v1::ForwardControlResponse out, Forward(std::move(f)));
     return out.set_refresh_interval();
   }
-  if (r.steps() < 1) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "refresh interval K must be >= 1 step (got %d)", r.steps()));
+  if (r.steps() < 1 || r.steps() > kMaxRefreshInterval) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("refresh interval K must be in [1, %d] steps (got %d)",
+                        kMaxRefreshInterval, r.steps()));
   }
   absl::MutexLock lock(&mu_);
   if (r.steps() != refresh_interval_) {

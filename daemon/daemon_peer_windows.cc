@@ -214,8 +214,8 @@ absl::Status Daemon::InstallPeerFactor(const v1::PublishFactorRequest& r) {
   f->omega.assign(x.omega().begin(), x.omega().end());
   f->t.assign(x.t().begin(), x.t().end());
   f->t_inv.assign(x.t_inv().begin(), x.t_inv().end());
-  InstallFactor(*l, std::move(f), x.seconds());  // an old version: ignored
-  return absl::OkStatus();
+  // An old version is ignored; a factor out of bounds is refused.
+  return InstallFactor(*l, std::move(f), x.seconds()).status();
 }
 
 }  // namespace gift::daemon

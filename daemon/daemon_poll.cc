@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "daemon/daemon.h"
+#include "daemon/factor_check.h"
 #include "daemon/log.h"
 #include "kernels/quantize.h"
 #include "shm/rank_counters.h"
@@ -420,7 +421,8 @@ void Daemon::PublishResults() {
     // Every other member installs the same bytes (OnFactor).
     std::optional<v1::PublishFactorRequest> out;
     if (link != nullptr) out = FactorMessage(*l, *f, r.seconds);
-    if (!InstallFactor(*l, std::move(f), r.seconds)) continue;
+    absl::StatusOr<bool> installed = InstallFactor(*l, std::move(f), r.seconds);
+    if (!installed.ok() || !*installed) continue;
     if (out.has_value()) link->BroadcastFactor(*std::move(out));
     metrics_.refresh_duration->WithLabels(Labels({l->name})).Observe(r.seconds);
   }
@@ -452,9 +454,16 @@ std::unique_ptr<shm::FactorData> Daemon::FactorOf(const Layer& l,
   return f;
 }
 
-bool Daemon::InstallFactor(Layer& l, std::unique_ptr<shm::FactorData> f,
-                           double seconds) {
+absl::StatusOr<bool> Daemon::InstallFactor(Layer& l,
+                                           std::unique_ptr<shm::FactorData> f,
+                                           double seconds) {
   if (l.newest != nullptr && f->version <= l.newest->version) return false;
+  if (absl::Status st = CheckFactor(*f, {l.d_in, l.r_cap, l.k_cap}); !st.ok()) {
+    metrics_.factors_rejected->WithLabels(Labels({l.name})).Increment();
+    LOG_WARNING("factor %s v%d dropped (the layer keeps v%d): %s", l.name,
+                f->version, l.newest ? l.newest->version : -1, st.message());
+    return st;
+  }
   l.omega_by_version[f->version] = f->omega;
   while (l.omega_by_version.size() > 4) {
     l.omega_by_version.erase(l.omega_by_version.begin());

@@ -1,6 +1,7 @@
 # giftd's core (daemon.h) and the binary. Included from daemon/CMakeLists.txt.
 add_library(gift_daemon
   kv_store.cc
+  factor_check.cc
   session.cc
   refresher.cc
   daemon_metrics.cc
@@ -23,6 +24,10 @@ if(GIFT_BUILD_TESTS)
   gift_add_test(kv_store_test SOURCES kv_store_test.cc LIBS gift_daemon)
   gift_add_test(daemon_test SOURCES daemon_test.cc LIBS gift_daemon)
   gift_add_test(daemon_shm_test SOURCES daemon_shm_test.cc LIBS gift_daemon)
+  gift_add_test(daemon_control_test SOURCES daemon_control_test.cc
+    LIBS gift_daemon)
+  gift_add_test(factor_check_test SOURCES factor_check_test.cc
+    LIBS gift_daemon gift_linalg Eigen3::Eigen)
   # An in-process PeerLink for the daemon's multi-node tests (no gRPC).
   add_library(gift_fake_peer_link fake_peer_link.cc)
   target_link_libraries(gift_fake_peer_link PUBLIC gift_proto gift_common

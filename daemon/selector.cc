@@ -58,6 +58,7 @@ absl::Status SelectorPolicy::Validate() const {
     return Bad("kind", "top-k, elbow or threshold", static_cast<int>(kind));
   }
   if (top_k < 1) return Bad("top_k", ">= 1", top_k);
+  if (top_k > kMaxSelectionCount) return Bad("top_k", "<= 1000000", top_k);
   if (!(threshold >= 0 && threshold <= 1)) {
     return Bad("threshold", "in [0, 1]", threshold);
   }
@@ -65,7 +66,13 @@ absl::Status SelectorPolicy::Validate() const {
     return Bad("hysteresis", "in [0, 1)", hysteresis);
   }
   if (window_steps < 1) return Bad("window_steps", ">= 1", window_steps);
+  if (window_steps > kMaxSelectionCount) {
+    return Bad("window_steps", "<= 1000000", window_steps);
+  }
   if (max_layers < 0) return Bad("max_layers", ">= 0", max_layers);
+  if (max_layers > kMaxSelectionCount) {
+    return Bad("max_layers", "<= 1000000", max_layers);
+  }
   if (!(max_extra_flops >= 0) || std::isinf(max_extra_flops)) {
     return Bad("max_extra_flops", "finite and >= 0", max_extra_flops);
   }

@@ -58,19 +58,23 @@ enum class PinState { kAuto, kIn, kOut };
 const char* SelectionKindName(SelectionKind kind);  // "top-k", "elbow", ...
 absl::StatusOr<SelectionKind> ParseSelectionKind(const std::string& name);
 
+// Largest top_k, window_steps and max_layers (a window keeps one sample
+// per poll and layer, so its length is bounded too).
+inline constexpr int kMaxSelectionCount = 1000000;
+
 struct SelectorPolicy {
   // Default: top-k.
   SelectionKind kind = SelectionKind::kTopK;
-  // top-k: k. Default: 8. REQUIRES: >= 1.
+  // top-k: k. Default: 8. REQUIRES: [1, kMaxSelectionCount].
   int top_k = 8;
   // threshold: minimum vulnerability. Default: 0.01. REQUIRES: [0, 1].
   double threshold = 0.01;
   // Relative margin to enter/leave. Default: 0.1. REQUIRES: [0, 1).
   double hysteresis = 0.1;
-  // Score window in steps. Default: 50. REQUIRES: >= 1.
+  // Score window in steps. Default: 50. REQUIRES: [1, kMaxSelectionCount].
   int window_steps = 50;
   // Budget: at most this many selected layers; 0 = unlimited. Default: 0.
-  // REQUIRES: >= 0.
+  // REQUIRES: [0, kMaxSelectionCount].
   int max_layers = 0;
   // Budget: extra whitening flops per step; 0 = unlimited. Default: 0.
   // REQUIRES: >= 0.
