@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "daemon/limits.h"
 #include "daemon/selector.h"
 
 namespace gift::daemon {
@@ -95,6 +96,7 @@ struct DaemonConfig {
   // Telemetry poll / selector period. Default: 100. REQUIRES: >= 10.
   int poll_interval_ms = 100;
   std::string log_level = "info";  // debug|info|warning|error
+  Limits limits;  // max_* options: what ranks and operators may send
 
   // ---- not options: what the command line asked for
   bool print_config = false;

@@ -5,6 +5,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -16,6 +17,7 @@
 #include "absl/strings/str_replace.h"
 #include "daemon/config.h"
 #include "daemon/limits.h"
+#include "shm/layout.h"
 
 namespace gift::daemon {
 namespace internal {
@@ -179,6 +181,9 @@ Option SelectionKindOption() {
 #define GIFT_INT(f, min, help) IntOption(GIFT_FIELD(f), min, help)
 #define GIFT_INT_RANGE(f, min, max, help) \
   IntRangeOption(GIFT_FIELD(f), min, max, help)
+// A limits.h field under its own name (max_layers, not limits.max_layers).
+#define GIFT_LIMIT(f, min, max, help) \
+  IntRangeOption(#f, GIFT_FIELD_GET(limits.f), min, max, help)
 #define GIFT_DOUBLE(f, min, above, help) \
   DoubleOption(GIFT_FIELD(f), min, above, help)
 #define GIFT_STRING(f, value, help) \
@@ -292,6 +297,37 @@ std::vector<Option> Daemon() {
   };
 }
 
+// What ranks and operators may send (limits.h); over a limit, a request is
+// refused with INVALID_ARGUMENT or RESOURCE_EXHAUSTED naming it.
+std::vector<Option> Limits() {
+  return {
+      GIFT_LIMIT(max_layer_d_in, 1, shm::kMaxDIn,
+                 "Largest d_in of a layer a rank may declare"),
+      GIFT_LIMIT(max_layer_d_out, 1, int64_t{1} << 31,
+                 "Largest d_out of a layer a rank may declare"),
+      GIFT_LIMIT(max_layers, 1, 65536, "Most layers one rank may declare"),
+      GIFT_LIMIT(max_rank_shm_bytes, 1, std::numeric_limits<int64_t>::max(),
+                 "Most shared memory of one rank (control block, data and "
+                 "full regions), bytes"),
+      GIFT_LIMIT(max_local_ranks, 1, 4096,
+                 "Most ranks registered with this giftd at once"),
+      GIFT_LIMIT(max_sessions_per_pid, 1, 4096,
+                 "Most sessions one process may hold"),
+      GIFT_LIMIT(max_job_id_bytes, 1, 1024,
+                 "Longest job id (ASCII letters, digits and ._-:@+=/)"),
+      GIFT_LIMIT(max_layer_name_bytes, 1, shm::kNameBytes - 1,
+                 "Longest layer name (printable ASCII)"),
+      GIFT_LIMIT(max_store_value_bytes, 1, 4 << 20,
+                 "Largest rendezvous-store value, bytes"),
+      GIFT_LIMIT(max_store_job_bytes, 1, int64_t{1} << 40,
+                 "Most rendezvous-store bytes (keys and values) of one job"),
+      GIFT_LIMIT(max_store_jobs, 1, 1024,
+                 "Most jobs with store keys at once (a new one replaces the "
+                 "least recently used without ranks)"),
+  };
+}
+
+#undef GIFT_LIMIT
 #undef GIFT_INT_RANGE
 #undef GIFT_ENUM
 #undef GIFT_STRING
@@ -316,6 +352,7 @@ const std::vector<Option>& Options() {
     add(Plan(), "plan defaults (changeable at run time through Control)");
     add(Selection(), "layer selection (changeable through Control)");
     add(Daemon(), "daemon");
+    add(Limits(), "limits (what ranks and operators may send)");
     DaemonConfig defaults;
     for (Option& o : *all) {
       if (o.default_text.empty()) o.default_text = o.get(defaults);

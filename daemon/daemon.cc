@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <random>
-#include <set>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -14,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "daemon/log.h"
+#include "daemon/request_limits.h"
 
 namespace gift::daemon {
 namespace {
@@ -35,6 +35,9 @@ Daemon::Daemon(const DaemonConfig& config, metrics::Registry* registry)
       started_(absl::Now()),
       registry_(registry),
       metrics_(registry),
+      store_(StoreLimits{config.limits.max_store_value_bytes,
+                         config.limits.max_store_job_bytes,
+                         config.limits.max_store_jobs}),
       refresh_interval_(config.refresh_interval),
       rank_r_(config.rank),
       selector_(config.selection),
@@ -60,6 +63,9 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(
   }
   d->metrics_.info->WithLabels({"", config.node, kGiftVersion, d->instance_})
       .Set(1);
+  // A member of a multi-node job serves that job's store whatever else
+  // local processes put there.
+  if (d->peered_) d->store_.KeepJob(config.job_id);
   if (d->peered_) {
     RETURN_IF_ERROR(d->StartPeerLink(std::move(peer_link_factory)));
   }
@@ -105,25 +111,7 @@ std::vector<std::string> Daemon::Labels(
 // ---- Register ---------------------------------------------------------------
 
 absl::Status Daemon::CheckRegister(const v1::RegisterRequest& r) const {
-  if (r.job_id().empty()) return absl::InvalidArgumentError("empty job_id");
-  if (r.world_size() < 1 || r.rank() < 0 || r.rank() >= r.world_size()) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "rank %d of world size %d is out of range", r.rank(), r.world_size()));
-  }
-  if (r.local_rank() < 0 || r.pid() <= 0) {
-    return absl::InvalidArgumentError("local_rank and pid must be set");
-  }
-  if (r.layout_version() != shm::kLayoutVersion) {
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "shared memory layout version %d, giftd speaks %d: upgrade the "
-        "client library or giftd so that they match",
-        r.layout_version(), shm::kLayoutVersion));
-  }
-  if (r.memory() != v1::MEMORY_KIND_HOST &&
-      r.memory() != v1::MEMORY_KIND_DEVICE) {
-    return absl::InvalidArgumentError("memory kind must be HOST or DEVICE");
-  }
-  RETURN_IF_ERROR(CheckShapes(r.layers()));
+  RETURN_IF_ERROR(CheckRegisterRequest(r, config_.limits));
   if (peered_ && r.job_id() != config_.job_id) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "giftd serves job '%s' (its job_id); a rank of job '%s' cannot "
@@ -144,21 +132,62 @@ absl::Status Daemon::CheckRegister(const v1::RegisterRequest& r) const {
   return CheckSameJob(r.world_size(), r.layers());
 }
 
-absl::Status Daemon::CheckShapes(
-    const google::protobuf::RepeatedPtrField<v1::LayerShape>& layers) {
-  std::set<std::string> names;
-  for (const v1::LayerShape& l : layers) {
-    if (l.name().empty() || l.name().size() >= shm::kNameBytes ||
-        !names.insert(l.name()).second) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "layer name '%s' is empty, too long or repeated", l.name()));
-    }
-    if (l.d_out() < 1 || l.d_in() < 1) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "layer %s has shape %d x %d", l.name(), l.d_out(), l.d_in()));
-    }
+absl::Status Daemon::CheckCapacity(const v1::RegisterRequest& r,
+                                   const std::string& replaced) const {
+  int node = 0, process = 0;
+  for (const auto& [id, s] : sessions_) {
+    if (id == replaced) continue;
+    ++node;
+    process += s->spec().pid == r.pid();
   }
-  return absl::OkStatus();
+  if (node >= config_.limits.max_local_ranks) {
+    return absl::ResourceExhaustedError(
+        absl::StrFormat("%d ranks are registered; max_local_ranks is %d", node,
+                        config_.limits.max_local_ranks));
+  }
+  if (process >= config_.limits.max_sessions_per_pid) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "process %d holds %d sessions; max_sessions_per_pid is %d", r.pid(),
+        process, config_.limits.max_sessions_per_pid));
+  }
+  // The job's layers and transforms stay when it goes on; otherwise the
+  // rank's layers become the job's, with the default transform.
+  const bool keeps =
+      !layers_.empty() && (peered_ || (r.job_id() == job_id_ && node > 0));
+  if (keeps) {
+    return SessionShmBytes(Decls(), FullLayers(), config_.limits).status();
+  }
+  std::vector<shm::LayerDecl> decls;
+  std::vector<bool> full;
+  for (const v1::LayerShape& l : r.layers()) {
+    decls.push_back({l.name(), l.d_out(), l.d_in(), RankCap(l.d_in())});
+    full.push_back(DefaultFull(l.d_in()));
+  }
+  return SessionShmBytes(decls, full, config_.limits).status();
+}
+
+int32_t Daemon::RankCap(int64_t d_in) const {
+  return static_cast<int32_t>(std::min<int64_t>(config_.max_rank, d_in));
+}
+
+bool Daemon::DefaultFull(int64_t d_in) const {
+  return config_.transform == "full" && d_in <= config_.full_max_d_in;
+}
+
+std::vector<shm::LayerDecl> Daemon::Decls() const {
+  std::vector<shm::LayerDecl> out;
+  for (const Layer& l : layers_) {
+    out.push_back({l.name, l.d_out, l.d_in, l.r_cap});
+  }
+  return out;
+}
+
+std::vector<bool> Daemon::FullLayers() const {
+  std::vector<bool> out;
+  for (const Layer& l : layers_) {
+    out.push_back(l.settings.transform() == v1::TRANSFORM_FULL);
+  }
+  return out;
 }
 
 absl::Status Daemon::CheckSameJob(
@@ -201,6 +230,7 @@ absl::Status Daemon::AdoptLayers(
     const std::string& job_id, int world_size,
     const google::protobuf::RepeatedPtrField<v1::LayerShape>& layers) {
   job_id_ = job_id;
+  store_.KeepJob(job_id_);
   world_size_ = world_size;
   layers_.clear();
   selector_ = LayerSelector(selector_.policy());
@@ -209,13 +239,13 @@ absl::Status Daemon::AdoptLayers(
     l.name = s.name();
     l.d_out = s.d_out();
     l.d_in = s.d_in();
-    l.r_cap = static_cast<int32_t>(std::min<int64_t>(config_.max_rank, l.d_in));
+    l.r_cap = RankCap(l.d_in);
     l.k_cap = static_cast<int32_t>(
         std::min<int64_t>(l.d_in, l.r_cap + shm::kOversample));
     l.settings.set_pin(v1::PIN_AUTO);
-    l.settings.set_transform(config_.transform == "full"
-                                 ? v1::TRANSFORM_FULL
-                                 : v1::TRANSFORM_LOWRANK);
+    // A layer wider than full_max_d_in stays low-rank whatever the default.
+    l.settings.set_transform(DefaultFull(l.d_in) ? v1::TRANSFORM_FULL
+                                                 : v1::TRANSFORM_LOWRANK);
     l.settings.set_format(config_.format == "e5m2" ? v1::FP8_FORMAT_E5M2
                                                    : v1::FP8_FORMAT_E4M3);
     l.omega0 = InitialOmega(l.d_in, l.k_cap, config_.omega_seed);
@@ -255,6 +285,7 @@ absl::StatusOr<v1::RegisterResponse> Daemon::Register(
   if (stopped_) return absl::UnavailableError("giftd is stopping");
   RETURN_IF_ERROR(CheckRegister(r));
   // The same rank again (a restarted process, or a re-attach): replace it.
+  std::string replaced;
   for (auto& [id, s] : sessions_) {
     if (s->rank() == r.rank()) {
       if (s->spec().pid != r.pid() && !ProcessGone(s->spec().pid)) {
@@ -262,17 +293,21 @@ absl::StatusOr<v1::RegisterResponse> Daemon::Register(
             absl::StrFormat("rank %d is already registered by live pid %d",
                             r.rank(), s->spec().pid));
       }
-      DropSession(id, "replaced by a new registration");
+      replaced = id;
       break;
     }
   }
+  // Every limit before anything is dropped or allocated.
+  RETURN_IF_ERROR(CheckCapacity(r, replaced));
+  if (!replaced.empty())
+    DropSession(replaced, "replaced by a new registration");
   RETURN_IF_ERROR(AdoptJob(r));
   const std::vector<std::string> resumed(r.resumed_gift_layers().begin(),
                                          r.resumed_gift_layers().end());
   for (const std::string& name : resumed) {
     if (!selector_.HasLayer(name)) {
       return absl::InvalidArgumentError(absl::StrFormat(
-          "resumed GIFT layer '%s' is not a declared layer", name));
+          "resumed GIFT layer '%s' is not a declared layer", Clip(name)));
     }
   }
   SessionSpec spec;
@@ -288,9 +323,7 @@ absl::StatusOr<v1::RegisterResponse> Daemon::Register(
                        ? shm::RegionKind::kCudaIpc
                        : shm::RegionKind::kPosix;
   spec.device = r.device();
-  for (const Layer& l : layers_) {
-    spec.layers.push_back({l.name, l.d_out, l.d_in, l.r_cap});
-  }
+  spec.layers = Decls();
   ASSIGN_OR_RETURN(std::unique_ptr<RankSession> s, CreateSession(r, spec));
   for (int i = 0; i < s->layers(); ++i) {
     RETURN_IF_ERROR(
@@ -364,12 +397,13 @@ absl::StatusOr<bool> Daemon::ContinueAbove(const v1::RegisterRequest& r) {
 
 absl::StatusOr<v1::HeartbeatResponse> Daemon::Heartbeat(
     const v1::HeartbeatRequest& r) {
+  RETURN_IF_ERROR(CheckCount("step", r.step()));
   absl::MutexLock lock(&mu_);
   auto it = sessions_.find(r.session_id());
   if (it == sessions_.end()) {
     return absl::NotFoundError(absl::StrFormat(
         "unknown session '%s' (reaped, or giftd restarted): register again",
-        r.session_id()));
+        Clip(r.session_id())));
   }
   it->second->last_seen = absl::Now();
   it->second->last_step = std::max(it->second->last_step, r.step());
@@ -382,7 +416,7 @@ absl::Status Daemon::Deregister(const v1::DeregisterRequest& r) {
   absl::MutexLock lock(&mu_);
   if (sessions_.count(r.session_id()) == 0) {
     return absl::NotFoundError(
-        absl::StrFormat("unknown session '%s'", r.session_id()));
+        absl::StrFormat("unknown session '%s'", Clip(r.session_id())));
   }
   DropSession(r.session_id(), "deregistered");
   return absl::OkStatus();
@@ -501,6 +535,7 @@ absl::Status Daemon::EnsureFullRegions() {
 // --------------------------------------------------------------------
 
 absl::Status Daemon::StoreSet(const v1::StoreSetRequest& r) {
+  RETURN_IF_ERROR(CheckJobId(r.job_id(), config_.limits));
   // A follower's ranks share the job's store on the leader (no lock held:
   // the link blocks).
   if (IsFollower()) return link()->StoreSet(r);
@@ -509,6 +544,7 @@ absl::Status Daemon::StoreSet(const v1::StoreSetRequest& r) {
 
 absl::StatusOr<v1::StoreGetResponse> Daemon::StoreGet(
     const v1::StoreGetRequest& r, absl::Duration max_wait) {
+  RETURN_IF_ERROR(CheckJobId(r.job_id(), config_.limits));
   if (r.timeout_ms() < 0) {
     return absl::InvalidArgumentError("store: timeout_ms must be >= 0");
   }
@@ -529,6 +565,7 @@ absl::StatusOr<v1::StoreGetResponse> Daemon::StoreGet(
 
 absl::StatusOr<v1::StoreAddResponse> Daemon::StoreAdd(
     const v1::StoreAddRequest& r) {
+  RETURN_IF_ERROR(CheckJobId(r.job_id(), config_.limits));
   if (IsFollower()) return link()->StoreAdd(r);
   ASSIGN_OR_RETURN(int64_t v, store_.Add(r.job_id(), r.key(), r.delta()));
   v1::StoreAddResponse out;

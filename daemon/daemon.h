@@ -168,9 +168,21 @@ class Daemon : public DaemonCore, public PeerHandler {
   // ---- daemon.cc: sessions
   absl::Status CheckRegister(const v1::RegisterRequest& r) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Names unique and short enough, shapes positive.
-  static absl::Status CheckShapes(
-      const google::protobuf::RepeatedPtrField<v1::LayerShape>& layers);
+  // Room on this node for one more session of r's process (`replaced`: a
+  // session it replaces) and for its shared memory: RESOURCE_EXHAUSTED
+  // naming the limit.
+  absl::Status CheckCapacity(const v1::RegisterRequest& r,
+                             const std::string& replaced) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A layer's slot capacity: min(max_rank, d_in).
+  int32_t RankCap(int64_t d_in) const;
+  // Whether a new layer takes the full transform (the default transform,
+  // within full_max_d_in).
+  bool DefaultFull(int64_t d_in) const;
+  // The job's layers as a session declares them, and which have a full
+  // region.
+  std::vector<shm::LayerDecl> Decls() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::vector<bool> FullLayers() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The job's layer list and world size against a rank's or a follower's.
   absl::Status CheckSameJob(
       int world_size,
@@ -302,7 +314,8 @@ class Daemon : public DaemonCore, public PeerHandler {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   v1::GetStatusResponse StatusLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status ValidateLayerSettings(const Layer& l,
-                                     const v1::LayerSettings& s) const;
+                                     const v1::LayerSettings& s) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // {job_id, node, extra...}: the label values of a metric series.
   std::vector<std::string> Labels(std::initializer_list<std::string> extra)

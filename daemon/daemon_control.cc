@@ -10,6 +10,7 @@
 #include "daemon/daemon.h"
 #include "daemon/limits.h"
 #include "daemon/log.h"
+#include "daemon/request_limits.h"
 
 namespace gift::daemon {
 namespace {
@@ -84,11 +85,11 @@ absl::StatusOr<Daemon::Layer*> Daemon::FindLayer(const std::string& name) {
   }
   if (layers_.empty()) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "unknown layer '%s': no rank has registered yet", name));
+        "unknown layer '%s': no rank has registered yet", Clip(name)));
   }
   return absl::InvalidArgumentError(
       absl::StrFormat("unknown layer '%s' (giftctl layers lists the %d layers)",
-                      name, layers_.size()));
+                      Clip(name), layers_.size()));
 }
 
 v1::LayerStatus Daemon::LayerStatusOf(const Layer& l) const {
@@ -183,13 +184,20 @@ absl::Status Daemon::ValidateLayerSettings(const Layer& l,
         "beta %g for layer %s must be in [%g, %g] (0: the default)", s.beta(),
         l.name, kMinBeta, kMaxBeta));
   }
-  if (s.transform() == v1::TRANSFORM_FULL && l.d_in > config_.full_max_d_in) {
+  if (s.transform() != v1::TRANSFORM_FULL ||
+      l.settings.transform() == v1::TRANSFORM_FULL) {
+    return absl::OkStatus();
+  }
+  if (l.d_in > config_.full_max_d_in) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "layer %s has d_in %d > full_max_d_in %d: the full transform is not "
         "allowed",
         l.name, l.d_in, config_.full_max_d_in));
   }
-  return absl::OkStatus();
+  // Every rank then gets the layer's full region too.
+  std::vector<bool> full = FullLayers();
+  full[&l - layers_.data()] = true;
+  return SessionShmBytes(Decls(), full, config_.limits).status();
 }
 
 absl::StatusOr<v1::SetLayerPolicyResponse> Daemon::SetLayerPolicy(

@@ -12,6 +12,7 @@
 #include "common/status_macros.h"
 #include "daemon/daemon.h"
 #include "daemon/log.h"
+#include "daemon/request_limits.h"
 
 namespace gift::daemon {
 namespace {
@@ -194,11 +195,13 @@ absl::StatusOr<v1::PeerPlan> Daemon::OnJoin(const v1::JoinRequest& r) {
     return absl::FailedPreconditionError("this giftd is not the job's leader");
   }
   if (!r.layers().empty()) {
-    RETURN_IF_ERROR(CheckShapes(r.layers()));  // as a rank's layer list
+    // As a rank's layer list.
+    RETURN_IF_ERROR(CheckLayerShapes(r.layers(), config_.limits));
     if (layers_.empty()) {
-      if (r.world_size() < 1) {
-        return absl::InvalidArgumentError(
-            "a follower with layers needs a world size");
+      if (r.world_size() < 1 || r.world_size() > kMaxWorldSize) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "a follower with layers needs a world size in [1, %d] (got %d)",
+            kMaxWorldSize, r.world_size()));
       }
       RETURN_IF_ERROR(AdoptLayers(config_.job_id, r.world_size(), r.layers()));
       job_id_ = config_.job_id;

@@ -1,6 +1,7 @@
 # giftd's core (daemon.h) and the binary. Included from daemon/CMakeLists.txt.
 add_library(gift_daemon
   kv_store.cc
+  request_limits.cc
   factor_check.cc
   session.cc
   refresher.cc
@@ -28,6 +29,8 @@ if(GIFT_BUILD_TESTS)
     LIBS gift_daemon)
   gift_add_test(factor_check_test SOURCES factor_check_test.cc
     LIBS gift_daemon gift_linalg Eigen3::Eigen)
+  gift_add_test(daemon_limits_test SOURCES daemon_limits_test.cc
+    LIBS gift_daemon)
   # An in-process PeerLink for the daemon's multi-node tests (no gRPC).
   add_library(gift_fake_peer_link fake_peer_link.cc)
   target_link_libraries(gift_fake_peer_link PUBLIC gift_proto gift_common

@@ -1,5 +1,8 @@
 #include "daemon/kv_store.h"
 
+#include <cstdint>
+#include <limits>
+#include <string>
 #include <thread>
 
 #include "common/status_matchers.h"
@@ -9,6 +12,7 @@ namespace gift::daemon {
 namespace {
 
 using ::gift::testing::StatusIs;
+using ::testing::HasSubstr;
 
 TEST(KvStoreTest, SetGetAdd) {
   KvStore s;
@@ -65,6 +69,58 @@ TEST(KvStoreTest, DropJobAndClose) {
   EXPECT_THAT(s.Get("j", "k", absl::Seconds(30)).status(),
               StatusIs(absl::StatusCode::kCancelled));
   closer.join();
+}
+
+// Issue 13: Add overflowed (signed overflow, the value wrapped).
+TEST(KvStoreTest, AddThatWouldOverflowIsRefusedAndChangesNothing) {
+  KvStore s;
+  const int64_t max = std::numeric_limits<int64_t>::max();
+  ASSERT_OK(s.Add("j", "n", max - 1));
+  EXPECT_THAT(s.Add("j", "n", 2),
+              StatusIs(absl::StatusCode::kOutOfRange, HasSubstr("overflow")));
+  EXPECT_EQ(*s.Get("j", "n", absl::ZeroDuration()), std::to_string(max - 1));
+  ASSERT_OK(s.Add("j", "m", std::numeric_limits<int64_t>::min()));
+  EXPECT_THAT(s.Add("j", "m", -1), StatusIs(absl::StatusCode::kOutOfRange));
+  ASSERT_OK(s.Set("j", "big", std::to_string(max)));
+  EXPECT_THAT(s.Add("j", "big", 1), StatusIs(absl::StatusCode::kOutOfRange));
+  EXPECT_EQ(*s.Get("j", "big", absl::ZeroDuration()), std::to_string(max));
+}
+
+// Issue 13: the store kept whatever it was given, for any job.
+TEST(KvStoreTest, AJobsBytesAreBounded) {
+  KvStore s;  // 1 MiB values, 64 MiB per job
+  const std::string mib(1 << 20, 'x');
+  int stored = 0;
+  absl::Status last;
+  for (int i = 0; i < 80 && last.ok(); ++i) {
+    last = s.Set("j", "k" + std::to_string(i), mib);
+    if (last.ok()) ++stored;
+  }
+  EXPECT_THAT(last, StatusIs(absl::StatusCode::kResourceExhausted,
+                             HasSubstr("max_store_job_bytes")));
+  EXPECT_LT(stored, 64);
+  EXPECT_GE(stored, 60);
+  // Replacing a value frees its bytes; other jobs have their own budget.
+  ASSERT_OK(s.Set("j", "k0", "small"));
+  ASSERT_OK(s.Set("j", "again", mib));
+  ASSERT_OK(s.Set("other", "k", mib));
+  // Keys are bounded too, and an error does not echo a huge one.
+  absl::Status key = s.Set("j", std::string(1 << 20, 'k'), "v");
+  EXPECT_THAT(key, StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_LT(key.message().size(), 300u);
+}
+
+TEST(KvStoreTest, NewJobsReplaceTheLeastRecentlyUsedButNeverTheKeptOne) {
+  KvStore s;  // 8 jobs
+  s.KeepJob("kept");
+  ASSERT_OK(s.Set("kept", "k", "v"));
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_OK(s.Set("j" + std::to_string(i), "k", "v"));
+  }
+  EXPECT_OK(s.Get("kept", "k", absl::ZeroDuration()));
+  EXPECT_OK(s.Get("j19", "k", absl::ZeroDuration()));
+  EXPECT_THAT(s.Get("j0", "k", absl::ZeroDuration()).status(),
+              StatusIs(absl::StatusCode::kDeadlineExceeded));
 }
 
 }  // namespace

@@ -4,6 +4,8 @@
 
 #include <atomic>
 
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 
@@ -21,6 +23,12 @@ absl::StatusOr<LogLevel> ParseLogLevel(const std::string& name) {
   if (name == "error") return LogLevel::kError;
   return absl::InvalidArgumentError(
       "log_level must be debug, info, warning or error (got '" + name + "')");
+}
+
+std::string Clip(absl::string_view s) {
+  if (s.size() <= kClipBytes) return absl::CHexEscape(s);
+  return absl::StrCat(absl::CHexEscape(s.substr(0, kClipBytes)), "\u2026(",
+                      s.size(), " bytes)");
 }
 
 bool LogLimiter::Allow(int64_t* held_back) {

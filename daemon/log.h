@@ -7,9 +7,12 @@
 //   SetLogLevel(LogLevel::kInfo);
 //   LOG_INFO("reaped rank %d: %s", rank, reason);
 //
-// A source that may repeat itself every poll (a rank writing garbage) goes
-// through a LogLimiter.
+// Strings that come from a rank or an operator (layer names, ids, keys) go
+// into errors and lines through Clip, so that a megabyte name neither floods
+// the log nor overflows a gRPC status; a source that may repeat itself every
+// poll (a rank writing garbage) goes through a LogLimiter.
 //
+//   LOG_WARNING("unknown layer '%s'", Clip(name));
 //   int64_t held_back;
 //   if (limiter.Allow(&held_back)) LOG_WARNING("... (%d more)", held_back);
 //
@@ -23,6 +26,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 
 namespace gift::daemon {
@@ -33,6 +37,12 @@ absl::StatusOr<LogLevel> ParseLogLevel(const std::string& name);
 void SetLogLevel(LogLevel level);
 bool LogEnabled(LogLevel level);
 void LogLine(LogLevel level, const std::string& message);
+
+// Bytes of a string Clip keeps.
+inline constexpr size_t kClipBytes = 64;
+// `s` for a message: its first kClipBytes bytes with non-printable ones
+// escaped (C-style), then "…(N bytes)" when it was longer.
+std::string Clip(absl::string_view s);
 
 // Lets one line through per `every` and counts the ones it held back.
 class LogLimiter {
