@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <type_traits>
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
@@ -13,6 +14,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
+#include "daemon/limits.h"
+#include "daemon/selector.h"
 
 namespace gift::giftctl {
 
@@ -95,9 +98,11 @@ struct CommandArgs {
   }
 };
 
-// The range a number must be in, as giftd checks it (control.proto), so
-// that a bad value is a usage error before any call instead of a value the
-// daemon reads as "keep" or a call that fails.
+// The range a number must be in, as giftd checks it (control.proto,
+// daemon/limits.h, SelectorPolicy::Validate), so that a bad value is a
+// usage error before any call instead of a value the daemon reads as "keep"
+// or a call that fails. What only the daemon knows (r <= max_rank and d_in)
+// stays its check.
 struct Range {
   double min;
   bool min_open;  // min itself excluded
@@ -107,27 +112,37 @@ struct Range {
   bool Contains(double v) const {
     return (min_open ? v > min : v >= min) && (max_open ? v < max : v <= max);
   }
-  std::string Text() const {
-    if (std::isinf(max)) return absl::StrCat(min_open ? "> " : ">= ", min);
-    return absl::StrCat("in ", min_open ? "(" : "[", min, ", ", max,
+  // Integer bounds print as integers: [1, 1000000], not [1, 1e+06].
+  std::string Text(bool integral) const {
+    auto num = [integral](double v) {
+      return integral ? absl::StrCat(static_cast<int64_t>(v))
+                      : absl::StrFormat("%g", v);
+    };
+    if (std::isinf(max)) return absl::StrCat(min_open ? "> " : ">= ", num(min));
+    return absl::StrCat("in ", min_open ? "(" : "[", num(min), ", ", num(max),
                         max_open ? ")" : "]");
   }
 };
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
-constexpr Range kPositive = {0, true, kInf, false};
 constexpr Range kAtLeastOne = {1, false, kInf, false};
 constexpr Range kNonNegative = {0, false, kInf, false};
+constexpr Range kInterval = {1, false, daemon::kMaxRefreshInterval, false};
+constexpr Range kBeta = {daemon::kMinBeta, false, daemon::kMaxBeta, false};
+constexpr Range kCount = {1, false, daemon::kMaxSelectionCount, false};
+constexpr Range kCountOrZero = {0, false, daemon::kMaxSelectionCount, false};
 constexpr Range kUnit = {0, false, 1, false};     // [0, 1]
 constexpr Range kUnitOpen = {0, false, 1, true};  // [0, 1)
 // A call's deadline: the chrono conversion of a larger one would overflow.
 constexpr Range kTimeout = {0, true, 86400, false};  // a day
 
 // `text` as typed, parsed into `v`.
-absl::Status InRange(const std::string& what, const std::string& text, double v,
+template <typename T>
+absl::Status InRange(const std::string& what, const std::string& text, T v,
                      const Range& range) {
   if (range.Contains(v)) return absl::OkStatus();
-  return Usage(absl::StrCat(what, ": must be ", range.Text(), ", got ", text));
+  return Usage(absl::StrCat(what, ": must be ",
+                            range.Text(std::is_integral_v<T>), ", got ", text));
 }
 
 absl::Status ParseNumber(const std::string& what, const std::string& text,
@@ -209,7 +224,7 @@ absl::Status ParseLayer(CommandArgs& a, Invocation& inv) {
   double beta = 0;
   bool given;
   RETURN_IF_ERROR(OptKeepField(a, "rank", kAtLeastOne, &rank, &given));
-  RETURN_IF_ERROR(OptKeepField(a, "beta", kPositive, &beta, &given));
+  RETURN_IF_ERROR(OptKeepField(a, "beta", kBeta, &beta, &given));
   s->set_rank(rank);
   s->set_beta(beta);
   return a.Done();
@@ -242,10 +257,10 @@ absl::Status ParsePolicy(CommandArgs& a, Invocation& inv) {
     void (gift::v1::SelectionPolicy::*set)(int32_t);
   };
   for (IntField f :
-       {IntField{"top-k", kAtLeastOne, &gift::v1::SelectionPolicy::set_top_k},
-        IntField{"window", kAtLeastOne,
+       {IntField{"top-k", kCount, &gift::v1::SelectionPolicy::set_top_k},
+        IntField{"window", kCount,
                  &gift::v1::SelectionPolicy::set_window_steps},
-        IntField{"max-layers", kNonNegative,
+        IntField{"max-layers", kCountOrZero,
                  &gift::v1::SelectionPolicy::set_max_layers}}) {
     int v = 0;
     bool given;
@@ -284,8 +299,9 @@ absl::Status ParseCommand(CommandArgs& a, Invocation& inv) {
   if (c == "set-interval" || c == "set-rank") {
     RETURN_IF_ERROR(a.Positional(1, 1));
     int v = 0;
-    // K >= 1, r >= 1 (the daemon checks r against max_rank and d_in).
-    RETURN_IF_ERROR(ParseInRange(c, a.positional[0], kAtLeastOne, &v));
+    // r >= 1: the daemon checks it against max_rank and every d_in.
+    RETURN_IF_ERROR(ParseInRange(
+        c, a.positional[0], c == "set-rank" ? kAtLeastOne : kInterval, &v));
     inv.command = c == "set-rank" ? Command::kSetRank : Command::kSetInterval;
     inv.set_interval.set_steps(v);
     inv.set_rank.set_rank(v);

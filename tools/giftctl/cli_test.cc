@@ -150,12 +150,16 @@ TEST(ParseTest, UsageErrors) {
 // as nothing and exited 0).
 TEST(ParseTest, NumbersOutOfRangeAreUsageErrors) {
   const std::pair<std::vector<std::string>, std::string> cases[] = {
-      {{"policy", "--top-k", "-1"}, "--top-k: must be >= 1, got -1"},
-      {{"policy", "--top-k=-7"}, "--top-k: must be >= 1, got -7"},
-      {{"policy", "--window", "-1"}, "--window: must be >= 1, got -1"},
+      {{"policy", "--top-k", "-1"}, "--top-k: must be in [1, 1000000], got -1"},
+      {{"policy", "--top-k=-7"}, "--top-k: must be in [1, 1000000], got -7"},
+      {{"policy", "--top-k=1000001"},
+       "--top-k: must be in [1, 1000000], got 1000001"},
+      {{"policy", "--window", "-1"},
+       "--window: must be in [1, 1000000], got -1"},
       {{"policy", "--window", "0"},
        "policy: --window 0 cannot be sent (0 keeps the current value)"},
-      {{"policy", "--max-layers", "-1"}, "--max-layers: must be >= 0, got -1"},
+      {{"policy", "--max-layers", "-1"},
+       "--max-layers: must be in [0, 1000000], got -1"},
       {{"policy", "--top-k", "3000000000"},
        "--top-k: expected an integer, got '3000000000'"},
       {{"policy", "--threshold", "1.5"},
@@ -169,15 +173,20 @@ TEST(ParseTest, NumbersOutOfRangeAreUsageErrors) {
       {{"policy", "--max-flops", "-1"}, "--max-flops: must be >= 0, got -1"},
       {{"policy", "--max-flops", "inf"},
        "--max-flops: expected a number, got 'inf'"},
-      {{"set-interval", "0"}, "set-interval: must be >= 1, got 0"},
-      {{"set-interval", "-3"}, "set-interval: must be >= 1, got -3"},
+      {{"set-interval", "0"}, "set-interval: must be in [1, 1000000], got 0"},
+      {{"set-interval", "-3"}, "set-interval: must be in [1, 1000000], got -3"},
+      {{"set-interval", "1000001"},
+       "set-interval: must be in [1, 1000000], got 1000001"},
       {{"set-rank", "0"}, "set-rank: must be >= 1, got 0"},
       {{"set-rank", "99999999999"},
        "set-rank: expected an integer, got '99999999999'"},
       {{"layer", "fc2", "--rank", "-1"}, "--rank: must be >= 1, got -1"},
       {{"layer", "fc2", "--rank", "0"},
        "layer: --rank 0 cannot be sent (0 keeps the current value)"},
-      {{"layer", "fc2", "--beta", "-1"}, "--beta: must be > 0, got -1"},
+      {{"layer", "fc2", "--beta", "-1"},
+       "--beta: must be in [1e-08, 1e+08], got -1"},
+      {{"layer", "fc2", "--beta", "1e9"},
+       "--beta: must be in [1e-08, 1e+08], got 1e9"},
       {{"layer", "fc2", "--beta=0"},
        "layer: --beta 0 cannot be sent (0 keeps the current value)"},
       {{"layer", "fc2", "--beta", "nan"},
@@ -202,6 +211,11 @@ TEST(ParseTest, NumbersOutOfRangeAreUsageErrors) {
   EXPECT_EQ(Parse({"watch", "--interval", "0"})->watch.interval_ms(), 0);
   EXPECT_EQ(Parse({"watch", "--interval", "50"})->watch.interval_ms(), 50);
   EXPECT_EQ(Parse({"status", "--timeout", "86400"})->timeout_seconds, 86400);
+  EXPECT_EQ(Parse({"set-interval", "1000000"})->set_interval.steps(), 1000000);
+  EXPECT_EQ(Parse({"layer", "fc2", "--beta", "1e8"})
+                ->set_layer_policy.settings()
+                .beta(),
+            1e8);
 }
 
 TEST(ParseTest, HelpNeedsNoCommand) {
