@@ -15,7 +15,7 @@
 # DDP comm hook with PyTorch's fp16/bf16/PowerSGD hooks on 4 gloo ranks
 # (HOOKS_BENCH_FLAGS adds flags, e.g. "--steps 40").
 # multihost_bench (bench/python/multihost_bench.py, only when named: it needs
-# the gift_python, giftd and giftctl targets and network namespaces, about 12
+# the gift_python, giftd and giftctl targets and network namespaces, about 10
 # minutes) trains a 7.5 M-parameter GPT on 4 ranks, one network namespace
 # each, at egress 100mbit / 1gbit / unlimited, with DDP FP32, torch's fp16
 # and PowerSGD hooks, and gift euclid / gift (one peered giftd per
