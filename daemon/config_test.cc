@@ -321,6 +321,11 @@ TEST(ConfigTest, YamlValidationErrorsNameFileAndLine) {
            std::string(130, 'n') + "')"},
       {"rank: 8\npeer_address: 10.0.0.2:50152\n",
        "giftd.yaml:2: job_id is required with peer_address"},
+      // Rows added to the option table get their location too.
+      {"rank: 8\nmax_layers: 0\n",
+       "giftd.yaml:2: max_layers must be >= 1 (got 0)"},
+      {"rank: 8\nrefresh_interval: 2000000\n",
+       "giftd.yaml:2: refresh_interval must be <= 1000000 (got 2000000)"},
       {"rank: 8\nlog_level: loud\n",
        "giftd.yaml:2: log_level must be one of debug|info|warning|error (got "
        "'loud')"},
