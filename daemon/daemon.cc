@@ -14,6 +14,7 @@
 #include "common/status_macros.h"
 #include "daemon/log.h"
 #include "daemon/request_limits.h"
+#include "shm/prefix_lock.h"
 
 namespace gift::daemon {
 namespace {
@@ -47,7 +48,12 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(
     const DaemonConfig& config, metrics::Registry* registry,
     PeerLinkFactory peer_link_factory) {
   RETURN_IF_ERROR(ValidateConfig(config));
+  // Before any shared memory is touched: a second giftd with this prefix
+  // would remove the first one's objects below.
+  ASSIGN_OR_RETURN(std::unique_ptr<shm::PrefixLock> lock,
+                   shm::PrefixLock::Acquire(config.shm_prefix));
   std::unique_ptr<Daemon> d(new Daemon(config, registry));
+  d->prefix_lock_ = std::move(lock);
   ASSIGN_OR_RETURN(d->refresher_, Refresher::Create(config.refresh_threads,
                                                     config.refresher_device));
   // A giftd that crashed left its objects behind; ranks that still map them

@@ -51,6 +51,7 @@
 #include "daemon/refresher.h"
 #include "daemon/selector.h"
 #include "daemon/session.h"
+#include "shm/prefix_lock.h"
 #include "shm/protocol.h"
 
 namespace gift::daemon {
@@ -66,10 +67,11 @@ using PeerLinkFactory = std::function<absl::StatusOr<std::unique_ptr<PeerLink>>(
 
 class Daemon : public DaemonCore, public PeerHandler {
  public:
-  // Removes shared-memory objects a crashed giftd left under the prefix,
-  // starts the refresher, the peer link (with config.peer_address; the
-  // token is read from config.job_token_file) and the poll thread.
-  // `peer_link_factory` Default: PeerLink::Create.
+  // Takes the shm prefix (FAILED_PRECONDITION while another giftd holds
+  // it, before anything is touched), removes shared-memory objects a
+  // crashed giftd left under it, starts the refresher, the peer link (with
+  // config.peer_address; the token is read from config.job_token_file) and the
+  // poll thread. `peer_link_factory` Default: PeerLink::Create.
   static absl::StatusOr<std::unique_ptr<Daemon>> Create(
       const DaemonConfig& config, metrics::Registry* registry,
       PeerLinkFactory peer_link_factory = nullptr);
@@ -164,6 +166,9 @@ class Daemon : public DaemonCore, public PeerHandler {
   };
 
   Daemon(const DaemonConfig& config, metrics::Registry* registry);
+
+  // Declared first: released last, after every session's memory is gone.
+  std::unique_ptr<shm::PrefixLock> prefix_lock_;
 
   // ---- daemon.cc: sessions
   absl::Status CheckRegister(const v1::RegisterRequest& r) const

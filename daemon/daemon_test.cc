@@ -200,6 +200,26 @@ TEST_F(DaemonTest, ControlValidatesAndChangesNothingOnError) {
   EXPECT_GT(ok->plan_epoch(), before->plan_epoch());
 }
 
+// Issue 13: a second giftd with the same shm prefix removed the first one's
+// objects as "left by an earlier giftd". Now it fails before touching any.
+TEST_F(DaemonTest, ASecondDaemonWithTheSamePrefixTouchesNothing) {
+  ASSERT_OK(daemon_->Register(Request(0)));
+  const size_t objects = ShmObjects();
+  ASSERT_EQ(objects, 3u);
+  metrics::Registry other_registry;
+  auto second = Daemon::Create(TestConfig(), &other_registry);
+  EXPECT_THAT(second.status(), StatusIs(absl::StatusCode::kFailedPrecondition,
+                                        HasSubstr("in use by another giftd")));
+  EXPECT_EQ(ShmObjects(), objects);
+  auto status = daemon_->GetStatus({});
+  ASSERT_OK(status);
+  EXPECT_EQ(status->ranks_registered(), 1);
+  // Once the first is gone, the prefix is free again.
+  daemon_.reset();
+  metrics::Registry third_registry;
+  EXPECT_OK(Daemon::Create(TestConfig(), &third_registry));
+}
+
 // A rank sketches a known second moment A (Y = count · A Ω₀); the daemon
 // refreshes the pinned layer and publishes a factor whose top directions
 // are A's.

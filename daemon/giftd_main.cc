@@ -45,6 +45,12 @@ int Run(int argc, char** argv) {
   }
   SetLogLevel(*ParseLogLevel(config->log_level));
 
+  // Another giftd on this socket: say so before anything here touches
+  // shared memory (Daemon::Create also locks the shm prefix first).
+  if (absl::Status s = CheckAgentSocket(config->agent_socket); !s.ok()) {
+    LOG_ERROR("cannot start: %s", s.ToString());
+    return 1;
+  }
   metrics::Registry registry;
   metrics::ProcessCollector process_metrics(&registry);
   GrpcMetrics grpc_metrics(&registry, config->node);

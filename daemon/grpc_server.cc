@@ -152,10 +152,7 @@ absl::Status PrepareSocketPath(const std::string& path) {
     return absl::InvalidArgumentError(
         absl::StrCat("agent_socket ", path, " exists and is not a socket"));
   }
-  if (SocketIsLive(path)) {
-    return absl::UnavailableError(
-        absl::StrCat("agent_socket ", path, " is in use by a running process"));
-  }
+  RETURN_IF_ERROR(CheckAgentSocket(path));
   if (unlink(path.c_str()) != 0) {
     return absl::UnavailableError(absl::StrCat(
         "cannot remove stale agent_socket ", path, ": ", strerror(errno)));
@@ -277,6 +274,14 @@ void GrpcServerImpl::Shutdown(absl::Duration deadline) {
 }
 
 }  // namespace
+
+absl::Status CheckAgentSocket(const std::string& path) {
+  if (path.size() < sizeof(sockaddr_un::sun_path) && SocketIsLive(path)) {
+    return absl::UnavailableError(
+        absl::StrCat("agent_socket ", path, " is in use by a running process"));
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(
     const GrpcServerOptions& options, DaemonCore* core) {

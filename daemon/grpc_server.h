@@ -41,6 +41,12 @@ struct GrpcServerOptions {
   GrpcMetrics* metrics = nullptr;
 };
 
+// UNAVAILABLE "agent_socket P is in use by a running process" when a process
+// accepts connections on the unix socket at `path` (another giftd); OK when
+// there is nothing there or a stale socket (Start replaces it). giftd checks
+// this before it touches any shared memory.
+absl::Status CheckAgentSocket(const std::string& path);
+
 class GrpcServer {
  public:
   // INVALID_ARGUMENT when Control is bound off loopback without a token

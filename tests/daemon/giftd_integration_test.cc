@@ -289,6 +289,51 @@ TEST_F(GiftdIntegrationTest, AKilledRankIsReapedAndItsSharedMemoryFreed) {
   EXPECT_THAT(ShmObjects(giftd_->shm_name_prefix()), ::testing::IsEmpty());
 }
 
+// Issue 13: a second giftd with the same shm prefix removed the running
+// one's shared memory (its "stale objects" cleanup) before it failed on the
+// agent socket. Now it checks the socket and takes the prefix's lock before
+// it touches any shared memory, and exits with a clear error.
+TEST_F(GiftdIntegrationTest, ASecondGiftdLeavesTheFirstOnesSharedMemoryAlone) {
+  StartGiftd();
+  StartRanks("solo", 1);
+  ASSERT_OK(ranks_->WaitForAll(
+      [](const json& l) { return l["attached"] == true; }, absl::Seconds(60)));
+  const std::map<std::string, uint64_t> before =
+      ShmObjects(giftd_->shm_name_prefix());
+  ASSERT_FALSE(before.empty());
+
+  // The same configuration: socket and prefix in use.
+  absl::StatusOr<CommandResult> same =
+      testing_daemon::Run({GIFT_GIFTD_BIN, "--config", giftd_->config_path()},
+                          {}, absl::Seconds(15));
+  ASSERT_OK(same);
+  EXPECT_EQ(same->exit_code, 1) << same->err;
+  EXPECT_THAT(same->err, HasSubstr("agent_socket")) << same->err;
+  EXPECT_EQ(ShmObjects(giftd_->shm_name_prefix()), before);
+
+  // Its own socket and ports, the same prefix: the prefix is in use.
+  absl::StatusOr<int> control = FreePort(), metrics = FreePort();
+  ASSERT_OK(control);
+  ASSERT_OK(metrics);
+  absl::StatusOr<CommandResult> prefix = testing_daemon::Run(
+      {GIFT_GIFTD_BIN, "--config", giftd_->config_path(),
+       "--agent-socket=" + dir_ + "/second.sock",
+       absl::StrCat("--control-address=127.0.0.1:", *control),
+       absl::StrCat("--metrics-address=127.0.0.1:", *metrics)},
+      {}, absl::Seconds(15));
+  ASSERT_OK(prefix);
+  EXPECT_EQ(prefix->exit_code, 1) << prefix->err;
+  EXPECT_THAT(prefix->err, HasSubstr("shm_prefix")) << prefix->err;
+  EXPECT_THAT(prefix->err, HasSubstr("in use by another giftd")) << prefix->err;
+  EXPECT_EQ(ShmObjects(giftd_->shm_name_prefix()), before);
+
+  // The first one goes on serving its rank.
+  EXPECT_EQ(Int(Status(), "ranks_registered"), 1);
+  const int64_t steps = ranks_->MinSteps();
+  WaitForSteps(steps + 5);
+  ASSERT_OK(ranks_->Stop(absl::Seconds(30)));
+}
+
 // Rejected with exit 1, INVALID_ARGUMENT and a reason.
 void ExpectRejected(const Giftd& d, const std::vector<std::string>& args) {
   absl::StatusOr<CommandResult> r = d.Ctl(args);
