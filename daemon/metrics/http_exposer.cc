@@ -20,6 +20,9 @@ namespace gift::metrics {
 namespace {
 
 constexpr char kMetricsType[] = "text/plain; version=0.0.4; charset=utf-8";
+// civetweb's worker threads and request timeout (see Start).
+constexpr int kThreads = 64;
+constexpr int kRequestTimeoutMs = 2000;
 constexpr char kTextType[] = "text/plain; charset=utf-8";
 constexpr char kIndex[] =
     "<html><head><title>giftd</title></head><body>"
@@ -185,12 +188,31 @@ absl::StatusOr<std::unique_ptr<HttpExposer>> HttpExposer::Start(
   std::memset(&callbacks, 0, sizeof(callbacks));
   callbacks.begin_request = &Impl::Handle;
   callbacks.log_message = &Impl::Log;
+  // civetweb serves one connection per worker thread, and a connection that
+  // sends no request holds its worker until request_timeout_ms: a scrape
+  // behind N idle connections waits about N / num_threads request
+  // timeouts. So: many workers (64; each a mostly unused 1 MiB stack, see
+  // thread_stack_floor.cc) and a short timeout (2 s for the whole request
+  // head: a scraper sends it at once), so that 50 idle connections cost a
+  // scrape nothing and 200 about 6 s, inside Prometheus' 10 s. No
+  // keep-alive: a scraper connects per scrape, and an idle kept-alive
+  // connection would hold a worker too. civetweb 1.15 has no limit on
+  // connections; connection_queue bounds the accepted ones waiting for a
+  // worker (the rest wait in the kernel's listen backlog, not in giftd).
+  const std::string threads = std::to_string(kThreads);
+  const std::string timeout = std::to_string(kRequestTimeoutMs);
   const char* options[] = {"listening_ports",
                            impl->address.option.c_str(),
                            "num_threads",
-                           "2",
+                           threads.c_str(),
                            "request_timeout_ms",
-                           "10000",
+                           timeout.c_str(),
+                           "enable_keep_alive",
+                           "no",
+                           "connection_queue",
+                           "128",
+                           "listen_backlog",
+                           "256",
                            nullptr};
   mg_init_data init = {&callbacks, impl, options};
   char error_text[256] = "";

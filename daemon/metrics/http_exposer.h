@@ -1,7 +1,9 @@
 // Serves a metrics Registry over HTTP with civetweb: GET /metrics returns
 // Registry::Serialize() as "text/plain; version=0.0.4; charset=utf-8";
 // GET / a short index; anything else 404. Separate from the registry so the
-// registry never includes HTTP code.
+// registry never includes HTTP code. Idle or slow connections cannot starve
+// a scrape: 64 workers, a 2 s limit on reading a request, no keep-alive
+// (http_exposer.cc says why).
 //
 //   ASSIGN_OR_RETURN(auto exposer, HttpExposer::Start("127.0.0.1:0",
 //                                                     &registry));

@@ -2,6 +2,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <poll.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -14,6 +15,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/status_matchers.h"
 #include "daemon/metrics/http_testutil.h"
 
@@ -141,6 +144,84 @@ TEST(HttpExposerTest, ConcurrentScrapesWhileUpdating) {
   done.store(true);
   writer.join();
   EXPECT_EQ(good.load(), 40);
+}
+
+// A GET /metrics that must be answered within `limit` in all (a scraper's
+// own timeout; Prometheus' default is 10 s).
+absl::StatusOr<HttpResponse> ScrapeWithin(int port, absl::Duration limit) {
+  const int fd = ConnectTcp("127.0.0.1", port);
+  if (fd < 0) return absl::UnavailableError("connect");
+  const absl::Time deadline = absl::Now() + limit;
+  const std::string request =
+      "GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: "
+      "close\r\n\r\n";
+  if (::send(fd, request.data(), request.size(), MSG_NOSIGNAL) !=
+      static_cast<ssize_t>(request.size())) {
+    ::close(fd);
+    return absl::UnavailableError("send");
+  }
+  std::string raw;
+  char buf[65536];
+  while (true) {
+    const absl::Duration left = deadline - absl::Now();
+    if (left <= absl::ZeroDuration()) break;
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(absl::ToInt64Milliseconds(left)) + 1) <=
+        0) {
+      continue;  // timed out (the loop ends) or EINTR
+    }
+    const ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
+    if (n == 0) {
+      ::close(fd);
+      return ParseHttpResponse(raw);
+    }
+    if (n < 0 && errno != EINTR) break;
+    if (n > 0) raw.append(buf, n);
+  }
+  ::close(fd);
+  return absl::DeadlineExceededError(
+      absl::StrCat("no complete response within ", absl::FormatDuration(limit),
+                   " (", raw.size(), " bytes)"));
+}
+
+// Issue 13: with two civetweb threads and a 10 s request timeout, two idle
+// connections delayed a scrape by 9.7 s and 200 made it time out.
+TEST(HttpExposerTest, IdleConnectionsDoNotStarveAScrape) {
+  Registry registry;
+  registry.AddGauge("g", "G.", {}).WithLabels({}).Set(1);
+  auto exposer = HttpExposer::Start("127.0.0.1:0", &registry);
+  ASSERT_OK(exposer);
+  std::vector<int> idle;
+  for (int i = 0; i < 50; ++i) {
+    const int fd = ConnectTcp("127.0.0.1", (*exposer)->port());
+    ASSERT_GE(fd, 0);
+    idle.push_back(fd);
+  }
+  // A slow one too: half a request line, then nothing.
+  ASSERT_EQ(::send(idle[0], "GET /met", 8, MSG_NOSIGNAL), 8);
+  for (int i = 0; i < 3; ++i) {
+    absl::StatusOr<HttpResponse> r =
+        ScrapeWithin((*exposer)->port(), absl::Seconds(5));
+    ASSERT_OK(r) << "scrape " << i;
+    EXPECT_EQ(r->status_line, "HTTP/1.1 200 OK");
+    EXPECT_THAT(r->body, HasSubstr("g 1\n"));
+  }
+  for (int fd : idle) ::close(fd);
+}
+
+// An idle connection does not hold a thread for long: the server closes it.
+TEST(HttpExposerTest, AnIdleConnectionIsClosedSoon) {
+  Registry registry;
+  auto exposer = HttpExposer::Start("127.0.0.1:0", &registry);
+  ASSERT_OK(exposer);
+  const int fd = ConnectTcp("127.0.0.1", (*exposer)->port());
+  ASSERT_GE(fd, 0);
+  pollfd p{fd, POLLIN, 0};
+  // Generous next to the 2 s request timeout; the old one was 10 s.
+  ASSERT_EQ(::poll(&p, 1, 8000), 1) << "still open after 8 s";
+  char c;
+  EXPECT_LE(::recv(fd, &c, 1, 0), 0);  // closed (or reset), no data
+  ::close(fd);
 }
 
 // --- promtool: the exposition must parse and lint clean. ---
