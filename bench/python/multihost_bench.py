@@ -137,6 +137,7 @@ class Giftds:
 
     def __init__(self, ns, exe, ctl, tmp, job, flags, timeout):
         self.ns, self.ctl, self.procs, self.logs = ns, ctl, [], []
+        self.timed_interval = 0  # K for the timed steps (0: keep)
         self.socks = [os.path.join(tmp, f"giftd{r}", "agent.sock")
                       for r in range(ns.world)]
         token = os.path.join(tmp, "job.token")
@@ -218,10 +219,43 @@ class Giftds:
                     else:
                         rec["errors"].append(f"{n}: {r.stdout.strip()[-200:]}")
                 rec["after_s"] = timeout - (deadline - time.monotonic())
+                if self.timed_interval and rec["pinned"]:
+                    self._switch_interval(rec, stop, deadline)
                 return rec
             stop.wait(0.3)
         rec["errors"].append("no layer matched before the run ended")
         return rec
+
+    def _factor_versions(self, rank=0):
+        r = sh(self.ns.cmd(rank, [self.ctl, "--address", CONTROL, "--timeout",
+                                  "2", "--json", "layers"]),
+               timeout=10, check=False)
+        try:
+            doc = json.loads(r.stdout) if r.returncode == 0 else {}
+        except ValueError:
+            doc = {}
+        items = doc.get("layers", []) if isinstance(doc, dict) else doc
+        return {l.get("name"): int(l.get("factor_version",
+                                         l.get("factorVersion", -1)))
+                for l in items if isinstance(l, dict)}
+
+    def _switch_interval(self, rec, stop, deadline):
+        """Once every pinned layer has a factor, K goes to the timed value
+        (giftd's default 50): the short first windows only bring the
+        factors; the timed steps run at production K."""
+        while not stop.is_set() and time.monotonic() < deadline:
+            v = self._factor_versions()
+            if all(v.get(n, -1) >= 0 for n in rec["pinned"]):
+                r = sh(self.ns.cmd(0, [self.ctl, "--address", CONTROL,
+                                       "--timeout", "2", "set-interval",
+                                       str(self.timed_interval)]),
+                       timeout=10, check=False)
+                rec["timed_interval"] = (self.timed_interval
+                                         if r.returncode == 0 else None)
+                if r.returncode != 0:
+                    rec["errors"].append(f"set-interval: {r.stdout[-200:]}")
+                return
+            stop.wait(0.3)
 
     def peer_bytes(self):
         """Bytes each daemon sent on its Peer connections so far (tcp_info
@@ -485,6 +519,10 @@ def parse_args(argv=None):
                     help="giftd factor refresh interval K (default 4: the "
                          "runs are short; giftd's own default is 50, with "
                          "~12x less Peer traffic)")
+    ap.add_argument("--timed-refresh-interval", type=int, default=50,
+                    help="K set with giftctl once the pinned layers have "
+                         "their first factors (default 50, giftd's default; "
+                         "0 keeps --refresh-interval for the whole run)")
     ap.add_argument("--gift-pin", default=r"h\.\d+\.mlp\.c_proj",
                     help="regex of layer names pinned onto the GIFT path "
                          "with giftctl once the ranks declared them (default: "
@@ -560,6 +598,7 @@ def run_all(a, ns, giftd, ctl, tmp_root):
                                           "--heartbeat-interval-ms=100",
                                           "--refresh-threads=1"]
                                          + a.giftd_flag, timeout=60)
+                        daemons.timed_interval = a.timed_refresh_interval
                         rec["giftd_command"] = daemons.command
                     res = run_job(a, ns, mode, tmp, port, daemons)
                     if daemons is not None:

@@ -360,10 +360,18 @@ TEST_F(GiftdIntegrationTest, BadRequestsAreRejectedAndChangeNothing) {
   ASSERT_TRUE(WaitFor([&] { return Layers().size() == 5; }, absl::Seconds(60),
                       absl::Milliseconds(200)));
   const json before = OperatorState(Status(), Layers());
-  ExpectRejected(*giftd_, {"set-interval", "0"});
+  // Values only giftd can judge: INVALID_ARGUMENT from the daemon.
   ExpectRejected(*giftd_, {"set-rank", "100000"});
   ExpectRejected(*giftd_, {"pin", "no.such.layer"});
-  ExpectRejected(*giftd_, {"layer", "blocks.0.mlp.fc2", "--beta=-1"});
+  ExpectRejected(*giftd_, {"layer", "blocks.0.mlp.fc2", "--rank=100000"});
+  // Values out of every range: giftctl refuses them before any call.
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"set-interval", "0"},
+        std::vector<std::string>{"layer", "blocks.0.mlp.fc2", "--beta=-1"}}) {
+    absl::StatusOr<CommandResult> r = giftd_->Ctl(args);
+    ASSERT_OK(r);
+    EXPECT_EQ(r->exit_code, 2) << absl::StrJoin(args, " ") << ": " << r->err;
+  }
   absl::StatusOr<CommandResult> unknown = giftd_->Ctl({"pin", "no.such.layer"});
   ASSERT_OK(unknown);
   EXPECT_THAT(unknown->err, HasSubstr("no.such.layer"));
