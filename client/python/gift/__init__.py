@@ -36,6 +36,7 @@ by the module's qualified name (candidates for GIFT), every other parameter
 a 1-D layer under its own name. Thread safety: one GiftState per rank.
 """
 
+import atexit
 import datetime
 import logging
 import os
@@ -44,6 +45,7 @@ import tempfile
 import threading
 import time
 import uuid
+import weakref
 
 import torch
 import torch.distributed as dist
@@ -58,6 +60,16 @@ MODES = ("fp32", "bf16", "euclid", "gift")
 _STATE_VERSION = 2  # 2: overlapped buckets
 _FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 log = logging.getLogger("gift")
+_LIVE = weakref.WeakSet()  # states to close before the interpreter exits
+
+
+@atexit.register
+def _close_all():
+    # A training script rarely closes its state: stop the communication
+    # threads and free libgift's sessions (their Gloo and daemon threads)
+    # while the interpreter is whole, not during its finalisation.
+    for state in list(_LIVE):
+        state.close()
 
 
 def _broadcast(obj, group):
@@ -233,6 +245,7 @@ class GiftState:
         if mode == "gift":
             self._register_forward_hooks(module)
         self._comm = _CommThread(self)
+        _LIVE.add(self)
 
     # ---- activation sketches (DESIGN §2) --------------------------------
     def _register_forward_hooks(self, module):
@@ -367,6 +380,8 @@ class GiftState:
         sent), bytes_fp32_equivalent (what a ring allreduce in FP32 sends for
         the same steps: 2 (W - 1) / W of the payload) and bytes_vs_fp32
         (their ratio; None before the first step)."""
+        if self.session is None:
+            return dict(self._closed_stats)
         s = dict(self._totals)
         s["mode"] = self.mode
         s["world_size"] = self.world_size
@@ -428,9 +443,17 @@ class GiftState:
         self._comm.last_buckets = [b.layout() for b in buckets]
 
     def close(self):
-        """Stops the communication thread and removes the forward hooks."""
+        """Stops the communication thread, removes the forward hooks and
+        frees the libgift session (deregisters from giftd). The state is
+        unusable afterwards; called for every live state at exit."""
+        if self.session is None:
+            return
         self.remove_hooks()
-        self._comm.stop()
+        _LIVE.discard(self)
+        if not self._comm.stop():
+            return  # still inside a collective: the session must stay
+        self._closed_stats = self.stats()
+        self.session = None
 
 
 def _future(device):
@@ -480,9 +503,11 @@ class _CommThread:
                                    "finish the step in time")
 
     def stop(self):
+        """Ends the thread; False if it is still busy after 30 s."""
         if self._thread.is_alive():
             self._queue.put(None)
             self._thread.join(timeout=30)
+        return not self._thread.is_alive()
 
     def _run(self):
         while True:
