@@ -322,8 +322,8 @@ std::vector<Option> Limits() {
       GIFT_LIMIT(max_store_job_bytes, 1, int64_t{1} << 40,
                  "Most rendezvous-store bytes (keys and values) of one job"),
       GIFT_LIMIT(max_store_jobs, 1, 1024,
-                 "Most jobs with store keys at once (a new one replaces the "
-                 "least recently used without ranks)"),
+                 "Most jobs with store keys at once (a new job replaces the "
+                 "least recently used one other than giftd's own)"),
   };
 }
 

@@ -56,7 +56,7 @@ void MergeSample(const v1::LayerSample& s, v1::LayerSample* to) {
 absl::Status Daemon::CheckPeerJob(const std::string& job_id) const {
   if (job_id == config_.job_id) return absl::OkStatus();
   return absl::PermissionDeniedError(absl::StrFormat(
-      "this giftd serves job '%s', not '%s'", config_.job_id, job_id));
+      "this giftd serves job '%s', not '%s'", config_.job_id, Clip(job_id)));
 }
 
 // ---- start-up -------------------------------------------------------------

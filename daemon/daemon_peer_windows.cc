@@ -56,7 +56,7 @@ void Daemon::AddOwned(Layer& l, const std::string& node, int contributors,
   Layer::Pending& o = l.owned[key];
   if (!AddSketch(o, std::move(data))) {
     LOG_WARNING("%s window %d from %s does not add up; dropped", l.name,
-                key.first, node);
+                key.first, Clip(node));
     return;
   }
   o.contributors += contributors;
@@ -98,7 +98,7 @@ absl::Status Daemon::OnSketch(const v1::PushSketchRequest& r) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "sketch of %s from %s: k %d (k_cap %d), %d "
         "contributors, count %d",
-        l->name, r.node(), r.k(), l->k_cap, r.contributors(), r.count()));
+        l->name, Clip(r.node()), r.k(), l->k_cap, r.contributors(), r.count()));
   }
   RETURN_IF_ERROR(CheckLen(r.y_size(), l->d_in * r.k(), "sketch y"));
   if (r.full()) RETURN_IF_ERROR(CheckLen(r.a_size(), l->d_in * l->d_in, "A"));
@@ -188,7 +188,7 @@ absl::Status Daemon::InstallPeerFactor(const v1::PublishFactorRequest& r) {
       x.r() > l->r_cap) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "factor of %s from %s: version %d, kind %d, r %d (r_cap %d)", l->name,
-        r.owner(), x.version(), x.kind(), x.r(), l->r_cap));
+        Clip(r.owner()), x.version(), x.kind(), x.r(), l->r_cap));
   }
   RETURN_IF_ERROR(CheckLen(x.u_size(), l->d_in * x.r(), "U"));
   RETURN_IF_ERROR(CheckLen(x.c_size(), x.r(), "c"));

@@ -274,10 +274,11 @@ void PublishPlan(void* block, const PlanView& plan) {
   h->staleness_limit = plan.staleness_limit;
   h->omega_seed = plan.omega_seed;
   h->sketch_rows = plan.sketch_rows;
-  uint32_t n = std::min<uint32_t>(h->n_layers, plan.layers.size());
-  for (uint32_t i = 0; i < n; ++i) {
+  // The caller's count, never the block's n_layers (the rank's to
+  // overwrite).
+  for (size_t i = 0; i < plan.layers.size(); ++i) {
     const PlanView::Layer& l = plan.layers[i];
-    LayerEntry* e = Entry(block, i);
+    LayerEntry* e = Entry(block, static_cast<uint32_t>(i));
     e->path = l.path;
     e->transform = l.transform;
     e->format = l.format;

@@ -87,7 +87,8 @@ struct PlanView {
   std::vector<Layer> layers;  // n_layers entries
 };
 
-// Daemon. REQUIRES: plan.layers.size() == n_layers.
+// Daemon. REQUIRES: plan.layers.size() is the number of layers the block
+// was made for (the daemon's own count: n_layers is the rank's to overwrite).
 void PublishPlan(void* block, const PlanView& plan);
 // Client: false when the daemon was writing on every try (keep the old).
 bool ReadPlan(const void* block, PlanView* plan);
