@@ -102,7 +102,14 @@ void Daemon::TakeLayerSample(RankSession& s, int i, SelectorSample* x,
                              double* err, double* xsq, double* xhx) {
   const Layer& l = layers_[i];
   shm::LayerCounters now;
-  if (!shm::ReadTelemetry(*s.entry(i), &now)) return;  // busy: next poll
+  // A working client holds the seqlock for a few stores: odd on every try
+  // is a stuck or broken one, and would cost every poll all the tries.
+  if (!shm::ReadTelemetry(*s.entry(i), &now)) {
+    Malformed(
+        s, "layer_counters",
+        absl::StrCat("layer ", l.name, ": telemetry locked on every try"));
+    return;
+  }
   shm::LayerCounters& was = s.last_counters[i];
   absl::StatusOr<shm::LayerCounters> d = shm::CountersSince(was, now);
   if (!d.ok()) {
@@ -148,7 +155,10 @@ void Daemon::TakeStepCounters(RankSession& s) {
     s.last_step = std::max(s.last_step, step);
   }
   shm::StepCounters t;
-  if (!shm::ReadStepCounters(*s.header(), &t)) return;  // busy: next poll
+  if (!shm::ReadStepCounters(*s.header(), &t)) {
+    Malformed(s, "step_counters", "step counters locked on every try");
+    return;
+  }
   absl::StatusOr<shm::StepCounters> d = shm::CountersSince(s.last_totals, t);
   if (!d.ok()) {
     Malformed(s, "step_counters", std::string(d.status().message()));

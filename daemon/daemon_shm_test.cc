@@ -313,6 +313,18 @@ TEST_F(DaemonShmTest, ARankThatKeepsWritingGarbageIsDisconnected) {
   EXPECT_THAT(*names, ::testing::IsEmpty());
 }
 
+// A seqlock held odd for good (a stuck or broken writer) is malformed too:
+// counted, and no longer retried for free every poll.
+TEST_F(DaemonShmTest, TelemetryLockedForGoodCountsAsMalformed) {
+  shm::Header(rank_.control->data())->tele_lock.store(1);
+  rank_.entry(0)->tele_lock.store(3);
+  Poll();
+  EXPECT_EQ(Rejected("step_counters"), 1);
+  EXPECT_EQ(Rejected("layer_counters"), 1);
+  for (int i = 1; i < kMalformedPollsBeforeDisconnect; ++i) Poll();
+  EXPECT_EQ(Status().ranks_registered(), 0);
+}
+
 TEST_F(DaemonShmTest, OneBadSampleAmongGoodOnesDoesNotDisconnect) {
   for (int i = 0; i < 3 * kMalformedPollsBeforeDisconnect; ++i) {
     if (i % 2 == 0) {
