@@ -6,6 +6,10 @@
 #   make fidelity  the offline FP8 fidelity report on the committed gradients
 #   make monitor   Prometheus with the shipped rules beside a running make demo
 #   make test    install what is missing, build, run every test (ctest)
+#   make soak    the fault soak, 15 minutes (SOAK_SECONDS=N to change)
+#   make sanitize  ASan+UBSan, TSan and fuzzing passes (scripts/sanitize.sh;
+#                build-asan, build-tsan, build-fuzz), one closing line
+#   make fuzz    only the fuzzers (scripts/fuzz.sh; FUZZ_SECONDS=60)
 #   make bench   build and run the benchmarks (figures, no assertions)
 #   make format  clang-format every C++/CUDA file in place
 #   make data    regenerate tests/data with tools/gen_gradients.py
@@ -17,7 +21,7 @@ PYTHON := /usr/bin/python3
 CMAKE_FLAGS ?=
 CTEST_FLAGS ?=
 
-.PHONY: all deps configure build demo fidelity monitor test bench format format-check data clean
+.PHONY: all deps configure build demo fidelity monitor test soak sanitize fuzz bench format format-check data clean
 
 all: build
 
@@ -49,6 +53,16 @@ monitor: deps
 
 test: build
 	@scripts/run-tests.sh $(BUILD_DIR) $(CTEST_FLAGS)
+
+# The fault soak for 15 minutes (make test runs 2 of them).
+soak: build
+	$(PYTHON) tests/soak/soak.py --build $(BUILD_DIR) --seconds $(or $(SOAK_SECONDS),900)
+
+sanitize: deps
+	@JOBS=$(JOBS) scripts/sanitize.sh
+
+fuzz: deps
+	@JOBS=$(JOBS) scripts/fuzz.sh
 
 bench: build
 	@scripts/run-bench.sh $(BUILD_DIR)

@@ -156,7 +156,14 @@ PYBIND11_MODULE(_gift, m) {
            [](Session& s, const std::string& layer, FloatArray a) {
              if (a.ndim() != 2) throw py::value_error("sketch: rows × d_in");
              const float* p = HostFloats(a, a.size(), false, "sketch");
-             ThrowIfError(s.Sketch(layer, p, a.shape(0)));
+             const int64_t rows = a.shape(0);
+             absl::Status st;
+             {
+               // The host GEMM: let the communication thread run meanwhile.
+               py::gil_scoped_release release;
+               st = s.Sketch(layer, p, rows);
+             }
+             ThrowIfError(st);
            })
       .def(
           "sketch_ptr",
