@@ -2,8 +2,10 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <stdlib.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
@@ -21,7 +23,11 @@ using ::testing::StartsWith;
 class CliTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = ::testing::TempDir();
+    // A folder of this process's own: ctest runs the cases of this suite
+    // as parallel processes, which would race on shared file names.
+    std::string tmpl = ::testing::TempDir() + "/cli_test_XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
+    dir_ = tmpl;
     std::mt19937 rng(11);
     std::normal_distribution<float> n(0, 1);
     std::vector<float> w(8 * 40), x(100 * 40);
@@ -31,6 +37,7 @@ class CliTest : public ::testing::Test {
     ASSERT_OK(tools::WriteNpy(Path("w.npy"), {8, 40}, w));
     ASSERT_OK(tools::WriteNpy(Path("x.npy"), {100, 40}, x));
   }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
   std::string Path(const std::string& name) { return dir_ + "/cli_" + name; }
   int Run(const std::vector<std::string>& args) {
     out_.str("");
