@@ -17,6 +17,9 @@ PACKAGES=(
   libyaml-cpp-dev prometheus python3-grpcio python3-matplotlib python3-yaml
   systemd
   clang-format iproute2
+  # make sanitize: libFuzzer and clang's sanitizer runtimes (scripts/fuzz.sh);
+  # dpkg-dev for the abseil source package of the TSan part
+  clang-14 libclang-rt-14-dev dpkg-dev
 )
 
 missing=()
