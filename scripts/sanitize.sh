@@ -1,0 +1,324 @@
+#!/usr/bin/env bash
+# make sanitize: the CPU code under the sanitizers, in three parts, each in
+# a build folder of its own (-O1 -g, GIFT_CUDA=OFF, no benchmarks; only the
+# targets the part runs are built):
+#   asan  ASan + UBSan (GCC, build-asan): the unit tests of common/,
+#         client/, shm/, daemon/ and tools/ and the CPU integration tests
+#         (multi-process allreduce, giftd end to end, Peer cluster, netns,
+#         gift-fidelity's command line). Not the exhaustive FP8 tests (hours
+#         at -O1) nor the python tests: the gift extension would need the
+#         ASan runtime LD_PRELOADed into python, and torch's own leaks and
+#         allocator would drown the reports.
+#   tsan  TSan (GCC, build-tsan): the tests of daemon/, client/ and shm/
+#         that run threads. abseil is a system library built without TSan,
+#         so TSan would not see absl::Mutex as a lock and would report every
+#         access it guards; this part therefore rebuilds abseil's
+#         synchronization library from Debian's own source package (same
+#         version, same headers, apt-get source into build-tsan/) with TSan,
+#         and the tests load it in place of the system one
+#         (LD_LIBRARY_PATH). What stays uninstrumented (gRPC, protobuf,
+#         gloo) has narrow suppressions in scripts/tsan.supp.
+#   fuzz  scripts/fuzz.sh (clang, build-fuzz): the committed seeds and
+#         regression inputs of every fuzz target replayed, then each target
+#         fuzzed for FUZZ_SECONDS (default here 60).
+# Each part prints one closing line; the last line is
+#   sanitize: N passed, N failed
+# (the ctest counts of the parts, skipped tests not counted; each fuzzer
+# run counts as one). Exits non-zero when any part failed.
+# Usage: scripts/sanitize.sh [asan] [tsan] [fuzz]   (default: all three)
+# Environment: JOBS (build jobs, default nproc), FUZZ_SECONDS.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+JOBS=${JOBS:-$(nproc)}
+export FUZZ_SECONDS=${FUZZ_SECONDS:-60}
+
+# ---- what each part builds and runs ------------------------------------
+ASAN_TARGETS=(
+  # client/ and tests/multiprocess
+  store_test communicator_factory_test gloo_communicator_test
+  net_endpoint_test gloo_store_adapter_test bucket_plan_test chunking_test
+  agreement_test gift_transform_test quantized_allreduce_test
+  bucketed_step_test daemon_attachment_test multiprocess_harness_test
+  gloo_multiprocess_test quantized_allreduce_multiprocess_test
+  # shm/
+  shm_region_test shm_protocol_test shm_rank_counters_test
+  shm_prefix_lock_test
+  # daemon/ and daemon/metrics/
+  selector_test factor_builder_test config_test grpc_server_test
+  peer_link_test peer_link_sender_test kv_store_test daemon_test
+  daemon_shm_test daemon_control_test factor_check_test daemon_limits_test
+  daemon_peer_test metrics_registry_test metrics_http_test
+  metrics_process_test
+  # tools/ and tools/giftctl
+  read_file_test npy_test fidelity_method_test fidelity_transform_test
+  fidelity_workers_test fidelity_inputs_test fidelity_cli_test
+  nystrom_quality_test giftctl_format_test giftctl_cli_test
+  giftctl_commands_test giftctl_health_test gift-fidelity
+  # integration: giftd end to end, the Peer cluster, ranks in namespaces
+  giftd_integration_test peer_integration_test netns_allreduce_test
+)
+TSAN_TARGETS=(
+  store_test gloo_communicator_test gloo_store_adapter_test agreement_test
+  quantized_allreduce_test bucketed_step_test daemon_attachment_test
+  shm_protocol_test
+  kv_store_test daemon_test daemon_shm_test daemon_peer_test
+  peer_link_test peer_link_sender_test grpc_server_test
+  metrics_registry_test metrics_http_test
+)
+# Tests of those targets left out of the TSan run, as ctest regexes (each
+# with the reason).
+TSAN_EXCLUDE=(
+  # The factor slots are a seqlock (shm/seqlock.h): the reader copies the
+  # slot with plain loads while the writer may be rewriting it and throws a
+  # torn copy away. By design, but a data race in C++'s memory model, so
+  # TSan reports it every time (shm/protocol.cc PublishFactor / CopySlot).
+  '^ProtocolTest\.ConcurrentReaderNeverSeesATornFactor$'
+)
+
+log() { printf '%s\n' "$*"; }
+
+configure() {  # DIR SANITIZER [cmake args...]
+  local dir=$1 san=$2
+  shift 2
+  [[ -f "$dir/CMakeCache.txt" ]] && return 0
+  mkdir -p "$dir"
+  cmake -S . -B "$dir" -DGIFT_CUDA=OFF -DGIFT_SANITIZE="$san" \
+    -DGIFT_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DPython3_EXECUTABLE=/usr/bin/python3 "$@" >"$dir/sanitize-configure.log" 2>&1 ||
+    { cat "$dir/sanitize-configure.log"; return 1; }
+}
+
+# Writes a ctest -I file selecting the tests whose command runs one of the
+# given targets' executables (a gtest binary, or gift-fidelity under its
+# python driver), minus labels gpu, python and exhaustive and the names
+# matching EXCLUDE (a regex, may be empty). Tests of unbuilt targets (their
+# _NOT_BUILT placeholders) never match.
+select_tests() {  # BUILD_DIR OUT EXCLUDE TARGET...
+  local dir=$1 out=$2 exclude=$3
+  shift 3
+  ctest --test-dir "$dir" --show-only=json-v1 >"$out.json" 2>"$out.err" ||
+    { cat "$out.err"; return 1; }
+  /usr/bin/python3 - "$out.json" "$out" "$exclude" "$@" <<'EOF'
+import json, os, re, sys
+info, out, exclude, targets = sys.argv[1], sys.argv[2], sys.argv[3], set(sys.argv[4:])
+tests = json.load(open(info))["tests"]
+picked = []
+for number, t in enumerate(tests, start=1):
+    labels = set()
+    for p in t.get("properties", []):
+        if p["name"] == "LABELS":
+            labels.update(p["value"])
+    if labels & {"gpu", "python", "exhaustive"}:
+        continue
+    if exclude and re.search(exclude, t["name"]):
+        continue
+    if any(os.path.basename(c) in targets and os.path.isfile(c)
+           for c in t.get("command", [])):
+        picked.append(number)
+if not picked:
+    sys.exit("select_tests: no test matches")
+with open(out, "w") as f:
+    f.write("0,0,0," + ",".join(map(str, picked)) + "\n")
+print(f"select_tests: {len(picked)} of {len(tests)} tests")
+EOF
+}
+
+# Runs the selected tests through scripts/run-tests.sh (the project's one
+# counting of ctest output) and leaves its closing line in $last_counts.
+run_selected() {  # BUILD_DIR SELECTION
+  local out
+  out=$(mktemp)
+  "$root/scripts/run-tests.sh" "$1" -I "$2" 2>&1 | tee "$out"
+  local rc=${PIPESTATUS[0]}
+  last_counts=$(grep -E '^tests: [0-9]+ passed, [0-9]+ failed, [0-9]+ skipped$' "$out" | tail -1)
+  rm -f "$out"
+  return "$rc"
+}
+
+total_passed=0
+total_failed=0
+summaries=()
+overall=0
+
+account() {  # PART RC SECONDS_BUILD SECONDS_RUN
+  local part=$1 rc=$2 tb=$3 tr=$4 p=0 f=0 s=0
+  if [[ "$last_counts" =~ ^tests:\ ([0-9]+)\ passed,\ ([0-9]+)\ failed,\ ([0-9]+)\ skipped$ ]]; then
+    p=${BASH_REMATCH[1]} f=${BASH_REMATCH[2]} s=${BASH_REMATCH[3]}
+  elif [[ "$last_counts" =~ ^fuzz:\ ([0-9]+)\ passed,\ ([0-9]+)\ failed$ ]]; then
+    p=${BASH_REMATCH[1]} f=${BASH_REMATCH[2]}
+  fi
+  if [[ "$rc" -ne 0 && "$f" -eq 0 ]]; then f=1; fi  # a build or setup failure
+  total_passed=$((total_passed + p))
+  total_failed=$((total_failed + f))
+  [[ "$rc" -ne 0 ]] && overall=1
+  summaries+=("sanitize $part: $p passed, $f failed, $s skipped (build ${tb} s, run ${tr} s)")
+  log "${summaries[-1]}"
+}
+
+# ---- asan ---------------------------------------------------------------
+part_asan() {
+  local t0 t1 t2 rc=0
+  t0=$(date +%s)
+  last_counts=""
+  log "== sanitize asan: ASan + UBSan build in build-asan (${#ASAN_TARGETS[@]} targets)"
+  if configure build-asan address &&
+     cmake --build build-asan -j "$JOBS" --target "${ASAN_TARGETS[@]}" >build-asan/sanitize-build.log 2>&1; then
+    t1=$(date +%s)
+    export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:halt_on_error=1:check_initialization_order=1"
+    export LSAN_OPTIONS="suppressions=$root/scripts/lsan.supp:print_suppressions=0"
+    export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
+    select_tests build-asan "$root/build-asan/sanitize-tests.txt" "" "${ASAN_TARGETS[@]}" &&
+      run_selected build-asan "$root/build-asan/sanitize-tests.txt" || rc=1
+    unset ASAN_OPTIONS LSAN_OPTIONS UBSAN_OPTIONS
+  else
+    tail -40 build-asan/sanitize-build.log 2>/dev/null
+    log "sanitize asan: the build failed (build-asan/sanitize-build.log)"
+    rc=1
+    t1=$(date +%s)
+  fi
+  t2=$(date +%s)
+  account asan "$rc" $((t1 - t0)) $((t2 - t1))
+}
+
+# ---- tsan ---------------------------------------------------------------
+# abseil's locks and what they are built on, rebuilt with TSan from Debian's
+# source package of the installed abseil, against the installed headers (so
+# the ABI is the system one's): synchronization (Mutex, CondVar,
+# Notification), base (SpinLock, the thread identity), spinlock_wait and
+# malloc_internal (LowLevelAlloc, whose arena lock hands thread identities
+# between threads). Each lands in build-tsan/absl-tsan/ under the system
+# library's soname; LD_LIBRARY_PATH makes every test process load them.
+TSAN_ABSL_LIBS=(
+  "synchronization:synchronization/barrier.cc synchronization/blocking_counter.cc synchronization/mutex.cc synchronization/notification.cc synchronization/internal/create_thread_identity.cc synchronization/internal/per_thread_sem.cc synchronization/internal/waiter.cc"
+  "base:base/internal/cycleclock.cc base/internal/spinlock.cc base/internal/sysinfo.cc base/internal/thread_identity.cc base/internal/unscaledcycleclock.cc"
+  "spinlock_wait:base/internal/spinlock_wait.cc"
+  "malloc_internal:base/internal/low_level_alloc.cc"
+)
+
+tsan_absl_fetch() {  # SRC_DIR VERSION: unpacks Debian's abseil source there
+  local src=$1 version=$2 line
+  mkdir -p "$src/lists/partial" "$src/archives/partial"
+  # A private apt configuration with the image's Debian mirrors as deb-src:
+  # the machine's own apt sources are not touched.
+  : >"$src/sources.list"
+  while read -r line; do
+    echo "deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $line" >>"$src/sources.list"
+  done < <(apt-get indextargets --format '$(REPO_URI) $(RELEASE) $(COMPONENT)' \
+             'Identifier: Packages' 2>/dev/null | sort -u)
+  if [[ ! -s "$src/sources.list" ]]; then
+    cat >"$src/sources.list" <<'LIST'
+deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian bookworm main
+deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian-security bookworm-security main
+LIST
+  fi
+  local apt=(apt-get -qq -o "Dir::Etc::SourceList=$src/sources.list"
+             -o Dir::Etc::SourceParts=/dev/null
+             -o "Dir::State::Lists=$src/lists"
+             -o "Dir::Cache::Archives=$src/archives"
+             -o APT::Sandbox::User=root)
+  if ! { "${apt[@]}" update && (cd "$src" && "${apt[@]}" source --download-only "abseil=$version"); } \
+       >"$src/apt.log" 2>&1; then
+    cat "$src/apt.log"
+    log "tsan: could not fetch Debian's abseil $version source"
+    return 1
+  fi
+  tar -C "$src" -xf "$(ls "$src"/abseil_*.orig.tar.* | head -1)"
+}
+
+tsan_absl() {
+  local dest="$root/build-tsan/absl-tsan" src="$root/build-tsan/absl-src"
+  local entry name files syslib soname version top missing libs
+  if [[ -f "$dest/done" ]]; then
+    export LD_LIBRARY_PATH="$dest"
+    return 0
+  fi
+  syslib=$(realpath "$(gcc -print-file-name=libabsl_synchronization.so)")
+  version=$(dpkg-query -W -f='${source:Version}' "$(dpkg -S "$syslib" | cut -d: -f1)")
+  rm -rf "$dest" "$src"
+  mkdir -p "$dest"
+  tsan_absl_fetch "$src" "$version" || return 1
+  top=$(find "$src" -maxdepth 2 -type d -name absl | head -1)
+  for entry in "${TSAN_ABSL_LIBS[@]}"; do
+    name=${entry%%:*}
+    files=()
+    for f in ${entry#*:}; do files+=("$top/$f"); done
+    syslib=$(realpath "$(gcc -print-file-name=libabsl_$name.so)")
+    soname=$(objdump -p "$syslib" | awk '/SONAME/ {print $2}')
+    libs=$(objdump -p "$syslib" | awk '/NEEDED/ && /absl/ {sub(/^lib/, "", $2); sub(/\.so.*/, "", $2); printf "-l%s ", $2}')
+    # The installed headers, not the source tree's (no -I): Debian's
+    # options.h (inline namespace, std types), so the system ABI.
+    # shellcheck disable=SC2086
+    g++ -std=c++17 -fsanitize=thread -O1 -g -fPIC -shared \
+      -Wl,-soname,"$soname" -o "$dest/$soname" "${files[@]}" $libs \
+      >>"$dest/build.log" 2>&1 || { cat "$dest/build.log"; return 1; }
+    # Every symbol the system library exports must be there.
+    missing=$(comm -23 <(nm -D --defined-only "$syslib" | awk '{print $3}' | sort -u) \
+                       <(nm -D --defined-only "$dest/$soname" | awk '{print $3}' | sort -u))
+    if [[ -n "$missing" ]]; then
+      log "tsan: the rebuilt $soname lacks: $missing"
+      return 1
+    fi
+  done
+  touch "$dest/done"
+  log "tsan: abseil $version (${#TSAN_ABSL_LIBS[@]} libraries) rebuilt with TSan in build-tsan/absl-tsan"
+  export LD_LIBRARY_PATH="$dest"
+}
+
+part_tsan() {
+  local t0 t1 t2 rc=0 exclude
+  t0=$(date +%s)
+  last_counts=""
+  log "== sanitize tsan: TSan build in build-tsan (${#TSAN_TARGETS[@]} targets)"
+  mkdir -p build-tsan
+  if configure build-tsan thread && tsan_absl &&
+     cmake --build build-tsan -j "$JOBS" --target "${TSAN_TARGETS[@]}" >build-tsan/sanitize-build.log 2>&1; then
+    t1=$(date +%s)
+    export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:report_signal_unsafe=0:suppressions=$root/scripts/tsan.supp"
+    # OpenBLAS (LAPACK of the factor builder) would run its own
+    # uninstrumented thread pool on our matrices: one thread, in the caller.
+    export OPENBLAS_NUM_THREADS=1
+    exclude=$(IFS='|'; echo "${TSAN_EXCLUDE[*]}")
+    select_tests build-tsan "$root/build-tsan/sanitize-tests.txt" "$exclude" "${TSAN_TARGETS[@]}" &&
+      run_selected build-tsan "$root/build-tsan/sanitize-tests.txt" || rc=1
+    unset TSAN_OPTIONS LD_LIBRARY_PATH OPENBLAS_NUM_THREADS
+  else
+    tail -40 build-tsan/sanitize-build.log 2>/dev/null
+    log "sanitize tsan: the build failed (build-tsan/sanitize-build.log)"
+    rc=1
+    t1=$(date +%s)
+  fi
+  t2=$(date +%s)
+  account tsan "$rc" $((t1 - t0)) $((t2 - t1))
+}
+
+# ---- fuzz ---------------------------------------------------------------
+part_fuzz() {
+  local t0 t1 rc=0 out
+  t0=$(date +%s)
+  out=$(mktemp)
+  JOBS=$JOBS "$root/scripts/fuzz.sh" 2>&1 | tee "$out"
+  rc=${PIPESTATUS[0]}
+  last_counts=$(grep -E '^fuzz: [0-9]+ passed, [0-9]+ failed$' "$out" | tail -1)
+  local tb
+  tb=$(sed -n 's/^fuzz: build took \([0-9]*\) s$/\1/p' "$out" | tail -1)
+  rm -f "$out"
+  t1=$(date +%s)
+  tb=${tb:-0}
+  account fuzz "$rc" "$tb" $((t1 - t0 - tb))
+}
+
+parts=("$@")
+[[ ${#parts[@]} -eq 0 ]] && parts=(asan tsan fuzz)
+for p in "${parts[@]}"; do
+  case "$p" in
+    asan) part_asan ;;
+    tsan) part_tsan ;;
+    fuzz) part_fuzz ;;
+    *) log "sanitize: unknown part '$p' (asan, tsan, fuzz)"; exit 2 ;;
+  esac
+done
+log ""
+for s in "${summaries[@]}"; do log "$s"; done
+log "sanitize: ${total_passed} passed, ${total_failed} failed"
+exit "$overall"
