@@ -40,17 +40,18 @@ done
 # ---- build ----------------------------------------------------------------
 t0=$(date +%s)
 if [[ ! -f "$build/CMakeCache.txt" ]]; then
+  mkdir -p "$build"
   CC=clang-14 CXX=clang++-14 cmake -S . -B "$build" -DGIFT_CUDA=OFF \
     -DGIFT_SANITIZE=fuzz -DGIFT_BUILD_FUZZ=ON -DGIFT_BUILD_TESTS=OFF \
     -DGIFT_BUILD_BENCH=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DPython3_EXECUTABLE=/usr/bin/python3 >"$build.configure.log" 2>&1 ||
-    { cat "$build.configure.log"; failed=1; finish 1; }
+    -DPython3_EXECUTABLE=/usr/bin/python3 >"$build/sanitize-configure.log" 2>&1 ||
+    { cat "$build/sanitize-configure.log"; failed=1; finish 1; }
 fi
 bins=()
 for t in "${targets[@]}"; do bins+=("fuzz_$t"); done
-if ! cmake --build "$build" -j "$JOBS" --target "${bins[@]}" >"$build.build.log" 2>&1; then
-  tail -40 "$build.build.log"
-  echo "fuzz: the build failed ($build.build.log)"
+if ! cmake --build "$build" -j "$JOBS" --target "${bins[@]}" >"$build/sanitize-build.log" 2>&1; then
+  tail -40 "$build/sanitize-build.log"
+  echo "fuzz: the build failed ($build/sanitize-build.log)"
   failed=1
   finish 1
 fi
