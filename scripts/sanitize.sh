@@ -2,13 +2,14 @@
 # make sanitize: the CPU code under the sanitizers, in three parts, each in
 # a build folder of its own (-O1 -g, GIFT_CUDA=OFF, no benchmarks; only the
 # targets the part runs are built):
-#   asan  ASan + UBSan (GCC, build-asan): the unit tests of common/,
-#         client/, shm/, daemon/ and tools/ and the CPU integration tests
-#         (multi-process allreduce, giftd end to end, Peer cluster, netns,
-#         gift-fidelity's command line). Not the exhaustive FP8 tests (hours
-#         at -O1) nor the python tests: the gift extension would need the
-#         ASan runtime LD_PRELOADed into python, and torch's own leaks and
-#         allocator would drown the reports.
+#   asan  ASan + UBSan (GCC, build-asan): the unit tests of client/, shm/,
+#         daemon/ and tools/ (its file readers and giftctl; common/ is
+#         headers only) and the CPU integration tests (multi-process
+#         allreduce, giftd end to end, Peer cluster, netns). Not the
+#         gift-fidelity numerics, the kernels' and linalg's own tests, the
+#         exhaustive FP8 tests (hours at -O1) nor the python tests: the gift
+#         extension would need the ASan runtime LD_PRELOADed into python,
+#         and torch's own leaks and allocator would drown the reports.
 #   tsan  TSan (GCC, build-tsan): the tests of daemon/, client/ and shm/
 #         that run threads. abseil is a system library built without TSan,
 #         so TSan would not see absl::Mutex as a lock and would report every
@@ -50,11 +51,12 @@ ASAN_TARGETS=(
   daemon_shm_test daemon_control_test factor_check_test daemon_limits_test
   daemon_peer_test metrics_registry_test metrics_http_test
   metrics_process_test
-  # tools/ and tools/giftctl
-  read_file_test npy_test fidelity_method_test fidelity_transform_test
-  fidelity_workers_test fidelity_inputs_test fidelity_cli_test
-  nystrom_quality_test giftctl_format_test giftctl_cli_test
-  giftctl_commands_test giftctl_health_test gift-fidelity
+  # tools/ and tools/giftctl: the readers of untrusted files and giftctl.
+  # Not the gift-fidelity numerics (tools/fidelity/: offline Eigen code whose
+  # files take a third of this build under ASan+UBSan); its .npy reader is
+  # npy_test here and fuzz_npy in the fuzz part.
+  read_file_test npy_test giftctl_format_test giftctl_cli_test
+  giftctl_commands_test giftctl_health_test
   # integration: giftd end to end, the Peer cluster, ranks in namespaces
   giftd_integration_test peer_integration_test netns_allreduce_test
 )
@@ -90,7 +92,7 @@ configure() {  # DIR SANITIZER [cmake args...]
 }
 
 # Writes a ctest -I file selecting the tests whose command runs one of the
-# given targets' executables (a gtest binary, or gift-fidelity under its
+# given targets' executables (a gtest binary, or a tool under its
 # python driver), minus labels gpu, python and exhaustive and the names
 # matching EXCLUDE (a regex, may be empty). Tests of unbuilt targets (their
 # _NOT_BUILT placeholders) never match.
