@@ -19,7 +19,7 @@ target_link_libraries(gift_daemon
 
 add_executable(giftd giftd_main.cc thread_stack_floor.cc)
 target_link_libraries(giftd PRIVATE gift_daemon gift_grpc_server gift_metrics_process
-  gift_metrics_http ${CMAKE_DL_LIBS})
+  gift_metrics_http gift_kernels ${CMAKE_DL_LIBS})
 
 if(GIFT_BUILD_TESTS)
   gift_add_test(kv_store_test SOURCES kv_store_test.cc LIBS gift_daemon)

@@ -11,11 +11,16 @@
 #include "daemon/metrics/http_exposer.h"
 #include "daemon/metrics/process_collector.h"
 #include "daemon/metrics/registry.h"
+#include "kernels/cpu_baseline.h"
 
 namespace gift::daemon {
 namespace {
 
 int Run(int argc, char** argv) {
+  if (absl::Status cpu = kernels::CheckCpuBaseline(); !cpu.ok()) {
+    std::cerr << "giftd: " << cpu.message() << "\n";
+    return 1;
+  }
   // SIGTERM/SIGINT are taken by sigwait below: block them before any thread
   // starts so that every thread inherits the mask.
   sigset_t signals;

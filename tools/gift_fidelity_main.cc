@@ -7,9 +7,14 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu_baseline.h"
 #include "tools/fidelity/cli.h"
 
 int main(int argc, char** argv) {
+  if (absl::Status cpu = gift::kernels::CheckCpuBaseline(); !cpu.ok()) {
+    std::cerr << "gift-fidelity: error: " << cpu.message() << "\n";
+    return 2;
+  }
   std::vector<std::string> args(argv + 1, argv + argc);
   // No module throws; this only turns an allocation failure on a huge input
   // into the tool's error contract instead of an abort.

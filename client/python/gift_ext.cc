@@ -18,6 +18,7 @@
 #include "client/python/py_store.h"
 #include "client/python/session.h"
 #include "client/python/state_convert.h"
+#include "kernels/cpu_baseline.h"
 
 namespace gift::client::python {
 namespace {
@@ -142,6 +143,9 @@ py::dict Step(Session& s, float* flat) {
 
 PYBIND11_MODULE(_gift, m) {
   m.doc() = "libgift bindings for the gift package (one Session per rank)";
+  if (absl::Status cpu = gift::kernels::CheckCpuBaseline(); !cpu.ok()) {
+    throw py::import_error(std::string("gift: ") + std::string(cpu.message()));
+  }
   RegisterGiftError(m);
   py::class_<Session>(m, "Session")
       .def(py::init(&CreateSession), py::arg("options"), py::arg("layers"),

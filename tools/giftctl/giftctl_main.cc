@@ -5,12 +5,17 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu_baseline.h"
 #include "tools/giftctl/cli.h"
 #include "tools/giftctl/commands.h"
 #include "tools/giftctl/health.h"
 
 int main(int argc, char** argv) {
   using namespace gift::giftctl;  // NOLINT
+  if (absl::Status cpu = gift::kernels::CheckCpuBaseline(); !cpu.ok()) {
+    std::cerr << "giftctl: " << cpu.message() << "\n";
+    return kExitFailed;
+  }
   const char* env = std::getenv("GIFT_CONTROL_ADDRESS");
   absl::StatusOr<Invocation> inv = ParseCommandLine(
       std::vector<std::string>(argv + 1, argv + argc), env ? env : "");
