@@ -28,6 +28,42 @@ absl::Status BadValue(const std::string& expected, const std::string& text) {
       absl::StrFormat("expected %s, got '%s'", expected, text));
 }
 
+// The offset of the first byte of `s` that is not well-formed UTF-8
+// (overlong forms, surrogates and code points above U+10FFFF included), or
+// npos. YAML is Unicode text: --print-config could not write such bytes so
+// that they read back.
+size_t InvalidUtf8At(const std::string& s) {
+  static constexpr uint32_t kMin[] = {0, 0x80, 0x800, 0x10000};
+  size_t i = 0;
+  while (i < s.size()) {
+    const unsigned char c = s[i];
+    int n;  // continuation bytes
+    if (c < 0x80) {
+      n = 0;
+    } else if ((c >> 5) == 0x6) {
+      n = 1;
+    } else if ((c >> 4) == 0xe) {
+      n = 2;
+    } else if ((c >> 3) == 0x1e) {
+      n = 3;
+    } else {
+      return i;
+    }
+    if (s.size() - i <= static_cast<size_t>(n)) return i;
+    uint32_t cp = n == 0 ? c : c & (0x3f >> n);
+    for (int k = 1; k <= n; ++k) {
+      const unsigned char d = s[i + k];
+      if ((d >> 6) != 0x2) return i;
+      cp = (cp << 6) | (d & 0x3f);
+    }
+    if (cp < kMin[n] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) {
+      return i;
+    }
+    i += n + 1;
+  }
+  return std::string::npos;
+}
+
 // Shortest text that parses back to the same double.
 std::string FormatDouble(double v) {
   char buf[64];
@@ -123,6 +159,11 @@ Option StringOption(std::string name, std::string value, Get get,
   if (!words.empty()) value = absl::StrJoin(words, "|");
   Option o = MakeOption(name, value, std::move(help));
   o.set = [get](const std::string& text, DaemonConfig& c) {
+    if (const size_t at = InvalidUtf8At(text); at != std::string::npos) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "expected UTF-8 text, got invalid byte 0x%02x at offset %d",
+          static_cast<unsigned char>(text[at]), at));
+    }
     get(c) = text;
     return absl::OkStatus();
   };

@@ -233,6 +233,18 @@ TEST(ConfigTest, FlagErrors) {
   ExpectError(Load("", {"--rank", "--beta=1"}), "--rank: missing value");
   ExpectError(Load("", {"stray"}), "unexpected argument 'stray'");
   ExpectError(Load("", {"--config=x.yaml"}), "unknown flag '--config'");
+  // Text options are UTF-8 (--print-config writes YAML, which is Unicode):
+  // a raw byte would not read back (fuzz/regressions/config/).
+  ExpectError(Load("", {"--node=ab\xff"}),
+              "--node: expected UTF-8 text, got invalid byte 0xff at offset "
+              "2");
+  ExpectError(Load("", {"--node=\xc0\x80"}),  // overlong NUL
+              "--node: expected UTF-8 text, got invalid byte 0xc0 at offset "
+              "0");
+  ExpectError(Load("", {"--node=\xed\xa0\x80"}),  // a surrogate
+              "--node: expected UTF-8 text, got invalid byte 0xed at offset "
+              "0");
+  EXPECT_TRUE(Load("", {"--node=n\xc3\xb8" "de-\xe2\x82\xac"}).ok());
 }
 
 // A value that parses but fails a check names the flag as typed.
