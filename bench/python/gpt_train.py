@@ -263,6 +263,9 @@ def parse_args(argv=None):
                    default=int(os.environ.get("OMP_NUM_THREADS", "1")))
     p.add_argument("--iface", default=os.environ.get("GLOO_SOCKET_IFNAME")
                    or "eth0", help="interface whose counters are read")
+    p.add_argument("--bucket-cap-mb", type=float, default=None,
+                   help="DDP's bucket_cap_mb (default: DDP's own, 25); "
+                        "not for powersgd, which runs one bucket")
     p.add_argument("--pg-timeout", type=float, default=300,
                    help="seconds a collective may wait (default 300)")
     p.add_argument("--check-identical", action="store_true")
@@ -288,6 +291,8 @@ def train(a, rank, world):
         # compressed step. DDP's first bucket is capped separately.
         dist._DEFAULT_FIRST_BUCKET_BYTES = 1 << 30
         ddp = DDP(model, bucket_cap_mb=1024)
+    elif a.bucket_cap_mb is not None:
+        ddp = DDP(model, bucket_cap_mb=a.bucket_cap_mb)
     else:
         ddp = DDP(model)
     _, gstate = register_hook(ddp, a.mode)
