@@ -60,13 +60,14 @@ absl::StatusOr<SelectorPolicy> Merge(SelectorPolicy p,
       return absl::InvalidArgumentError(
           absl::StrCat("unknown selection kind ", in.kind()));
   }
-  if (in.top_k() != 0) p.top_k = in.top_k();
-  if (in.threshold() != 0) p.threshold = in.threshold();
-  if (in.hysteresis() != 0) p.hysteresis = in.hysteresis();
-  if (in.window_steps() != 0) p.window_steps = in.window_steps();
-  if (in.max_layers() != 0) p.max_layers = in.max_layers();
-  if (in.max_extra_flops() != 0) p.max_extra_flops = in.max_extra_flops();
-  if (in.min_gain() != 0) p.min_gain = in.min_gain();
+  // Presence, not value, decides (types.proto): 0 is a value like any.
+  if (in.has_top_k()) p.top_k = in.top_k();
+  if (in.has_threshold()) p.threshold = in.threshold();
+  if (in.has_hysteresis()) p.hysteresis = in.hysteresis();
+  if (in.has_window_steps()) p.window_steps = in.window_steps();
+  if (in.has_max_layers()) p.max_layers = in.max_layers();
+  if (in.has_max_extra_flops()) p.max_extra_flops = in.max_extra_flops();
+  if (in.has_min_gain()) p.min_gain = in.min_gain();
   for (double v : {p.threshold, p.hysteresis, p.max_extra_flops, p.min_gain}) {
     if (!std::isfinite(v)) {
       return absl::InvalidArgumentError(
@@ -146,8 +147,13 @@ v1::GetStatusResponse Daemon::StatusLocked() const {
 
 absl::StatusOr<v1::GetStatusResponse> Daemon::GetStatus(
     const v1::GetStatusRequest&) {
-  absl::MutexLock lock(&mu_);
-  return StatusLocked();
+  v1::GetStatusResponse s;
+  {
+    absl::MutexLock lock(&mu_);
+    s = StatusLocked();
+  }
+  *s.mutable_peer() = PeerStatusNow();  // the link's lock, not ours
+  return s;
 }
 
 absl::StatusOr<v1::ListLayersResponse> Daemon::ListLayers(
@@ -159,10 +165,13 @@ absl::StatusOr<v1::ListLayersResponse> Daemon::ListLayers(
 }
 
 absl::StatusOr<v1::TelemetryUpdate> Daemon::Snapshot() {
-  absl::MutexLock lock(&mu_);
   v1::TelemetryUpdate out;
-  *out.mutable_status() = StatusLocked();
-  for (const Layer& l : layers_) *out.add_layers() = LayerStatusOf(l);
+  {
+    absl::MutexLock lock(&mu_);
+    *out.mutable_status() = StatusLocked();
+    for (const Layer& l : layers_) *out.add_layers() = LayerStatusOf(l);
+  }
+  *out.mutable_status()->mutable_peer() = PeerStatusNow();
   return out;
 }
 

@@ -173,6 +173,42 @@ TEST_F(DaemonControlTest,
   EXPECT_EQ(State(), before);
 }
 
+// Presence, not value, decides which policy fields a request sets: a
+// present 0 is applied (max_layers 0 lifts the budget, min_gain 0 drops the
+// guard, hysteresis 0), an absent field keeps its value (issue 14).
+TEST_F(DaemonControlTest, PolicyFieldsSetToZeroAreApplied) {
+  v1::SetSelectionPolicyRequest set;
+  set.mutable_policy()->set_max_layers(3);
+  set.mutable_policy()->set_min_gain(0.2);
+  set.mutable_policy()->set_hysteresis(0.1);
+  set.mutable_policy()->set_top_k(2);
+  ASSERT_OK(daemon_->SetSelectionPolicy(set));
+  v1::SetSelectionPolicyRequest zero;
+  zero.mutable_policy()->set_max_layers(0);
+  zero.mutable_policy()->set_min_gain(0);
+  zero.mutable_policy()->set_hysteresis(0);
+  absl::StatusOr<v1::SetSelectionPolicyResponse> r =
+      daemon_->SetSelectionPolicy(zero);
+  ASSERT_OK(r);
+  EXPECT_EQ(r->policy().max_layers(), 0);
+  EXPECT_EQ(r->policy().min_gain(), 0);
+  EXPECT_EQ(r->policy().hysteresis(), 0);
+  EXPECT_EQ(r->policy().top_k(), 2);  // absent: kept
+  absl::StatusOr<v1::GetStatusResponse> s = daemon_->GetStatus({});
+  ASSERT_OK(s);
+  EXPECT_EQ(s->policy().max_layers(), 0);
+  EXPECT_EQ(s->policy().top_k(), 2);
+  // An empty request changes nothing and answers the policy.
+  r = daemon_->SetSelectionPolicy({});
+  ASSERT_OK(r);
+  EXPECT_EQ(r->policy().ShortDebugString(), s->policy().ShortDebugString());
+  // A present 0 where 0 is out of range is refused, not ignored.
+  v1::SetSelectionPolicyRequest bad;
+  bad.mutable_policy()->set_top_k(0);
+  EXPECT_THAT(daemon_->SetSelectionPolicy(bad).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("top_k")));
+}
+
 // A factor that would turn the ranks' gradients into NaN or Inf never
 // reaches them; the layer keeps its previous factor.
 TEST_F(DaemonControlTest, NonFiniteOrUnboundedFactorsAreDropped) {

@@ -178,21 +178,28 @@ absl::Status NonZero(const std::string& command, const std::string& option,
                       command, option));
 }
 
-// `--option` when present: parsed, not 0 ("keep"), in `range`; *given says
-// whether it was there.
+// `--option` when present: parsed and in `range` (and, with `zero_keeps`,
+// not 0, which that field reads as "keep"); *given says whether it was there.
 template <typename T>
-absl::Status OptKeepField(CommandArgs& a, const std::string& option,
-                          const Range& range, T* out, bool* given) {
+absl::Status OptField(CommandArgs& a, const std::string& option,
+                      const Range& range, bool zero_keeps, T* out,
+                      bool* given) {
   std::string text;
   *given = a.Take(option, &text);
   if (!*given) return absl::OkStatus();
   const std::string what = "--" + option;
   T v{};
   RETURN_IF_ERROR(ParseNumber(what, text, &v));
-  RETURN_IF_ERROR(NonZero(a.name, option, v));
+  if (zero_keeps) RETURN_IF_ERROR(NonZero(a.name, option, v));
   RETURN_IF_ERROR(InRange(what, text, v, range));
   *out = v;
   return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status OptKeepField(CommandArgs& a, const std::string& option,
+                          const Range& range, T* out, bool* given) {
+  return OptField(a, option, range, /*zero_keeps=*/true, out, given);
 }
 
 absl::Status ParseLayer(CommandArgs& a, Invocation& inv) {
@@ -249,8 +256,9 @@ absl::Status ParsePolicy(CommandArgs& a, Invocation& inv) {
   gift::v1::SelectionPolicy* p = inv.set_policy.mutable_policy();
   std::string text;
   if (a.Take("kind", &text)) RETURN_IF_ERROR(ParseKind(text, p));
-  // Option name, range (SelectorPolicy::Validate's), proto setter; a missing
-  // option leaves the field 0 (keep).
+  // Option name, range (SelectorPolicy::Validate's), proto setter; a given
+  // option makes its field present (0 too: --max-layers 0 lifts the budget),
+  // a missing one leaves it absent (keep).
   struct IntField {
     const char* option;
     Range range;
@@ -264,7 +272,7 @@ absl::Status ParsePolicy(CommandArgs& a, Invocation& inv) {
                  &gift::v1::SelectionPolicy::set_max_layers}}) {
     int v = 0;
     bool given;
-    RETURN_IF_ERROR(OptKeepField(a, f.option, f.range, &v, &given));
+    RETURN_IF_ERROR(OptField(a, f.option, f.range, false, &v, &given));
     if (given) (p->*f.set)(v);
   }
   struct DoubleField {
@@ -283,7 +291,7 @@ absl::Status ParsePolicy(CommandArgs& a, Invocation& inv) {
                     &gift::v1::SelectionPolicy::set_min_gain}}) {
     double v = 0;
     bool given;
-    RETURN_IF_ERROR(OptKeepField(a, f.option, f.range, &v, &given));
+    RETURN_IF_ERROR(OptField(a, f.option, f.range, false, &v, &given));
     if (given) (p->*f.set)(v);
   }
   return a.Done();

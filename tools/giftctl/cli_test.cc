@@ -111,8 +111,19 @@ TEST(ParseTest, PolicyFields) {
   EXPECT_EQ(p.max_layers(), 5);
   EXPECT_EQ(p.max_extra_flops(), 1e12);
   EXPECT_EQ(p.min_gain(), 0.1);
-  // Nothing given: every field 0, "keep".
+  // Nothing given: every field absent, "keep".
   EXPECT_EQ(Parse({"policy"})->set_policy.policy().ByteSizeLong(), 0u);
+  EXPECT_FALSE(Parse({"policy"})->set_policy.policy().has_max_layers());
+  // A 0 is sent as a present 0 (issue 14: --max-layers 0 lifts the budget).
+  inv = Parse({"policy", "--max-layers", "0", "--min-gain=0", "--threshold",
+               "0", "--hysteresis", "0", "--max-flops", "0"});
+  ASSERT_OK(inv);
+  const gift::v1::SelectionPolicy& z = inv->set_policy.policy();
+  EXPECT_TRUE(z.has_max_layers() && z.has_min_gain() && z.has_threshold() &&
+              z.has_hysteresis() && z.has_max_extra_flops());
+  EXPECT_FALSE(z.has_top_k() || z.has_window_steps());
+  EXPECT_EQ(z.max_layers(), 0);
+  EXPECT_EQ(z.min_gain(), 0);
 }
 
 TEST(ParseTest, UsageErrors) {
@@ -131,9 +142,6 @@ TEST(ParseTest, UsageErrors) {
               "--beta: expected a number, got 'x'");
   ExpectUsage({"policy", "--kind", "best"},
               "--kind: expected top-k, elbow or threshold, got 'best'");
-  ExpectUsage({"policy", "--max-layers", "0"},
-              "policy: --max-layers 0 cannot be sent (0 keeps the current "
-              "value)");
   ExpectUsage({"status", "--timeout", "0"},
               "--timeout: must be in (0, 86400], got 0");
   ExpectUsage({"status", "--timeout"}, "--timeout: missing value");
@@ -156,8 +164,8 @@ TEST(ParseTest, NumbersOutOfRangeAreUsageErrors) {
        "--top-k: must be in [1, 1000000], got 1000001"},
       {{"policy", "--window", "-1"},
        "--window: must be in [1, 1000000], got -1"},
-      {{"policy", "--window", "0"},
-       "policy: --window 0 cannot be sent (0 keeps the current value)"},
+      {{"policy", "--window", "0"}, "--window: must be in [1, 1000000], got 0"},
+      {{"policy", "--top-k", "0"}, "--top-k: must be in [1, 1000000], got 0"},
       {{"policy", "--max-layers", "-1"},
        "--max-layers: must be in [0, 1000000], got -1"},
       {{"policy", "--top-k", "3000000000"},
