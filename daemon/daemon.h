@@ -86,6 +86,9 @@ class Daemon : public DaemonCore, public PeerHandler {
   // "" without peers, else "leader of job J at ADDR" / "follower of ADDR
   // in job J" (for the start-up log).
   std::string PeerRole() const;
+  // The role, the leader, the connection and the members as GetStatus
+  // reports them (takes the link's lock, not the daemon's).
+  v1::PeerStatus PeerStatusNow() const;
 
   // DaemonCore.
   absl::StatusOr<v1::RegisterResponse> Register(

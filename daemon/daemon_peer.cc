@@ -107,6 +107,36 @@ std::string Daemon::PeerRole() const {
                          link->bound_address());
 }
 
+v1::PeerStatus Daemon::PeerStatusNow() const {
+  v1::PeerStatus p;
+  PeerLink* link = this->link();
+  if (link == nullptr) {
+    p.set_role(v1::PEER_ROLE_STANDALONE);
+    return p;
+  }
+  const bool leader = link->is_leader();
+  const PeerLinkStats stats = link->stats();
+  p.set_role(leader ? v1::PEER_ROLE_LEADER : v1::PEER_ROLE_FOLLOWER);
+  p.set_job_id(config_.job_id);
+  p.set_leader_address(config_.leader_address);
+  p.set_leader_instance(leader ? instance_ : stats.leader_instance);
+  p.set_bound_address(link->bound_address());
+  p.set_connected(leader || stats.connected);
+  p.set_seconds_since_leader(leader ? 0.0 : stats.leader_silence_seconds);
+  for (const v1::Member& m : link->members()) {
+    v1::PeerMemberStatus* out = p.add_members();
+    out->set_node(m.node());
+    out->set_address(m.address());
+    out->set_instance(m.instance());
+    out->set_self(link->IsSelf(m));
+    out->set_seconds_since_seen(-1.0);
+    for (const auto& [instance, seconds] : stats.member_silence_seconds) {
+      if (instance == m.instance()) out->set_seconds_since_seen(seconds);
+    }
+  }
+  return p;
+}
+
 // ---- plans ----------------------------------------------------------------
 
 v1::PeerPlan Daemon::PlanLocked() const {

@@ -182,6 +182,38 @@ TEST_F(DaemonPeerTest, FollowersPublishTheLeadersPlan) {
   ExpectAllRanksOnFc2(epoch);
 }
 
+// GetStatus says where each daemon stands in the job (giftctl status).
+TEST_F(DaemonPeerTest, StatusNamesThePeerRoleAndTheMembers) {
+  absl::StatusOr<v1::GetStatusResponse> leader = daemons_[0]->GetStatus({});
+  ASSERT_OK(leader);
+  const v1::PeerStatus& l = leader->peer();
+  EXPECT_EQ(l.role(), v1::PEER_ROLE_LEADER);
+  EXPECT_EQ(l.job_id(), "job");
+  EXPECT_EQ(l.leader_address(), "n0:1");
+  EXPECT_EQ(l.leader_instance(), daemons_[0]->instance());
+  EXPECT_TRUE(l.connected());
+  ASSERT_EQ(l.members_size(), kNodes);
+  int self = 0;
+  for (const v1::PeerMemberStatus& m : l.members()) self += m.self();
+  EXPECT_EQ(self, 1);
+  EXPECT_TRUE(l.members(0).self());
+  for (int node = 1; node < kNodes; ++node) {
+    absl::StatusOr<v1::GetStatusResponse> f = daemons_[node]->GetStatus({});
+    ASSERT_OK(f);
+    EXPECT_EQ(f->peer().role(), v1::PEER_ROLE_FOLLOWER) << node;
+    EXPECT_EQ(f->peer().leader_address(), "n0:1") << node;
+    EXPECT_EQ(f->peer().members_size(), kNodes) << node;
+    self = 0;
+    for (const v1::PeerMemberStatus& m : f->peer().members()) {
+      if (m.self()) {
+        ++self;
+        EXPECT_EQ(m.instance(), daemons_[node]->instance());
+      }
+    }
+    EXPECT_EQ(self, 1) << node;
+  }
+}
+
 TEST_F(DaemonPeerTest, ControlOnAFollowerIsForwardedToTheLeader) {
   Pin(2);
   const int64_t epoch = Epoch(0);

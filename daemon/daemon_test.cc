@@ -153,6 +153,9 @@ TEST_F(DaemonTest, DeadRankIsReaped) {
   EXPECT_EQ(s->ranks_registered(), 0);
   EXPECT_EQ(s->ranks_reaped(), 1);
   EXPECT_EQ(ShmObjects(), 0u);
+  // No peers configured: a one-node job, no members.
+  EXPECT_EQ(s->peer().role(), v1::PEER_ROLE_STANDALONE);
+  EXPECT_EQ(s->peer().members_size(), 0);
 }
 
 TEST_F(DaemonTest, ControlValidatesAndChangesNothingOnError) {

@@ -213,6 +213,21 @@ PeerLinkStats PeerLinkImpl::stats() const {
   stats.connected = connected_;
   stats.leader_instance = leader_instance_;
   stats.joins = joins_;
+  const absl::Time now = absl::Now();
+  if (leader_) {
+    for (size_t i = 0; i < members_.size() && i < last_seen_.size(); ++i) {
+      const double silent = members_[i].instance() == self_.instance()
+                                ? 0.0
+                                : absl::ToDoubleSeconds(now - last_seen_[i]);
+      stats.member_silence_seconds.emplace_back(members_[i].instance(),
+                                                std::max(0.0, silent));
+    }
+  } else {
+    stats.leader_silence_seconds =
+        last_leader_ok_ == absl::Time()
+            ? -1.0
+            : std::max(0.0, absl::ToDoubleSeconds(now - last_leader_ok_));
+  }
   return stats;
 }
 

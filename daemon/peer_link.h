@@ -134,6 +134,11 @@ struct PeerLinkStats {
   int64_t joins = 0;  // follower: successful joins; leader: admitted
   int64_t send_failures = 0;
   int64_t dropped = 0;  // queue overflow
+  // Leader: seconds since each member's last join or report, by instance
+  // (itself 0). Follower: empty.
+  std::vector<std::pair<std::string, double>> member_silence_seconds;
+  // Follower: seconds since the leader last answered (-1: never). Leader: 0.
+  double leader_silence_seconds = 0;
   std::vector<std::pair<std::string, int64_t>> bytes_sent, bytes_received;
 };
 

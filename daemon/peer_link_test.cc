@@ -29,6 +29,7 @@ namespace {
 using ::gift::testing::IsOk;
 using ::gift::testing::StatusIs;
 using ::testing::ElementsAre;
+using ::testing::IsEmpty;
 using ::testing::SizeIs;
 
 constexpr char kToken[] = "s3cret-token";
@@ -238,6 +239,20 @@ TEST_F(PeerLinkTest, FollowersJoinAndAgreeOnMembersAndOwners) {
   EXPECT_EQ(nodes_[0].link->stats().joins, 2);
   EXPECT_EQ(nodes_[0].handler.With([](auto& h) { return h.members_changed; }),
             2);
+  // How long each member has been silent (GetStatus, giftctl status): the
+  // leader tracks every member, itself at 0; a follower the leader.
+  EXPECT_GE(stats.leader_silence_seconds, 0.0);
+  EXPECT_LT(stats.leader_silence_seconds, 60.0);
+  EXPECT_THAT(stats.member_silence_seconds, IsEmpty());
+  const PeerLinkStats leader = nodes_[0].link->stats();
+  EXPECT_EQ(leader.leader_silence_seconds, 0.0);
+  ASSERT_THAT(leader.member_silence_seconds, SizeIs(3));
+  EXPECT_EQ(leader.member_silence_seconds[0],
+            std::make_pair(std::string("n0-1"), 0.0));
+  for (const auto& [instance, seconds] : leader.member_silence_seconds) {
+    EXPECT_GE(seconds, 0.0) << instance;
+    EXPECT_LT(seconds, 60.0) << instance;
+  }
 }
 
 TEST_F(PeerLinkTest, FollowerWithoutMembersOwnsEveryLayer) {

@@ -133,8 +133,49 @@ std::string FormatPolicy(const gift::v1::SelectionPolicy& p) {
       p.window_steps(), p.max_layers(), p.max_extra_flops(), p.min_gain());
 }
 
+std::string FormatPeer(const gift::v1::PeerStatus& p) {
+  switch (p.role()) {
+    case gift::v1::PEER_ROLE_LEADER:
+      return absl::StrFormat("leader of job %s at %s", p.job_id(),
+                             p.leader_address());
+    case gift::v1::PEER_ROLE_FOLLOWER: {
+      std::string out = absl::StrFormat("follower of %s in job %s, ",
+                                        p.leader_address(), p.job_id());
+      if (!p.connected()) {
+        absl::StrAppend(&out, "NOT connected");
+      } else {
+        absl::StrAppend(&out, "connected to leader instance ",
+                        p.leader_instance());
+      }
+      if (p.seconds_since_leader() >= 0) {
+        absl::StrAppend(&out, absl::StrFormat(" (answered %.1f s ago)",
+                                              p.seconds_since_leader()));
+      } else {
+        absl::StrAppend(&out, " (never answered)");
+      }
+      return out;
+    }
+    case gift::v1::PEER_ROLE_STANDALONE:
+      return "standalone (no peers)";
+    default:
+      return "-";
+  }
+}
+
+std::string FormatMember(const gift::v1::PeerMemberStatus& m) {
+  std::string out = absl::StrFormat("%s at %s (instance %s)", m.node(),
+                                    m.address(), m.instance());
+  if (m.self()) {
+    absl::StrAppend(&out, ", this daemon");
+  } else if (m.seconds_since_seen() >= 0) {
+    absl::StrAppend(
+        &out, absl::StrFormat(", seen %.1f s ago", m.seconds_since_seen()));
+  }
+  return out;
+}
+
 std::string FormatStatus(const gift::v1::GetStatusResponse& s) {
-  return FormatTable({
+  std::vector<std::vector<std::string>> rows = {
       {"node", s.node()},
       {"daemon_instance", s.daemon_instance()},
       {"version", s.version()},
@@ -151,7 +192,12 @@ std::string FormatStatus(const gift::v1::GetStatusResponse& s) {
       {"layers",
        absl::StrFormat("%d (%d selected)", s.layers(), s.selected_layers())},
       {"refreshes", absl::StrCat(s.refreshes())},
-  });
+      {"peer", FormatPeer(s.peer())},
+  };
+  for (const gift::v1::PeerMemberStatus& m : s.peer().members()) {
+    rows.push_back({"member", FormatMember(m)});
+  }
+  return FormatTable(rows);
 }
 
 std::string FormatLayers(

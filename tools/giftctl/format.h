@@ -29,7 +29,10 @@ std::string PinName(gift::v1::Pin pin);
 
 // One line: "top-k k=8 hysteresis=0.1 window=50 ...".
 std::string FormatPolicy(const gift::v1::SelectionPolicy& policy);
-// Key/value lines.
+// "leader of job J at ADDR", "follower of ADDR in job J, connected to
+// leader instance I (answered 0.4 s ago)", "standalone (no peers)".
+std::string FormatPeer(const gift::v1::PeerStatus& peer);
+// Key/value lines; the peer role, then one "member" line per job member.
 std::string FormatStatus(const gift::v1::GetStatusResponse& status);
 // A header and one row per layer.
 std::string FormatLayers(

@@ -92,6 +92,45 @@ TEST(FormatStatusTest, KeyValueLines) {
   EXPECT_THAT(t, HasSubstr("layers            24 (6 selected)\n"));
 }
 
+TEST(FormatStatusTest, PeerRoleAndMembers) {
+  gift::v1::GetStatusResponse s;
+  s.mutable_peer()->set_role(gift::v1::PEER_ROLE_STANDALONE);
+  EXPECT_THAT(FormatStatus(s), HasSubstr("peer              standalone"));
+  gift::v1::PeerStatus* p = s.mutable_peer();
+  p->set_role(gift::v1::PEER_ROLE_LEADER);
+  p->set_job_id("job7");
+  p->set_leader_address("10.0.0.1:50152");
+  gift::v1::PeerMemberStatus* m = p->add_members();
+  m->set_node("n0");
+  m->set_address("10.0.0.1:50152");
+  m->set_instance("aa");
+  m->set_self(true);
+  m = p->add_members();
+  m->set_node("n1");
+  m->set_address("10.0.0.2:50152");
+  m->set_instance("bb");
+  m->set_seconds_since_seen(0.26);
+  std::string t = FormatStatus(s);
+  EXPECT_THAT(t, HasSubstr("peer              leader of job job7 at "
+                           "10.0.0.1:50152\n"));
+  EXPECT_THAT(t, HasSubstr("member            n0 at 10.0.0.1:50152 (instance "
+                           "aa), this daemon\n"));
+  EXPECT_THAT(t, HasSubstr("member            n1 at 10.0.0.2:50152 (instance "
+                           "bb), seen 0.3 s ago\n"));
+  p->set_role(gift::v1::PEER_ROLE_FOLLOWER);
+  p->set_connected(false);
+  p->set_seconds_since_leader(-1);
+  EXPECT_EQ(FormatPeer(*p),
+            "follower of 10.0.0.1:50152 in job job7, NOT connected (never "
+            "answered)");
+  p->set_connected(true);
+  p->set_leader_instance("aa");
+  p->set_seconds_since_leader(1.5);
+  EXPECT_EQ(FormatPeer(*p),
+            "follower of 10.0.0.1:50152 in job job7, connected to leader "
+            "instance aa (answered 1.5 s ago)");
+}
+
 TEST(FormatPolicyTest, NamesEveryField) {
   gift::v1::SelectionPolicy p;
   p.set_kind(gift::v1::SELECTION_KIND_THRESHOLD);
