@@ -37,8 +37,10 @@ DaemonMetrics::DaemonMetrics(metrics::Registry* r) {
                    "Refresh interval K: steps per sketch window.", L({}));
   selected_layers =
       &r->AddGauge("gift_selected_layers", "Layers on the GIFT path.", L({}));
+  // daemon_instance, not "instance": that is Prometheus' target label, which
+  // would rename ours to exported_instance on every scrape.
   info = &r->AddGauge("gift_daemon_info", "giftd build and instance (1).",
-                      L({"version", "instance"}));
+                      L({"version", "daemon_instance"}));
   layer_selected =
       &r->AddGauge("gift_layer_selected",
                    "1 when the layer takes the GIFT path.", L({"layer"}));

@@ -26,6 +26,7 @@ namespace gift::testing_daemon {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using json = nlohmann::json;
 
 constexpr char kSpiky[] = "synthetic.spiky";
@@ -136,6 +137,12 @@ TEST_F(GiftdIntegrationTest, SelectsTheLayersWithMeasuredGain) {
     EXPECT_THAT(*metrics, HasSubstr(name));
   }
   EXPECT_THAT(*metrics, HasSubstr("layer=\"blocks.0.mlp.fc2\""));
+  // giftd's instance id has a label of its own: "instance" is Prometheus'
+  // target label (a clash renames ours to exported_instance).
+  EXPECT_THAT(*metrics, HasSubstr("gift_daemon_info{"));
+  EXPECT_THAT(*metrics, HasSubstr("daemon_instance=\""));
+  EXPECT_THAT(*metrics, Not(HasSubstr(",instance=\"")));
+  EXPECT_THAT(*metrics, Not(HasSubstr("{instance=\"")));
   const std::string promtool = FindOnPath("promtool");
   if (!promtool.empty()) {
     const std::string scrape = dir_ + "/scrape.txt";
