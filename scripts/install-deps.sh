@@ -20,6 +20,8 @@ PACKAGES=(
   # make sanitize: libFuzzer and clang's sanitizer runtimes (scripts/fuzz.sh);
   # dpkg-dev for the abseil source package of the TSan part
   clang-14 libclang-rt-14-dev dpkg-dev
+  # deploy_gift_srun_slurm_test: a one-host Slurm cluster the test starts
+  slurm-wlm munge
 )
 
 missing=()

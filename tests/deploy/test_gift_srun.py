@@ -1,4 +1,4 @@
-"""deploy/slurm/gift-srun under a simulated allocation: fake `srun` and
+"""deploy/slurm/gift-srun under a simulated allocation: fake `srun`, `squeue` and
 `scontrol` on PATH run every step locally, once per node of FAKE_NODES (with
 that node's SLURMD_NODENAME) or once per rank. Checks that one giftd starts
 per node (the first node leads, one 0600 token), that health is waited for on
@@ -61,6 +61,14 @@ done
 exit "$status"
 """
 
+# squeue / scancel: gift-srun asks Slurm to signal the daemon step; these
+# know no steps, so it falls back to signalling srun, which the fake srun
+# forwards to its tasks (the real Slurm path: test_gift_srun_slurm.py).
+FAKE_SQUEUE = r"""#!/usr/bin/env bash
+echo "squeue $*" >>"$FAKE_LOG"
+exit 1
+"""
+
 FAKE_SCONTROL = r"""#!/usr/bin/env bash
 [[ "$1 $2" == "show hostnames" ]] || exit 1
 echo "scontrol $*" >>"$FAKE_LOG"
@@ -113,6 +121,8 @@ def sim():
         (d / "bin").mkdir()
         write_exec(d / "bin" / "srun", FAKE_SRUN)
         write_exec(d / "bin" / "scontrol", FAKE_SCONTROL)
+        write_exec(d / "bin" / "squeue", FAKE_SQUEUE)
+        write_exec(d / "bin" / "scancel", FAKE_SQUEUE)
         write_exec(d / "giftd", FAKE_GIFTD)
         write_exec(d / "giftctl", FAKE_GIFTCTL)
         yield d
