@@ -17,7 +17,7 @@ per namespace instead), with GLOO_SOCKET_IFNAME=eth0.
 gift mode: one giftd per namespace (per "host"), each with its own agent
 socket (GIFT_AGENT_SOCKET of its rank), control on the namespace's
 loopback, and the daemons peered into one job (DESIGN §4): job id, token
-file, Peer service on 10.77.0.<r+1>:50152, leader rank 0's daemon
+file, Peer service on 10.77.0.<r+1>:29152, leader rank 0's daemon
 (GIFT_JOB_ID of every rank names the job). One standalone giftd per rank
 would be W one-rank jobs of a W-rank allreduce: not a valid setup. giftd's
 selector needs far more steps than these runs have to pick layers on its
@@ -73,8 +73,12 @@ MODES = ("ddp", "fp16", "powersgd", "euclid", "gift")
 LABELS = {"ddp": "DDP FP32 (no hook)", "fp16": "torch fp16_compress_hook",
           "powersgd": "torch PowerSGD rank 4", "euclid": "gift euclid (FP8)",
           "gift": "gift gift (FP8 + giftd/host)"}
-CONTROL = "127.0.0.1:50151"  # every namespace has a loopback of its own
-PEER_PORT = 50152
+# Below the kernel's ephemeral range (32768-60999 by default): a port in it
+# can still be held, in the same namespace, by an outgoing connection of an
+# earlier job's ranks (TIME_WAIT or closing), and giftd would then fail to
+# listen ("Address already in use"; python_multihost failed so once).
+CONTROL = "127.0.0.1:29151"  # every namespace has a loopback of its own
+PEER_PORT = 29152
 
 
 def addr(rank):
