@@ -244,7 +244,9 @@ TEST(ConfigTest, FlagErrors) {
   ExpectError(Load("", {"--node=\xed\xa0\x80"}),  // a surrogate
               "--node: expected UTF-8 text, got invalid byte 0xed at offset "
               "0");
-  EXPECT_TRUE(Load("", {"--node=n\xc3\xb8" "de-\xe2\x82\xac"}).ok());
+  EXPECT_TRUE(Load("", {"--node=n\xc3\xb8"
+                        "de-\xe2\x82\xac"})
+                  .ok());
 }
 
 // A value that parses but fails a check names the flag as typed.

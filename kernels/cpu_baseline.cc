@@ -28,17 +28,25 @@ bool BuiltinHas(const char* feature) {
 #if defined(__x86_64__)
   // __builtin_cpu_supports needs a literal: one case per feature above.
 #define GIFT_CPU_CASE(name) \
-  if (std::strcmp(feature, name) == 0) return __builtin_cpu_supports(name);
-  GIFT_CPU_CASE("popcnt")
-  GIFT_CPU_CASE("sse3") GIFT_CPU_CASE("ssse3") GIFT_CPU_CASE("sse4.1")
-      GIFT_CPU_CASE("sse4.2") GIFT_CPU_CASE("avx") GIFT_CPU_CASE("avx2")
-          GIFT_CPU_CASE("bmi") GIFT_CPU_CASE("bmi2") GIFT_CPU_CASE("fma")
-              GIFT_CPU_CASE("avx512f") GIFT_CPU_CASE("avx512bw")
-                  GIFT_CPU_CASE("avx512cd") GIFT_CPU_CASE("avx512dq")
-                      GIFT_CPU_CASE("avx512vl")
+  if (std::strcmp(feature, name) == 0) return __builtin_cpu_supports(name)
+  GIFT_CPU_CASE("popcnt");
+  GIFT_CPU_CASE("sse3");
+  GIFT_CPU_CASE("ssse3");
+  GIFT_CPU_CASE("sse4.1");
+  GIFT_CPU_CASE("sse4.2");
+  GIFT_CPU_CASE("avx");
+  GIFT_CPU_CASE("avx2");
+  GIFT_CPU_CASE("bmi");
+  GIFT_CPU_CASE("bmi2");
+  GIFT_CPU_CASE("fma");
+  GIFT_CPU_CASE("avx512f");
+  GIFT_CPU_CASE("avx512bw");
+  GIFT_CPU_CASE("avx512cd");
+  GIFT_CPU_CASE("avx512dq");
+  GIFT_CPU_CASE("avx512vl");
 #undef GIFT_CPU_CASE
-      // f16c: clang 14 rejects the literal; CPUID leaf 1, ECX bit 29.
-      if (std::strcmp(feature, "f16c") == 0) {
+  // f16c: clang 14 rejects the literal; CPUID leaf 1, ECX bit 29.
+  if (std::strcmp(feature, "f16c") == 0) {
     unsigned a, b, c, d;
     return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C) != 0;
   }
