@@ -63,8 +63,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const std::string path = "/proc/self/fd/" + std::to_string(fd);
     absl::StatusOr<NpyArray> read = ReadNpy(path);
     Check(read.ok(), "ReadNpy refused what ParseNpy accepted");
-    Check(read->shape == array->shape && read->data.size() ==
-              array->data.size(), "ReadNpy and ParseNpy differ");
+    Check(
+        read->shape == array->shape && read->data.size() == array->data.size(),
+        "ReadNpy and ParseNpy differ");
   }
   close(fd);
   return 0;

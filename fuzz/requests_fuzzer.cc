@@ -165,8 +165,7 @@ bool RegisterPasses(const v1::RegisterRequest& r, const Limits& limits) {
   std::vector<shm::LayerDecl> decls;
   std::vector<bool> full;
   for (const v1::LayerShape& l : r.layers()) {
-    const int32_t r_cap =
-        static_cast<int32_t>(std::min<int64_t>(l.d_in(), 8));
+    const int32_t r_cap = static_cast<int32_t>(std::min<int64_t>(l.d_in(), 8));
     decls.push_back({l.name(), l.d_out(), l.d_in(), r_cap});
     full.push_back(false);
   }

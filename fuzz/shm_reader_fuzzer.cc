@@ -68,8 +68,9 @@ struct Session {
   std::vector<char> pristine[kLayers + 2];
 
   Region* region(int i) {
-    return i == 0 ? control.get() : i <= kLayers ? data[i - 1].get()
-                                                 : full.get();
+    return i == 0         ? control.get()
+           : i <= kLayers ? data[i - 1].get()
+                          : full.get();
   }
   void Snapshot() {
     for (int i = 0; i < kLayers + 2; ++i) {
@@ -155,8 +156,8 @@ Session* Setup() {
     Must(WriteOmega0(g, s->data[i].get(), Ramp(g.d_in * g.k_cap, 0.1f)),
          "WriteOmega0");
   }
-  s->full = Create(prefix + "-F1", FullRegionLayout::Compute(
-                                       s->geometry[1].d_in).bytes);
+  s->full = Create(prefix + "-F1",
+                   FullRegionLayout::Compute(s->geometry[1].d_in).bytes);
   s->entry(1)->full_region = s->full->desc();
   PublishPlan(s->block(), Plan(1));
   Must(PublishFactor(s->entry(0), s->geometry[0], s->data[0].get(), nullptr,
@@ -188,8 +189,8 @@ Session* Setup() {
     c.factor_version = 1;
     WriteTelemetry(e, c);
     const bool full = i == 1;
-    auto began = BeginWindow(e, s->data[i].get(), full ? s->full.get() : nullptr,
-                             0, full);
+    auto began = BeginWindow(e, s->data[i].get(),
+                             full ? s->full.get() : nullptr, 0, full);
     Must(began.status(), "BeginWindow");
     const LayerRegionLayout l =
         LayerRegionLayout::Compute(g.d_in, g.r_cap, g.k_cap);
@@ -237,13 +238,16 @@ std::vector<Field> Fields(Session& s) {
   header(offsetof(ControlHeader, tele_lock), 8);
   header(offsetof(ControlHeader, totals) + offsetof(StepCounters, steps), 8);
   header(offsetof(ControlHeader, totals) +
-             offsetof(StepCounters, collective_seconds), 8);
+             offsetof(StepCounters, collective_seconds),
+         8);
+  header(offsetof(ControlHeader, totals) + offsetof(StepCounters, bytes_euclid),
+         8);
   header(offsetof(ControlHeader, totals) +
-             offsetof(StepCounters, bytes_euclid), 8);
+             offsetof(StepCounters, bytes_fp32_equivalent),
+         8);
   header(offsetof(ControlHeader, totals) +
-             offsetof(StepCounters, bytes_fp32_equivalent), 8);
-  header(offsetof(ControlHeader, totals) +
-             offsetof(StepCounters, duration_buckets), 8);
+             offsetof(StepCounters, duration_buckets),
+         8);
   header(offsetof(ControlHeader, plan_lock), 8);
   for (int i = 0; i < kLayers; ++i) {
     const uint64_t e = LayerEntryOffset(i);
@@ -277,8 +281,8 @@ std::vector<Field> Fields(Session& s) {
     entry(offsetof(LayerEntry, tele) + offsetof(LayerCounters, upper), 8);
     entry(offsetof(LayerEntry, tele) + offsetof(LayerCounters, err_sq), 8);
     entry(offsetof(LayerEntry, tele) + offsetof(LayerCounters, probes), 8);
-    entry(offsetof(LayerEntry, tele) +
-              offsetof(LayerCounters, factor_version), 8);
+    entry(offsetof(LayerEntry, tele) + offsetof(LayerCounters, factor_version),
+          8);
     entry(offsetof(LayerEntry, full_region) + offsetof(RegionDesc, bytes), 8);
     const LayerGeometry& g = s.geometry[i];
     const LayerRegionLayout l =
@@ -296,17 +300,33 @@ std::vector<Field> Fields(Session& s) {
 
 // Values at the edges of what the checks allow.
 int64_t Interesting(FuzzedDataProvider& in) {
-  static constexpr int64_t kValues[] = {
-      -1, 0, 1, 2, 3, 7, 8, 16, 17, 24, 255, 4096, kMaxDIn, kMaxDIn + 1,
-      kMaxSketchCount, kMaxSketchCount + 1, kMaxStep - 1, kMaxStep,
-      kMaxStep + 1, std::numeric_limits<int32_t>::max(),
-      std::numeric_limits<int32_t>::min(),
-      std::numeric_limits<int64_t>::max(),
-      std::numeric_limits<int64_t>::min(),
-      0x7ff0000000000000,  // +inf as a double
-      0x7ff8000000000000,  // NaN
-      0x7f800000,          // +inf as a float
-      static_cast<int64_t>(kMagic)};
+  static constexpr int64_t kValues[] = {-1,
+                                        0,
+                                        1,
+                                        2,
+                                        3,
+                                        7,
+                                        8,
+                                        16,
+                                        17,
+                                        24,
+                                        255,
+                                        4096,
+                                        kMaxDIn,
+                                        kMaxDIn + 1,
+                                        kMaxSketchCount,
+                                        kMaxSketchCount + 1,
+                                        kMaxStep - 1,
+                                        kMaxStep,
+                                        kMaxStep + 1,
+                                        std::numeric_limits<int32_t>::max(),
+                                        std::numeric_limits<int32_t>::min(),
+                                        std::numeric_limits<int64_t>::max(),
+                                        std::numeric_limits<int64_t>::min(),
+                                        0x7ff0000000000000,  // +inf as a double
+                                        0x7ff8000000000000,  // NaN
+                                        0x7f800000,          // +inf as a float
+                                        static_cast<int64_t>(kMagic)};
   return kValues[in.ConsumeIntegralInRange<size_t>(
       0, sizeof(kValues) / sizeof(kValues[0]) - 1)];
 }
@@ -319,8 +339,8 @@ void Mutate(Session& s, const std::vector<Field>& fields,
       case 1: {  // a protocol field
         const Field& f =
             fields[in.ConsumeIntegralInRange<size_t>(0, fields.size() - 1)];
-        const int64_t v = in.ConsumeBool() ? Interesting(in)
-                                           : in.ConsumeIntegral<int64_t>();
+        const int64_t v =
+            in.ConsumeBool() ? Interesting(in) : in.ConsumeIntegral<int64_t>();
         Region* r = s.region(f.region);
         if (f.offset + f.size <= r->bytes()) {
           std::memcpy(static_cast<char*>(r->data()) + f.offset, &v, f.size);
@@ -329,8 +349,8 @@ void Mutate(Session& s, const std::vector<Field>& fields,
       }
       default: {  // raw bytes anywhere
         Region* r = s.region(in.ConsumeIntegralInRange(0, kLayers + 1));
-        const uint64_t off = in.ConsumeIntegralInRange<uint64_t>(
-            0, r->bytes() - 1);
+        const uint64_t off =
+            in.ConsumeIntegralInRange<uint64_t>(0, r->bytes() - 1);
         const size_t n = in.ConsumeIntegralInRange<size_t>(1, 64);
         const std::string bytes = in.ConsumeBytesAsString(n);
         const size_t fit = std::min<uint64_t>(bytes.size(), r->bytes() - off);
@@ -371,8 +391,8 @@ void DaemonReads(Session& s, const int64_t consumed_in[kLayers]) {
     // not, which ReadWindow must refuse by itself.
     const int64_t consumed = consumed_in[i];
     const int64_t closed = e->window_closed.load(std::memory_order_acquire);
-    const bool guarded = closed >= consumed && closed <= consumed + 2 &&
-                         closed <= kMaxStep;
+    const bool guarded =
+        closed >= consumed && closed <= consumed + 2 && closed <= kMaxStep;
     std::vector<int64_t> windows = {closed, consumed, consumed + 1, -1};
     if (closed > std::numeric_limits<int64_t>::min()) {
       windows.push_back(closed - 1);
@@ -399,9 +419,9 @@ void DaemonReads(Session& s, const int64_t consumed_in[kLayers]) {
     }
     if (guarded && closed > consumed) ConsumeWindow(e, closed);
     // The daemon publishes a newer factor whatever the slots say.
-    (void)PublishFactor(e, g, s.data[i].get(), full,
-                        Factor(g, std::numeric_limits<int64_t>::max() / 2,
-                               i == 1 ? 1 : 0));
+    (void)PublishFactor(
+        e, g, s.data[i].get(), full,
+        Factor(g, std::numeric_limits<int64_t>::max() / 2, i == 1 ? 1 : 0));
   }
   PublishPlan(s.block(), Plan(2));
 }
@@ -440,7 +460,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FuzzedDataProvider in(data, size);
   int64_t consumed[kLayers];
   for (int64_t& c : consumed) {
-    c = in.ConsumeBool() ? -1 : in.ConsumeIntegralInRange<int64_t>(-1, kMaxStep);
+    c = in.ConsumeBool() ? -1
+                         : in.ConsumeIntegralInRange<int64_t>(-1, kMaxStep);
   }
   Mutate(s, fields, in);
   DaemonReads(s, consumed);
