@@ -158,29 +158,46 @@ account() {  # PART RC SECONDS_BUILD SECONDS_RUN
   log "${summaries[-1]}"
 }
 
-# ---- asan ---------------------------------------------------------------
-part_asan() {
-  local t0 t1 t2 rc=0
-  t0=$(date +%s)
-  last_counts=""
-  log "== sanitize asan: ASan + UBSan build in build-asan (${#ASAN_TARGETS[@]} targets)"
-  if configure build-asan address &&
-     cmake --build build-asan -j "$JOBS" --target "${ASAN_TARGETS[@]}" >build-asan/sanitize-build.log 2>&1; then
+# The common part of asan and tsan, after their configure and setup: builds
+# TARGETs in DIR (unless READY, their status, is non-zero), runs their tests
+# minus EXCLUDE with the part's environment (the array named ENV, VAR=VALUE
+# each: set for the tests only) and closes with the part's line (account;
+# build time counted from T0).
+build_and_test() {  # PART DIR T0 READY EXCLUDE ENV TARGET...
+  local part=$1 dir=$2 t0=$3 ready=$4 exclude=$5 t1 rc=0 v
+  local -n part_env=$6
+  shift 6
+  if [[ "$ready" -eq 0 ]] &&
+     cmake --build "$dir" -j "$JOBS" --target "$@" >"$dir/sanitize-build.log" 2>&1; then
     t1=$(date +%s)
-    export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:halt_on_error=1:check_initialization_order=1"
-    export LSAN_OPTIONS="suppressions=$root/scripts/lsan.supp:print_suppressions=0"
-    export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
-    select_tests build-asan "$root/build-asan/sanitize-tests.txt" "" "${ASAN_TARGETS[@]}" &&
-      run_selected build-asan "$root/build-asan/sanitize-tests.txt" || rc=1
-    unset ASAN_OPTIONS LSAN_OPTIONS UBSAN_OPTIONS
+    export "${part_env[@]}"
+    select_tests "$dir" "$root/$dir/sanitize-tests.txt" "$exclude" "$@" &&
+      run_selected "$dir" "$root/$dir/sanitize-tests.txt" || rc=1
+    for v in "${part_env[@]}"; do unset "${v%%=*}"; done
   else
-    tail -40 build-asan/sanitize-build.log 2>/dev/null
-    log "sanitize asan: the build failed (build-asan/sanitize-build.log)"
+    tail -40 "$dir/sanitize-build.log" 2>/dev/null
+    log "sanitize $part: the build failed ($dir/sanitize-build.log)"
     rc=1
     t1=$(date +%s)
   fi
-  t2=$(date +%s)
-  account asan "$rc" $((t1 - t0)) $((t2 - t1))
+  account "$part" "$rc" $((t1 - t0)) $(($(date +%s) - t1))
+}
+
+# ---- asan ---------------------------------------------------------------
+# shellcheck disable=SC2034  # read by build_and_test (nameref)
+ASAN_ENV=(
+  "ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:halt_on_error=1:check_initialization_order=1"
+  "LSAN_OPTIONS=suppressions=$root/scripts/lsan.supp:print_suppressions=0"
+  "UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1"
+)
+
+part_asan() {
+  local t0 ready=0
+  t0=$(date +%s)
+  last_counts=""
+  log "== sanitize asan: ASan + UBSan build in build-asan (${#ASAN_TARGETS[@]} targets)"
+  configure build-asan address || ready=1
+  build_and_test asan build-asan "$t0" "$ready" "" ASAN_ENV "${ASAN_TARGETS[@]}"
 }
 
 # ---- tsan ---------------------------------------------------------------
@@ -267,31 +284,24 @@ tsan_absl() {
   export LD_LIBRARY_PATH="$dest"
 }
 
+# shellcheck disable=SC2034  # read by build_and_test (nameref)
+TSAN_ENV=(
+  "TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1:report_signal_unsafe=0:suppressions=$root/scripts/tsan.supp"
+  # OpenBLAS (LAPACK of the factor builder) would run its own
+  # uninstrumented thread pool on our matrices: one thread, in the caller.
+  "OPENBLAS_NUM_THREADS=1"
+)
+
 part_tsan() {
-  local t0 t1 t2 rc=0 exclude
+  local t0 ready=0 exclude
   t0=$(date +%s)
   last_counts=""
   log "== sanitize tsan: TSan build in build-tsan (${#TSAN_TARGETS[@]} targets)"
   mkdir -p build-tsan
-  if configure build-tsan thread && tsan_absl &&
-     cmake --build build-tsan -j "$JOBS" --target "${TSAN_TARGETS[@]}" >build-tsan/sanitize-build.log 2>&1; then
-    t1=$(date +%s)
-    export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:report_signal_unsafe=0:suppressions=$root/scripts/tsan.supp"
-    # OpenBLAS (LAPACK of the factor builder) would run its own
-    # uninstrumented thread pool on our matrices: one thread, in the caller.
-    export OPENBLAS_NUM_THREADS=1
-    exclude=$(IFS='|'; echo "${TSAN_EXCLUDE[*]}")
-    select_tests build-tsan "$root/build-tsan/sanitize-tests.txt" "$exclude" "${TSAN_TARGETS[@]}" &&
-      run_selected build-tsan "$root/build-tsan/sanitize-tests.txt" || rc=1
-    unset TSAN_OPTIONS LD_LIBRARY_PATH OPENBLAS_NUM_THREADS
-  else
-    tail -40 build-tsan/sanitize-build.log 2>/dev/null
-    log "sanitize tsan: the build failed (build-tsan/sanitize-build.log)"
-    rc=1
-    t1=$(date +%s)
-  fi
-  t2=$(date +%s)
-  account tsan "$rc" $((t1 - t0)) $((t2 - t1))
+  { configure build-tsan thread && tsan_absl; } || ready=1
+  exclude=$(IFS='|'; echo "${TSAN_EXCLUDE[*]}")
+  build_and_test tsan build-tsan "$t0" "$ready" "$exclude" TSAN_ENV "${TSAN_TARGETS[@]}"
+  unset LD_LIBRARY_PATH  # tsan_absl's
 }
 
 # ---- fuzz ---------------------------------------------------------------
