@@ -67,7 +67,11 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(
     LOG_INFO("removed %d shared-memory objects left by an earlier giftd",
              stale.size());
   }
-  d->metrics_.info->WithLabels({"", config.node, kGiftVersion, d->instance_})
+  d->metrics_.info
+      ->Add({{"job_id", ""},
+             {"node", config.node},
+             {"version", kGiftVersion},
+             {"daemon_instance", d->instance_}})
       .Set(1);
   // A member of a multi-node job serves that job's store whatever else
   // local processes put there.
@@ -107,11 +111,13 @@ void Daemon::PollLoop() {
   while (!stop_.WaitForNotificationWithTimeout(period)) PollOnce();
 }
 
-std::vector<std::string> Daemon::Labels(
-    std::initializer_list<std::string> extra) const {
-  std::vector<std::string> v = {job_id_, config_.node};
-  v.insert(v.end(), extra.begin(), extra.end());
-  return v;
+metrics::Labels Daemon::Labels(
+    std::initializer_list<std::pair<const std::string, std::string>> extra)
+    const {
+  metrics::Labels labels(extra);
+  labels.emplace("job_id", job_id_);
+  labels.emplace("node", config_.node);
+  return labels;
 }
 
 // ---- Register ---------------------------------------------------------------
@@ -257,10 +263,10 @@ absl::Status Daemon::AdoptLayers(
     l.omega0 = InitialOmega(l.d_in, l.k_cap, config_.omega_seed);
     RETURN_IF_ERROR(selector_.AddLayer({l.name, l.d_out, l.d_in}));
     // Counters exist from the start (0), so rates and alerts see them.
-    metrics_.refresh_failures->WithLabels(Labels({l.name}));
+    metrics_.refresh_failures->Add(Labels({{"layer", l.name}}));
     layers_.push_back(std::move(l));
   }
-  metrics_.ranks_reaped->WithLabels(Labels({}));
+  metrics_.ranks_reaped->Add(Labels({}));
   LOG_INFO("job '%s': world size %d, %d candidate layers", job_id_, world_size_,
            layers_.size());
   return absl::OkStatus();
@@ -354,7 +360,7 @@ absl::StatusOr<v1::RegisterResponse> Daemon::Register(
   } else {
     PublishPlanTo(session);
   }
-  metrics_.ranks_registered->WithLabels(Labels({})).Set(sessions_.size());
+  metrics_.ranks_registered->Add(Labels({})).Set(sessions_.size());
   LOG_INFO("registered rank %d/%d of job '%s' (pid %d, %s memory): session %s",
            r.rank(), r.world_size(), r.job_id(), r.pid(),
            r.memory() == v1::MEMORY_KIND_DEVICE ? "device" : "host",
@@ -438,11 +444,16 @@ void Daemon::DropSession(const std::string& session_id,
   for (const Layer& l : layers_) {
     for (const char* path : {"euclid", "gift"}) {
       const std::string r = absl::StrCat(rank);
-      metrics_.rel_l2->Remove(Labels({r, l.name, path}));
-      metrics_.cosine->Remove(Labels({r, l.name, path}));
+      metrics::RemoveSeries(
+          metrics_.rel_l2,
+          Labels({{"rank", r}, {"layer", l.name}, {"path", path}}));
+      metrics::RemoveSeries(
+          metrics_.cosine,
+          Labels({{"rank", r}, {"layer", l.name}, {"path", path}}));
     }
   }
-  metrics_.heartbeat_age->Remove(Labels({absl::StrCat(rank)}));
+  metrics::RemoveSeries(metrics_.heartbeat_age,
+                        Labels({{"rank", absl::StrCat(rank)}}));
   if (it->second->spec().data_kind == shm::RegionKind::kCudaIpc &&
       !ProcessGone(it->second->spec().pid)) {
     // A live (stalled, or re-registered) rank may still write into its
@@ -451,7 +462,7 @@ void Daemon::DropSession(const std::string& session_id,
     graveyard_.push_back(std::move(it->second));
   }
   sessions_.erase(it);  // unmaps and unlinks the rank's shared memory
-  metrics_.ranks_registered->WithLabels(Labels({})).Set(sessions_.size());
+  metrics_.ranks_registered->Add(Labels({})).Set(sessions_.size());
   LOG_INFO("rank %d left (session %s): %s", rank, id, why);
   if (sessions_.empty()) {
     for (Layer& l : layers_) l.pending.clear();
@@ -482,7 +493,7 @@ void Daemon::ReapDead() {
 
 void Daemon::Reap(const std::string& id, const std::string& why) {
   ++reaped_total_;
-  metrics_.ranks_reaped->WithLabels(Labels({})).Increment();
+  metrics_.ranks_reaped->Add(Labels({})).Increment();
   DropSession(id, "reaped: " + why);
 }
 
@@ -515,8 +526,8 @@ void Daemon::PublishPlanToAll() {
   for (auto& [id, s] : sessions_) PublishPlanTo(*s);
   PeerLink* link = this->link();
   if (link != nullptr && link->is_leader()) link->BroadcastPlan(PlanLocked());
-  metrics_.plan_epoch->WithLabels(Labels({})).Set(plan_epoch_);
-  metrics_.refresh_interval->WithLabels(Labels({})).Set(refresh_interval_);
+  metrics_.plan_epoch->Add(Labels({})).Set(plan_epoch_);
+  metrics_.refresh_interval->Add(Labels({})).Set(refresh_interval_);
 }
 
 void Daemon::NewEpoch(const std::string& why) {

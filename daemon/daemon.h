@@ -325,8 +325,9 @@ class Daemon : public DaemonCore, public PeerHandler {
                                      const v1::LayerSettings& s) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  // {job_id, node, extra...}: the label values of a metric series.
-  std::vector<std::string> Labels(std::initializer_list<std::string> extra)
+  // {job_id, node} and `extra`: the labels of a metric series.
+  metrics::Labels Labels(
+      std::initializer_list<std::pair<const std::string, std::string>> extra)
       const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const DaemonConfig config_;

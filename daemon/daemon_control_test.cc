@@ -81,10 +81,10 @@ class DaemonControlTest : public ::testing::Test {
   }
 
   double Rejected() {
-    const std::string text = registry_.Serialize();
+    const std::string text = metrics::Serialize(registry_);
     const std::string series =
-        "gift_factor_rejected_total{job_id=\"job\",node=\"test\",layer="
-        "\"fc2\"} ";
+        "gift_factor_rejected_total{job_id=\"job\",layer=\"fc2\",node="
+        "\"test\"} ";
     const size_t at = text.find(series);
     return at == std::string::npos ? 0
                                    : std::stod(text.substr(at + series.size()));

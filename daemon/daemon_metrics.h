@@ -4,13 +4,19 @@
 // they apply.
 //
 //   DaemonMetrics m(&registry);
-//   m.ranks_registered->WithLabels({job, node}).Set(4);
+//   m.ranks_registered->Add({{"job_id", job}, {"node", node}}).Set(4);
+//   m.refresh_duration->Add(labels, m.refresh_bounds).Observe(0.02);
 //
-// Thread safety: the families are thread-safe (metrics/registry.h).
+// The comments name each family's labels; a series must carry exactly
+// those (Prometheus does not require it, the dashboards do).
+//
+// Thread safety: the families are thread-safe (prometheus-cpp).
 #ifndef GIFT_DAEMON_DAEMON_METRICS_H_
 #define GIFT_DAEMON_DAEMON_METRICS_H_
 
-#include "daemon/metrics/registry.h"
+#include <vector>
+
+#include "daemon/metrics/metrics.h"
 
 namespace gift::daemon {
 
@@ -23,7 +29,7 @@ struct DaemonMetrics {
   metrics::Family<metrics::Gauge>* plan_epoch;
   metrics::Family<metrics::Gauge>* refresh_interval;
   metrics::Family<metrics::Gauge>* selected_layers;
-  // {job_id, node, version, instance} = 1
+  // {job_id, node, version, daemon_instance} = 1
   metrics::Family<metrics::Gauge>* info;
 
   // {job_id, node, layer}
@@ -66,7 +72,13 @@ struct DaemonMetrics {
   metrics::Family<metrics::Gauge>* heartbeat_age;
   metrics::Family<metrics::Gauge>* staleness_limit;
   metrics::Family<metrics::Gauge>* peer_connected;  // followers only
+  // {job_id, node, direction, kind}
   metrics::Family<metrics::Counter>* peer_bytes;
+
+  // The bucket bounds of refresh_duration and collective_duration (+Inf
+  // implicit), passed to Add() with a series' labels.
+  const std::vector<double> refresh_bounds;
+  const std::vector<double> duration_bounds;
 };
 
 }  // namespace gift::daemon

@@ -282,11 +282,11 @@ TEST_F(DaemonPeerTest, WindowsOfEveryNodeMakeOneFactorEverywhere) {
   // Only the owner (n1) computed it.
   const std::string computed = "gift_factor_refresh_duration_seconds_count";
   EXPECT_THAT(
-      registry_[1].Serialize(),
-      HasSubstr(computed + "{job_id=\"job\",node=\"n1\",layer=\"fc2\"}"));
-  EXPECT_THAT(registry_[0].Serialize(),
+      metrics::Serialize(registry_[1]),
+      HasSubstr(computed + "{job_id=\"job\",layer=\"fc2\",node=\"n1\"}"));
+  EXPECT_THAT(metrics::Serialize(registry_[0]),
               ::testing::Not(HasSubstr(computed + "{")));
-  EXPECT_THAT(registry_[2].Serialize(),
+  EXPECT_THAT(metrics::Serialize(registry_[2]),
               ::testing::Not(HasSubstr(computed + "{")));
   for (int n = 0; n < kNodes; ++n) {
     auto l = daemons_[n]->ListLayers({});

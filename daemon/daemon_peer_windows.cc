@@ -62,7 +62,8 @@ void Daemon::AddOwned(Layer& l, const std::string& node, int contributors,
   o.contributors += contributors;
   o.sessions.push_back(node);
   auto incomplete = [&] {
-    metrics_.sketch_windows->WithLabels(Labels({l.name, "incomplete"}))
+    metrics_.sketch_windows
+        ->Add(Labels({{"layer", l.name}, {"result", "incomplete"}}))
         .Increment();
   };
   if (world_size_ > 0 && o.contributors >= world_size_) {

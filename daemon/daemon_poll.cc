@@ -65,7 +65,8 @@ void AddSat(int64_t* to, int64_t v) {
 
 void Daemon::Malformed(RankSession& s, const char* reason,
                        const std::string& what, bool garbage) {
-  metrics_.shm_rejected->WithLabels(Labels({absl::StrCat(s.rank()), reason}))
+  metrics_.shm_rejected
+      ->Add(Labels({{"rank", absl::StrCat(s.rank())}, {"reason", reason}}))
       .Increment();
   if (garbage && !s.malformed_now) {
     s.malformed_now = true;
@@ -132,16 +133,22 @@ void Daemon::TakeLayerSample(RankSession& s, int i, SelectorSample* x,
     double rel, cos;
     RoundTrip(d->err_sq, d->x_sq, d->xhat_x, &rel, &cos);
     const char* path = d->gift_steps > 0 ? "gift" : "euclid";
-    metrics_.rel_l2->WithLabels(Labels({rank, l.name, path})).Set(rel);
-    metrics_.cosine->WithLabels(Labels({rank, l.name, path})).Set(cos);
+    metrics_.rel_l2
+        ->Add(Labels({{"rank", rank}, {"layer", l.name}, {"path", path}}))
+        .Set(rel);
+    metrics_.cosine
+        ->Add(Labels({{"rank", rank}, {"layer", l.name}, {"path", path}}))
+        .Set(cos);
   }
-  metrics_.boundary_hits->WithLabels(Labels({rank, l.name, "upper"}))
+  metrics_.boundary_hits
+      ->Add(Labels({{"rank", rank}, {"layer", l.name}, {"bound", "upper"}}))
       .Increment(d->upper);
-  metrics_.boundary_hits->WithLabels(Labels({rank, l.name, "lower"}))
+  metrics_.boundary_hits
+      ->Add(Labels({{"rank", rank}, {"layer", l.name}, {"bound", "lower"}}))
       .Increment(d->lower);
-  metrics_.quantized_elements->WithLabels(Labels({rank, l.name}))
+  metrics_.quantized_elements->Add(Labels({{"rank", rank}, {"layer", l.name}}))
       .Increment(d->n);
-  metrics_.nonfinite_inputs->WithLabels(Labels({rank, l.name}))
+  metrics_.nonfinite_inputs->Add(Labels({{"rank", rank}, {"layer", l.name}}))
       .Increment(d->nonfinite);
   was = now;
 }
@@ -164,32 +171,34 @@ void Daemon::TakeStepCounters(RankSession& s) {
     Malformed(s, "step_counters", std::string(d.status().message()));
     return;
   }
-  metrics_.steps->WithLabels(Labels({rank})).Increment(d->steps);
-  metrics_.bytes_sent->WithLabels(Labels({rank, "euclid"}))
+  metrics_.steps->Add(Labels({{"rank", rank}})).Increment(d->steps);
+  metrics_.bytes_sent->Add(Labels({{"rank", rank}, {"path", "euclid"}}))
       .Increment(d->bytes_euclid);
-  metrics_.bytes_sent->WithLabels(Labels({rank, "gift"}))
+  metrics_.bytes_sent->Add(Labels({{"rank", rank}, {"path", "gift"}}))
       .Increment(d->bytes_gift);
-  metrics_.bytes_sent->WithLabels(Labels({rank, "control"}))
+  metrics_.bytes_sent->Add(Labels({{"rank", rank}, {"path", "control"}}))
       .Increment(d->bytes_control);
   // Each difference is below 2^62: their sum of three fits a double, and
   // only what was saved counts.
   const double sent = static_cast<double>(d->bytes_euclid) +
                       static_cast<double>(d->bytes_gift) +
                       static_cast<double>(d->bytes_control);
-  metrics_.bytes_saved->WithLabels(Labels({rank}))
+  metrics_.bytes_saved->Add(Labels({{"rank", rank}}))
       .Increment(
           std::max(0.0, static_cast<double>(d->bytes_fp32_equivalent) - sent));
-  metrics_.transform_seconds->WithLabels(Labels({rank}))
+  metrics_.transform_seconds->Add(Labels({{"rank", rank}}))
       .Increment(d->transform_seconds);
-  metrics_.nonfinite_layers->WithLabels(Labels({rank}))
+  metrics_.nonfinite_layers->Add(Labels({{"rank", rank}}))
       .Increment(d->nonfinite_layers);
-  std::vector<uint64_t> counts(shm::kDurationBuckets);
+  std::vector<double> counts(shm::kDurationBuckets);
   for (int b = 0; b < shm::kDurationBuckets; ++b) {
-    counts[b] = static_cast<uint64_t>(d->duration_buckets[b]);
+    counts[b] = static_cast<double>(d->duration_buckets[b]);
   }
-  metrics_.collective_duration->WithLabels(Labels({rank}))
-      .ObserveBuckets(counts, d->collective_seconds);
-  metrics_.rank_step->WithLabels(Labels({rank})).Set(t.steps);
+  metrics::ObserveBuckets(
+      &metrics_.collective_duration->Add(Labels({{"rank", rank}}),
+                                         metrics_.duration_bounds),
+      metrics_.duration_bounds, counts, d->collective_seconds);
+  metrics_.rank_step->Add(Labels({{"rank", rank}})).Set(t.steps);
   s.last_totals = t;
 }
 
@@ -331,7 +340,8 @@ void Daemon::CollectWindows() {
         if (jt->first.first <= key.first) {
           const bool used = jt->first == key;
           if (!used) {
-            metrics_.sketch_windows->WithLabels(Labels({l.name, "incomplete"}))
+            metrics_.sketch_windows
+                ->Add(Labels({{"layer", l.name}, {"result", "incomplete"}}))
                 .Increment();
           }
           jt = l.pending.erase(jt);
@@ -343,7 +353,8 @@ void Daemon::CollectWindows() {
     }
     // Ranks whose windows never line up must not pile sums up.
     while (l.pending.size() > kMaxPendingWindows) {
-      metrics_.sketch_windows->WithLabels(Labels({l.name, "incomplete"}))
+      metrics_.sketch_windows
+          ->Add(Labels({{"layer", l.name}, {"result", "incomplete"}}))
           .Increment();
       l.pending.erase(l.pending.begin());
     }
@@ -370,7 +381,9 @@ bool Daemon::AddSketch(Layer::Pending& p, shm::SketchData data) {
 void Daemon::SubmitRefresh(Layer& l, Layer::Pending& p) {
   const bool full = l.settings.transform() == v1::TRANSFORM_FULL;
   if (refresher_->Busy(l.name)) {
-    metrics_.sketch_windows->WithLabels(Labels({l.name, "busy"})).Increment();
+    metrics_.sketch_windows
+        ->Add(Labels({{"layer", l.name}, {"result", "busy"}}))
+        .Increment();
     return;
   }
   const int64_t omega_version = p.sum.meta.omega_version;
@@ -379,7 +392,8 @@ void Daemon::SubmitRefresh(Layer& l, Layer::Pending& p) {
     auto it = l.omega_by_version.find(omega_version);
     if (it == l.omega_by_version.end()) {
       // Sketched in a basis of an earlier giftd: unusable here.
-      metrics_.sketch_windows->WithLabels(Labels({l.name, "incomplete"}))
+      metrics_.sketch_windows
+          ->Add(Labels({{"layer", l.name}, {"result", "incomplete"}}))
           .Increment();
       return;
     }
@@ -410,7 +424,8 @@ void Daemon::SubmitRefresh(Layer& l, Layer::Pending& p) {
     LOG_WARNING("refresh of %s not submitted: %s", l.name, st.ToString());
     return;
   }
-  metrics_.sketch_windows->WithLabels(Labels({l.name, "used"})).Increment();
+  metrics_.sketch_windows->Add(Labels({{"layer", l.name}, {"result", "used"}}))
+      .Increment();
 }
 
 void Daemon::PublishResults() {
@@ -421,7 +436,7 @@ void Daemon::PublishResults() {
     }
     if (l == nullptr) continue;  // the job changed meanwhile
     if (!r.status.ok()) {
-      metrics_.refresh_failures->WithLabels(Labels({l->name})).Increment();
+      metrics_.refresh_failures->Add(Labels({{"layer", l->name}})).Increment();
       LOG_WARNING("refresh of %s (version %d) failed: %s", l->name, r.version,
                   r.status.ToString());
       continue;
@@ -434,7 +449,9 @@ void Daemon::PublishResults() {
     absl::StatusOr<bool> installed = InstallFactor(*l, std::move(f), r.seconds);
     if (!installed.ok() || !*installed) continue;
     if (out.has_value()) link->BroadcastFactor(*std::move(out));
-    metrics_.refresh_duration->WithLabels(Labels({l->name})).Observe(r.seconds);
+    metrics_.refresh_duration
+        ->Add(Labels({{"layer", l->name}}), metrics_.refresh_bounds)
+        .Observe(r.seconds);
   }
 }
 
@@ -469,7 +486,7 @@ absl::StatusOr<bool> Daemon::InstallFactor(Layer& l,
                                            double seconds) {
   if (l.newest != nullptr && f->version <= l.newest->version) return false;
   if (absl::Status st = CheckFactor(*f, {l.d_in, l.r_cap, l.k_cap}); !st.ok()) {
-    metrics_.factors_rejected->WithLabels(Labels({l.name})).Increment();
+    metrics_.factors_rejected->Add(Labels({{"layer", l.name}})).Increment();
     LOG_WARNING("factor %s v%d dropped (the layer keeps v%d): %s", l.name,
                 f->version, l.newest ? l.newest->version : -1, st.message());
     return st;
@@ -495,7 +512,7 @@ absl::StatusOr<bool> Daemon::InstallFactor(Layer& l,
   l.last_refresh_seconds = seconds;
   ++l.refreshes;
   ++refreshes_total_;
-  metrics_.refreshes->WithLabels(Labels({l.name})).Increment();
+  metrics_.refreshes->Add(Labels({{"layer", l.name}})).Increment();
   LOG_DEBUG("published %s factor v%d (%.1f ms)", l.name, f->version,
             seconds * 1e3);
   l.newest = std::move(f);
@@ -507,31 +524,31 @@ void Daemon::UpdateGauges() {
   int selected = 0;
   for (const Layer& l : layers_) {
     selected += l.selected;
-    metrics_.layer_selected->WithLabels(Labels({l.name})).Set(l.selected);
-    metrics_.layer_candidate->WithLabels(Labels({l.name})).Set(l.candidate);
-    metrics_.vulnerability->WithLabels(Labels({l.name}))
+    metrics_.layer_selected->Add(Labels({{"layer", l.name}})).Set(l.selected);
+    metrics_.layer_candidate->Add(Labels({{"layer", l.name}})).Set(l.candidate);
+    metrics_.vulnerability->Add(Labels({{"layer", l.name}}))
         .Set(l.score.vulnerability);
-    metrics_.gain->WithLabels(Labels({l.name})).Set(l.score.gain);
-    metrics_.factor_version->WithLabels(Labels({l.name}))
+    metrics_.gain->Add(Labels({{"layer", l.name}})).Set(l.score.gain);
+    metrics_.factor_version->Add(Labels({{"layer", l.name}}))
         .Set(l.newest ? l.newest->version : -1);
-    metrics_.factor_age->WithLabels(Labels({l.name}))
+    metrics_.factor_age->Add(Labels({{"layer", l.name}}))
         .Set(l.factor_step < 0 ? 0
                                : std::max<int64_t>(0, step - l.factor_step));
   }
-  metrics_.selected_layers->WithLabels(Labels({})).Set(selected);
-  metrics_.plan_epoch->WithLabels(Labels({})).Set(plan_epoch_);
-  metrics_.refresh_interval->WithLabels(Labels({})).Set(refresh_interval_);
-  metrics_.ranks_registered->WithLabels(Labels({})).Set(sessions_.size());
-  metrics_.staleness_limit->WithLabels(Labels({})).Set(config_.staleness_limit);
+  metrics_.selected_layers->Add(Labels({})).Set(selected);
+  metrics_.plan_epoch->Add(Labels({})).Set(plan_epoch_);
+  metrics_.refresh_interval->Add(Labels({})).Set(refresh_interval_);
+  metrics_.ranks_registered->Add(Labels({})).Set(sessions_.size());
+  metrics_.staleness_limit->Add(Labels({})).Set(config_.staleness_limit);
   const absl::Time now = absl::Now();
   for (const auto& [id, s] : sessions_) {
-    metrics_.heartbeat_age->WithLabels(Labels({absl::StrCat(s->rank())}))
+    metrics_.heartbeat_age->Add(Labels({{"rank", absl::StrCat(s->rank())}}))
         .Set(absl::ToDoubleSeconds(now - s->last_seen));
   }
   if (PeerLink* l = link(); l != nullptr) {
     const PeerLinkStats st = l->stats();
     if (!l->is_leader()) {
-      metrics_.peer_connected->WithLabels(Labels({})).Set(st.connected);
+      metrics_.peer_connected->Add(Labels({})).Set(st.connected);
       if (st.joins != joins_seen_) {
         joins_seen_ = st.joins;
         // (Re)joined: a partition may have kept a factor this daemon
@@ -552,7 +569,7 @@ void Daemon::UpdateGauges() {
       for (const auto& [kind, bytes] : *list) {
         int64_t& seen = peer_bytes_seen_[std::string(dir) + "/" + kind];
         if (bytes > seen) {
-          metrics_.peer_bytes->WithLabels(Labels({dir, kind}))
+          metrics_.peer_bytes->Add(Labels({{"direction", dir}, {"kind", kind}}))
               .Increment(static_cast<double>(bytes - seen));
           seen = bytes;
         }

@@ -133,7 +133,7 @@ class DaemonShmTest : public ::testing::Test {
   // Every gift_layer_vulnerability is in [0, 1] and no counter (a _total or
   // a histogram's _count/_sum/_bucket) is negative or below `before`.
   void ExpectSaneMetrics(const std::map<std::string, double>& before) {
-    const std::map<std::string, double> now = Series(registry_.Serialize());
+    const std::map<std::string, double> now = Series(metrics::Serialize(registry_));
     for (const auto& [name, v] : now) {
       if (absl::StartsWith(name, "gift_layer_vulnerability")) {
         EXPECT_TRUE(v >= 0 && v <= 1) << name << " = " << v;
@@ -152,7 +152,7 @@ class DaemonShmTest : public ::testing::Test {
   }
 
   double Rejected(const std::string& reason) {
-    const std::map<std::string, double> now = Series(registry_.Serialize());
+    const std::map<std::string, double> now = Series(metrics::Serialize(registry_));
     double total = 0;
     for (const auto& [name, v] : now) {
       if (absl::StartsWith(name, "gift_shm_rejected_total") &&
@@ -164,7 +164,7 @@ class DaemonShmTest : public ::testing::Test {
   }
   double RejectedAny() {
     double total = 0;
-    for (const auto& [name, v] : Series(registry_.Serialize())) {
+    for (const auto& [name, v] : Series(metrics::Serialize(registry_))) {
       if (absl::StartsWith(name, "gift_shm_rejected_total")) total += v;
     }
     return total;
@@ -189,7 +189,7 @@ class DaemonShmTest : public ::testing::Test {
 TEST_F(DaemonShmTest, GarbageInTheControlBlockNeitherHangsNorPoisons) {
   WriteValidTelemetry(10);
   Poll();
-  const std::map<std::string, double> before = Series(registry_.Serialize());
+  const std::map<std::string, double> before = Series(metrics::Serialize(registry_));
   struct Pattern {
     const char* name;
     std::function<void()> write;
@@ -255,15 +255,15 @@ TEST_F(DaemonShmTest, ADecreasingSampleIsRejectedAndTheNextGoodOneCounts) {
   Poll();
   const std::string steps =
       "gift_steps_total{job_id=\"job\",node=\"test\",rank=\"0\"}";
-  EXPECT_EQ(Series(registry_.Serialize())[steps], 10);
+  EXPECT_EQ(Series(metrics::Serialize(registry_))[steps], 10);
   WriteValidTelemetry(5);  // counters went down
   Poll();
-  EXPECT_EQ(Series(registry_.Serialize())[steps], 10);
+  EXPECT_EQ(Series(metrics::Serialize(registry_))[steps], 10);
   EXPECT_GE(Rejected("step_counters"), 1);
   EXPECT_GE(Rejected("layer_counters"), 1);
   WriteValidTelemetry(12);
   Poll();
-  EXPECT_EQ(Series(registry_.Serialize())[steps], 12);
+  EXPECT_EQ(Series(metrics::Serialize(registry_))[steps], 12);
   EXPECT_EQ(Status().ranks_registered(), 1);
 }
 

@@ -291,7 +291,7 @@ TEST_F(DaemonTest, WindowRefreshPublishesFactor) {
   ASSERT_OK(layers);
   EXPECT_EQ(layers->layers(1).factor_version(), f.version);
   EXPECT_EQ(layers->layers(1).refreshes(), 1);
-  EXPECT_THAT(registry_.Serialize(),
+  EXPECT_THAT(metrics::Serialize(registry_),
               HasSubstr("gift_factor_refreshes_total{job_id=\"job\""));
 }
 

@@ -9,8 +9,8 @@
 #include "daemon/grpc_server.h"
 #include "daemon/log.h"
 #include "daemon/metrics/http_exposer.h"
+#include "daemon/metrics/metrics.h"
 #include "daemon/metrics/process_collector.h"
-#include "daemon/metrics/registry.h"
 #include "kernels/cpu_baseline.h"
 
 namespace gift::daemon {
@@ -56,11 +56,11 @@ int Run(int argc, char** argv) {
     LOG_ERROR("cannot start: %s", s.ToString());
     return 1;
   }
-  metrics::Registry registry;
-  metrics::ProcessCollector process_metrics(&registry);
-  GrpcMetrics grpc_metrics(&registry, config->node);
+  auto registry = std::make_shared<metrics::Registry>();
+  auto process_metrics = std::make_shared<metrics::ProcessCollector>();
+  GrpcMetrics grpc_metrics(registry.get(), config->node);
   absl::StatusOr<std::unique_ptr<Daemon>> daemon =
-      Daemon::Create(*config, &registry);
+      Daemon::Create(*config, registry.get());
   if (!daemon.ok()) {
     LOG_ERROR("cannot start: %s", daemon.status().ToString());
     return 1;
@@ -70,7 +70,8 @@ int Run(int argc, char** argv) {
   }
   std::unique_ptr<metrics::HttpExposer> exposer;
   if (!config->metrics_address.empty()) {
-    auto e = metrics::HttpExposer::Start(config->metrics_address, &registry);
+    auto e = metrics::HttpExposer::Start(config->metrics_address,
+                                         {registry, process_metrics});
     if (!e.ok()) {
       LOG_ERROR("cannot serve metrics: %s", e.status().ToString());
       return 1;

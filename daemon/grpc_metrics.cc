@@ -65,16 +65,18 @@ class MetricsInterceptorFactory final
 
 GrpcMetrics::GrpcMetrics(metrics::Registry* registry, std::string node)
     : node_(std::move(node)),
-      requests_(registry->AddCounter(
-          "gift_grpc_requests_total",
-          "gRPC requests handled, by service, method and status code.",
-          {"node", "service", "method", "code"})),
-      duration_(registry->AddHistogram(
-          "gift_grpc_request_duration_seconds",
-          "Time to handle a gRPC request (a streaming call: its whole life).",
-          {"node", "service", "method"},
-          {0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
-           0.1, 0.25, 0.5, 1, 2.5, 5, 10})) {}
+      bounds_({0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+               0.1, 0.25, 0.5, 1, 2.5, 5, 10}),
+      requests_(prometheus::BuildCounter()
+                    .Name("gift_grpc_requests_total")
+                    .Help("gRPC requests handled, by service, method and "
+                          "status code.")
+                    .Register(*registry)),
+      duration_(prometheus::BuildHistogram()
+                    .Name("gift_grpc_request_duration_seconds")
+                    .Help("Time to handle a gRPC request (a streaming call: "
+                          "its whole life).")
+                    .Register(*registry)) {}
 
 std::vector<
     std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
@@ -101,8 +103,15 @@ void GrpcMetrics::Record(const std::string& full_method, int code,
   auto [service, method] = SplitMethod(full_method);
   const std::string code_name =
       absl::StatusCodeToString(static_cast<absl::StatusCode>(code));
-  requests_.WithLabels({node_, service, method, code_name}).Increment();
-  duration_.WithLabels({node_, service, method}).Observe(seconds);
+  requests_
+      .Add({{"node", node_},
+            {"service", service},
+            {"method", method},
+            {"code", code_name}})
+      .Increment();
+  duration_
+      .Add({{"node", node_}, {"service", service}, {"method", method}}, bounds_)
+      .Observe(seconds);
 }
 
 }  // namespace gift::daemon

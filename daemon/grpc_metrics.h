@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "daemon/metrics/registry.h"
+#include "daemon/metrics/metrics.h"
 
 namespace gift::daemon {
 
@@ -44,6 +44,7 @@ class GrpcMetrics {
 
  private:
   const std::string node_;
+  const std::vector<double> bounds_;  // of duration_
   metrics::Family<metrics::Counter>& requests_;
   metrics::Family<metrics::Histogram>& duration_;
 };

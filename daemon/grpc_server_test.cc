@@ -249,24 +249,23 @@ TEST_F(GrpcServerTest, RequestsAreCountedByMethodAndCode) {
   std::string text;
   for (absl::Time end = absl::Now() + absl::Seconds(10); absl::Now() < end;
        absl::SleepFor(absl::Milliseconds(5))) {
-    text = registry.Serialize();
+    text = metrics::Serialize(registry);
     if (absl::StrContains(text, "GetStatus\"} 1") &&
         absl::StrContains(text, "FAILED_PRECONDITION")) {
       break;
     }
   }
   EXPECT_THAT(text, ::testing::HasSubstr(
-                        "gift_grpc_requests_total{node=\"n0\","
-                        "service=\"gift.v1.Agent\",method=\"Register\","
-                        "code=\"FAILED_PRECONDITION\"} 1"));
-  EXPECT_THAT(text,
-              ::testing::HasSubstr("gift_grpc_requests_total{node=\"n0\","
-                                   "service=\"gift.v1.Control\","
-                                   "method=\"GetStatus\",code=\"OK\"} 1"));
+                        "gift_grpc_requests_total{code=\"FAILED_PRECONDITION\","
+                        "method=\"Register\",node=\"n0\","
+                        "service=\"gift.v1.Agent\"} 1"));
+  EXPECT_THAT(text, ::testing::HasSubstr("gift_grpc_requests_total{code=\"OK\","
+                                         "method=\"GetStatus\",node=\"n0\","
+                                         "service=\"gift.v1.Control\"} 1"));
   EXPECT_THAT(text,
               ::testing::HasSubstr("gift_grpc_request_duration_seconds_count{"
-                                   "node=\"n0\",service=\"gift.v1.Control\","
-                                   "method=\"GetStatus\"} 1"));
+                                   "method=\"GetStatus\",node=\"n0\","
+                                   "service=\"gift.v1.Control\"} 1"));
 }
 
 TEST(GrpcMetricsTest, SplitsFullMethodNames) {

@@ -33,7 +33,7 @@
 #include "daemon/config.h"
 #include "daemon/daemon.h"
 #include "daemon/fake_peer_link.h"
-#include "daemon/metrics/registry.h"
+#include "daemon/metrics/metrics.h"
 #include "daemon/request_limits.h"
 #include "gift/v1/agent.pb.h"
 #include "gift/v1/control.pb.h"

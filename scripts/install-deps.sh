@@ -10,7 +10,7 @@ PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libabsl-dev libprotobuf-dev protobuf-compiler
   libgrpc++-dev protobuf-compiler-grpc
-  libcivetweb-dev libgloo-dev
+  prometheus-cpp-dev libcivetweb-dev libgloo-dev
   libeigen3-dev liblapacke-dev libopenblas-dev
   nlohmann-json3-dev pybind11-dev
   python3-numpy python3-torch python3-pytest

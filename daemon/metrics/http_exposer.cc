@@ -1,5 +1,6 @@
 #include "daemon/metrics/http_exposer.h"
 
+#include <CivetServer.h>
 #include <arpa/inet.h>
 #include <civetweb.h>
 #include <netinet/in.h>
@@ -8,8 +9,7 @@
 
 #include <atomic>
 #include <chrono>
-#include <cstring>
-#include <string_view>
+#include <exception>
 #include <thread>
 
 #include "absl/status/status.h"
@@ -19,14 +19,9 @@
 namespace gift::metrics {
 namespace {
 
-constexpr char kMetricsType[] = "text/plain; version=0.0.4; charset=utf-8";
 // civetweb's worker threads and request timeout (see Start).
 constexpr int kThreads = 64;
 constexpr int kRequestTimeoutMs = 2000;
-constexpr char kTextType[] = "text/plain; charset=utf-8";
-constexpr char kIndex[] =
-    "<html><head><title>giftd</title></head><body>"
-    "<h1>giftd</h1><p><a href=\"/metrics\">Metrics</a></p></body></html>\n";
 
 // A parsed "host:port": civetweb's listening_ports value, and an address on
 // which this process can reach the socket (loopback for the wildcard).
@@ -99,38 +94,35 @@ void Poke(const ListenAddress& address) {
   close(fd);
 }
 
-void Respond(mg_connection* conn, int status, const char* content_type,
-             std::string_view body, bool allow_get = false) {
-  mg_response_header_start(conn, status);
-  mg_response_header_add(conn, "Content-Type", content_type, -1);
-  mg_response_header_add(conn, "Content-Length",
-                         std::to_string(body.size()).c_str(), -1);
-  if (allow_get) mg_response_header_add(conn, "Allow", "GET", -1);
-  mg_response_header_send(conn);
-  mg_write(conn, body.data(), body.size());
+// civetweb reports why binding failed ("cannot bind to ...: Address
+// already in use") only through its log_message callback, on the thread
+// that starts it; the library's exception says only "null context". The
+// messages of one start are collected here.
+thread_local std::string* start_log = nullptr;
+
+int LogMessage(const mg_connection*, const char* message) {
+  if (start_log != nullptr) {
+    absl::StrAppend(start_log, start_log->empty() ? "" : "; ", message);
+  }
+  return 1;  // handled: civetweb would print to stderr otherwise
 }
 
 }  // namespace
 
 struct HttpExposer::Impl {
-  const Registry* registry = nullptr;
-  mg_context* ctx = nullptr;
+  std::unique_ptr<prometheus::Exposer> exposer;
   ListenAddress address;
-  // civetweb reports why binding failed ("cannot bind to ...: Address
-  // already in use") only through its log; mg_start2's error text is
-  // generic. Messages are kept while starting and dropped afterwards.
-  std::atomic<bool> starting{true};
-  std::string start_log;  // written only while `starting`, by Start's thread
 
-  // mg_stop joins civetweb's threads, but its master thread sees the stop
-  // flag only between polls of the listening socket, and that poll's
-  // timeout is compiled into libcivetweb (2 s). A connection wakes the
-  // poll, so keep poking until mg_stop returns: milliseconds, not seconds.
+  // The Exposer's destructor stops civetweb (mg_stop), which joins its
+  // threads, but civetweb's master thread sees the stop flag only between
+  // polls of the listening socket, and that poll's timeout is compiled into
+  // libcivetweb (2 s). A connection wakes the poll, so keep poking until the
+  // Exposer is gone: milliseconds, not seconds.
   ~Impl() {
-    if (ctx == nullptr) return;
+    if (exposer == nullptr) return;
     std::atomic<bool> stopped{false};
     std::thread stopper([this, &stopped] {
-      mg_stop(ctx);
+      exposer.reset();
       stopped.store(true);
     });
     while (!stopped.load()) {
@@ -139,100 +131,59 @@ struct HttpExposer::Impl {
     }
     stopper.join();
   }
-
-  // log_message callback: civetweb would print to stderr otherwise.
-  static int Log(const mg_connection* conn, const char* message) {
-    const mg_context* ctx = conn ? mg_get_context(conn) : nullptr;
-    auto* self = ctx ? static_cast<Impl*>(mg_get_user_data(ctx)) : nullptr;
-    if (self != nullptr && self->starting.load()) {
-      absl::StrAppend(&self->start_log, self->start_log.empty() ? "" : "; ",
-                      message);
-    }
-    return 1;
-  }
-
-  // Every request lands here (begin_request), so routing is explicit and
-  // civetweb never falls back to serving files.
-  static int Handle(mg_connection* conn) {
-    const mg_request_info* info = mg_get_request_info(conn);
-    auto* self = static_cast<Impl*>(info->user_data);
-    const std::string_view uri = info->local_uri ? info->local_uri : "";
-    if (uri != "/metrics" && uri != "/") {
-      Respond(conn, 404, kTextType, "Not found\n");
-      return 404;
-    }
-    if (std::strcmp(info->request_method, "GET") != 0) {
-      Respond(conn, 405, kTextType, "Method not allowed\n", /*allow_get=*/true);
-      return 405;
-    }
-    if (uri == "/") {
-      Respond(conn, 200, "text/html; charset=utf-8", kIndex);
-    } else {
-      Respond(conn, 200, kMetricsType, self->registry->Serialize());
-    }
-    return 200;
-  }
 };
 
 absl::StatusOr<std::unique_ptr<HttpExposer>> HttpExposer::Start(
-    const std::string& listen, const Registry* registry) {
+    const std::string& listen,
+    const std::vector<std::weak_ptr<prometheus::Collectable>>& collectables) {
   absl::StatusOr<ListenAddress> address = ParseListen(listen);
   if (!address.ok()) return address.status();
   std::unique_ptr<HttpExposer> exposer(new HttpExposer());
   exposer->impl_ = std::make_unique<Impl>();
   Impl* impl = exposer->impl_.get();
-  impl->registry = registry;
   impl->address = *address;
 
-  mg_callbacks callbacks;
-  std::memset(&callbacks, 0, sizeof(callbacks));
-  callbacks.begin_request = &Impl::Handle;
-  callbacks.log_message = &Impl::Log;
   // civetweb serves one connection per worker thread, and a connection that
   // sends no request holds its worker until request_timeout_ms: a scrape
   // behind N idle connections waits about N / num_threads request
   // timeouts. So: many workers (64; each a mostly unused 1 MiB stack, see
-  // thread_stack_floor.cc) and a short timeout (2 s for the whole request
-  // head: a scraper sends it at once), so that 50 idle connections cost a
-  // scrape nothing and 200 about 6 s, inside Prometheus' 10 s. No
-  // keep-alive: a scraper connects per scrape, and an idle kept-alive
-  // connection would hold a worker too. civetweb 1.15 has no limit on
-  // connections; connection_queue bounds the accepted ones waiting for a
-  // worker (the rest wait in the kernel's listen backlog, not in giftd).
-  const std::string threads = std::to_string(kThreads);
-  const std::string timeout = std::to_string(kRequestTimeoutMs);
-  const char* options[] = {"listening_ports",
-                           impl->address.option.c_str(),
-                           "num_threads",
-                           threads.c_str(),
-                           "request_timeout_ms",
-                           timeout.c_str(),
-                           "enable_keep_alive",
-                           "no",
-                           "connection_queue",
-                           "128",
-                           "listen_backlog",
-                           "256",
-                           nullptr};
-  mg_init_data init = {&callbacks, impl, options};
-  char error_text[256] = "";
-  mg_error_data error = {nullptr, error_text, sizeof(error_text)};
-  impl->ctx = mg_start2(&init, &error);
-  impl->starting.store(false);
-  if (impl->ctx == nullptr) {
-    std::string reason = !impl->start_log.empty() ? impl->start_log
-                         : error_text[0] != '\0'  ? error_text
-                                                  : "civetweb failed to start";
-    return absl::UnavailableError(
-        absl::StrCat("metrics: cannot listen on ", listen, ": ", reason));
+  // thread_stack_floor.cc: the library's civetweb threads need that floor
+  // too) and a short timeout (2 s for the whole request head: a scraper
+  // sends it at once), so that 50 idle connections cost a scrape nothing
+  // and 200 about 6 s, inside Prometheus' 10 s. No keep-alive: a scraper
+  // connects per scrape, and an idle kept-alive connection would hold a
+  // worker too. civetweb 1.15 has no limit on connections; connection_queue
+  // bounds the accepted ones waiting for a worker (the rest wait in the
+  // kernel's listen backlog, not in giftd).
+  std::vector<std::string> options = {
+      "listening_ports",    impl->address.option,
+      "num_threads",        std::to_string(kThreads),
+      "request_timeout_ms", std::to_string(kRequestTimeoutMs),
+      "enable_keep_alive",  "no",
+      "connection_queue",   "128",
+      "listen_backlog",     "256"};
+  CivetCallbacks callbacks;
+  callbacks.log_message = &LogMessage;
+  std::string log;
+  start_log = &log;
+  try {
+    impl->exposer =
+        std::make_unique<prometheus::Exposer>(std::move(options), &callbacks);
+  } catch (const std::exception& e) {
+    start_log = nullptr;
+    return absl::UnavailableError(absl::StrCat("metrics: cannot listen on ",
+                                               listen, ": ",
+                                               log.empty() ? e.what() : log));
   }
-  mg_server_port bound;
-  if (mg_get_server_ports(impl->ctx, 1, &bound) != 1 || bound.port <= 0) {
+  start_log = nullptr;
+  for (const auto& c : collectables) impl->exposer->RegisterCollectable(c);
+  const std::vector<int> ports = impl->exposer->GetListeningPorts();
+  if (ports.empty() || ports[0] <= 0) {
     return absl::InternalError(
         absl::StrCat("metrics: no bound port for ", listen));
   }
-  exposer->port_ = bound.port;
-  SetPort(&impl->address, bound.port);
+  exposer->port_ = ports[0];
+  SetPort(&impl->address, ports[0]);
   return exposer;
 }
 

@@ -1,34 +1,40 @@
-// Serves a metrics Registry over HTTP with civetweb: GET /metrics returns
-// Registry::Serialize() as "text/plain; version=0.0.4; charset=utf-8";
-// GET / a short index; anything else 404. Separate from the registry so the
-// registry never includes HTTP code. Idle or slow connections cannot starve
-// a scrape: 64 workers, a 2 s limit on reading a request, no keep-alive
-// (http_exposer.cc says why).
+// Serves prometheus-cpp collectables over HTTP with the library's civetweb
+// Exposer: GET /metrics returns the text exposition (format 0.0.4) of
+// everything registered; other paths 404. What giftd adds to the library:
+// address checking with clear errors (the library only says "null context"),
+// options so that idle or slow connections cannot starve a scrape (64
+// workers, a 2 s limit on reading a request, no keep-alive; http_exposer.cc
+// says why), and a prompt stop.
 //
-//   ASSIGN_OR_RETURN(auto exposer, HttpExposer::Start("127.0.0.1:0",
-//                                                     &registry));
+//   auto registry = std::make_shared<metrics::Registry>();
+//   ASSIGN_OR_RETURN(auto exposer,
+//                    HttpExposer::Start("127.0.0.1:0", {registry}));
 //   int port = exposer->port();  // the bound port (useful with :0)
 //
 // Thread safety: Start/destruction from one thread; civetweb serves
-// requests on its own threads (Serialize is thread-safe).
+// requests on its own threads (Collect is thread-safe).
 #ifndef GIFT_DAEMON_METRICS_HTTP_EXPOSER_H_
 #define GIFT_DAEMON_METRICS_HTTP_EXPOSER_H_
 
+#include <prometheus/collectable.h>
+#include <prometheus/exposer.h>
+
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
-#include "daemon/metrics/registry.h"
 
 namespace gift::metrics {
 
 class HttpExposer {
  public:
   // listen: "host:port" (port 0 = any free port). INVALID_ARGUMENT for a
-  // malformed address, UNAVAILABLE when it cannot bind (port in use).
-  // REQUIRES: registry outlives the exposer.
+  // malformed address, UNAVAILABLE when it cannot bind (port in use). A
+  // collectable that expires is skipped by later scrapes.
   static absl::StatusOr<std::unique_ptr<HttpExposer>> Start(
-      const std::string& listen, const Registry* registry);
+      const std::string& listen,
+      const std::vector<std::weak_ptr<prometheus::Collectable>>& collectables);
   ~HttpExposer();  // stops serving
 
   int port() const { return port_; }

@@ -19,6 +19,7 @@
 #include "absl/time/time.h"
 #include "common/status_matchers.h"
 #include "daemon/metrics/http_testutil.h"
+#include "daemon/metrics/metrics.h"
 
 namespace gift::metrics {
 namespace {
@@ -33,58 +34,67 @@ absl::StatusOr<HttpResponse> Fetch(int port, const std::string& path,
   return HttpFetch("127.0.0.1", port, path, method);
 }
 
+std::shared_ptr<Registry> NewRegistry() { return std::make_shared<Registry>(); }
+
+Family<Counter>& AddCounter(Registry* r, const std::string& name,
+                            const std::string& help) {
+  return prometheus::BuildCounter().Name(name).Help(help).Register(*r);
+}
+Family<Gauge>& AddGauge(Registry* r, const std::string& name,
+                        const std::string& help) {
+  return prometheus::BuildGauge().Name(name).Help(help).Register(*r);
+}
+
 TEST(HttpExposerTest, ServesMetricsOnAnyFreePort) {
-  Registry registry;
-  auto& steps = registry.AddCounter("gift_steps_total", "Steps.", {"rank"});
-  steps.WithLabels({"0"}).Increment(3);
-  auto exposer = HttpExposer::Start("127.0.0.1:0", &registry);
+  auto registry = NewRegistry();
+  auto& steps = AddCounter(registry.get(), "gift_steps_total", "Steps.");
+  steps.Add({{"rank", "0"}}).Increment(3);
+  auto exposer = HttpExposer::Start("127.0.0.1:0", {registry});
   ASSERT_OK(exposer);
   ASSERT_GT((*exposer)->port(), 0);
 
   auto response = Fetch((*exposer)->port(), "/metrics");
   ASSERT_OK(response);
   EXPECT_EQ(response->status_line, "HTTP/1.1 200 OK");
-  EXPECT_EQ(response->headers["content-type"],
-            "text/plain; version=0.0.4; charset=utf-8");
+  EXPECT_THAT(response->headers["content-type"], HasSubstr("text/plain"));
   EXPECT_EQ(response->headers["content-length"],
             std::to_string(response->body.size()));
-  EXPECT_EQ(response->body, registry.Serialize());
+  // The library's own exposer_* families come first, then the registry's.
+  EXPECT_THAT(response->body, HasSubstr(Serialize(*registry)));
+  EXPECT_THAT(response->body,
+              HasSubstr("# TYPE exposer_scrapes_total counter"));
   EXPECT_THAT(response->body, HasSubstr("gift_steps_total{rank=\"0\"} 3\n"));
 
-  steps.WithLabels({"0"}).Increment();  // every scrape is live
+  steps.Add({{"rank", "0"}}).Increment();  // every scrape is live
   response = Fetch((*exposer)->port(), "/metrics");
   ASSERT_OK(response);
   EXPECT_THAT(response->body, HasSubstr("gift_steps_total{rank=\"0\"} 4\n"));
 }
 
-TEST(HttpExposerTest, IndexNotFoundAndMethodNotAllowed) {
-  Registry registry;
-  auto exposer = HttpExposer::Start("localhost:0", &registry);
+TEST(HttpExposerTest, OnlyMetricsIsServed) {
+  auto registry = NewRegistry();
+  auto exposer = HttpExposer::Start("localhost:0", {registry});
   ASSERT_OK(exposer);
   const int port = (*exposer)->port();
 
-  auto index = Fetch(port, "/");
-  ASSERT_OK(index);
-  EXPECT_EQ(index->status_line, "HTTP/1.1 200 OK");
-  EXPECT_THAT(index->body, HasSubstr("/metrics"));
-
-  for (const char* path : {"/nope", "/metrics/x", "/metricsx"}) {
+  // civetweb matches a handler's URI as a prefix ("/metrics/x" is served
+  // too); everything else is 404, a POST included.
+  for (const char* path : {"/", "/nope", "/metric"}) {
     auto missing = Fetch(port, path);
     ASSERT_OK(missing);
     EXPECT_THAT(missing->status_line, HasSubstr(" 404 ")) << path;
   }
   auto post = Fetch(port, "/metrics", "POST");
   ASSERT_OK(post);
-  EXPECT_THAT(post->status_line, HasSubstr(" 405 "));
-  EXPECT_EQ(post->headers["allow"], "GET");
+  EXPECT_THAT(post->status_line, HasSubstr(" 404 "));
 }
 
 TEST(HttpExposerTest, PortInUseIsUnavailable) {
-  Registry registry;
-  auto first = HttpExposer::Start("127.0.0.1:0", &registry);
+  auto registry = NewRegistry();
+  auto first = HttpExposer::Start("127.0.0.1:0", {registry});
   ASSERT_OK(first);
   const std::string taken = absl::StrCat("127.0.0.1:", (*first)->port());
-  auto second = HttpExposer::Start(taken, &registry);
+  auto second = HttpExposer::Start(taken, {registry});
   EXPECT_THAT(second, StatusIs(absl::StatusCode::kUnavailable));
   EXPECT_THAT(second.status().message(), HasSubstr(taken));
   EXPECT_THAT(second.status().message(), HasSubstr("in use"));
@@ -93,20 +103,20 @@ TEST(HttpExposerTest, PortInUseIsUnavailable) {
 }
 
 TEST(HttpExposerTest, MalformedAddressIsInvalidArgument) {
-  Registry registry;
+  auto registry = NewRegistry();
   for (const char* bad :
        {"nonsense", "127.0.0.1:", "127.0.0.1:99999", "127.0.0.1:-1",
         "127.0.0.1:80x", "example.com:80", "[::1:80"}) {
-    EXPECT_THAT(HttpExposer::Start(bad, &registry),
+    EXPECT_THAT(HttpExposer::Start(bad, {registry}),
                 StatusIs(absl::StatusCode::kInvalidArgument))
         << bad;
   }
 }
 
 TEST(HttpExposerTest, DestructionStopsServing) {
-  Registry registry;
+  auto registry = NewRegistry();
   for (const char* listen : {"127.0.0.1:0", "0.0.0.0:0"}) {
-    auto exposer = HttpExposer::Start(listen, &registry);
+    auto exposer = HttpExposer::Start(listen, {registry});
     ASSERT_OK(exposer);
     const int port = (*exposer)->port();
     ASSERT_OK(Fetch(port, "/metrics"));
@@ -118,9 +128,9 @@ TEST(HttpExposerTest, DestructionStopsServing) {
 }
 
 TEST(HttpExposerTest, ConcurrentScrapesWhileUpdating) {
-  Registry registry;
-  Counter& c = registry.AddCounter("c_total", "C.", {}).WithLabels({});
-  auto exposer = HttpExposer::Start("127.0.0.1:0", &registry);
+  auto registry = NewRegistry();
+  Counter& c = AddCounter(registry.get(), "c_total", "C.").Add({});
+  auto exposer = HttpExposer::Start("127.0.0.1:0", {registry});
   ASSERT_OK(exposer);
   std::atomic<bool> done{false};
   std::thread writer([&] {
@@ -133,8 +143,9 @@ TEST(HttpExposerTest, ConcurrentScrapesWhileUpdating) {
       for (int i = 0; i < 10; ++i) {
         auto r = Fetch((*exposer)->port(), "/metrics");
         if (r.ok() && r->status_line == "HTTP/1.1 200 OK" &&
-            r->body.rfind("# HELP c_total C.\n# TYPE c_total counter\nc_total ",
-                          0) == 0) {
+            r->body.find(
+                "# HELP c_total C.\n# TYPE c_total counter\nc_total ") !=
+                std::string::npos) {
           ++good;
         }
       }
@@ -187,9 +198,9 @@ absl::StatusOr<HttpResponse> ScrapeWithin(int port, absl::Duration limit) {
 // Issue 13: with two civetweb threads and a 10 s request timeout, two idle
 // connections delayed a scrape by 9.7 s and 200 made it time out.
 TEST(HttpExposerTest, IdleConnectionsDoNotStarveAScrape) {
-  Registry registry;
-  registry.AddGauge("g", "G.", {}).WithLabels({}).Set(1);
-  auto exposer = HttpExposer::Start("127.0.0.1:0", &registry);
+  auto registry = NewRegistry();
+  AddGauge(registry.get(), "g", "G.").Add({}).Set(1);
+  auto exposer = HttpExposer::Start("127.0.0.1:0", {registry});
   ASSERT_OK(exposer);
   std::vector<int> idle;
   for (int i = 0; i < 50; ++i) {
@@ -211,8 +222,8 @@ TEST(HttpExposerTest, IdleConnectionsDoNotStarveAScrape) {
 
 // An idle connection does not hold a thread for long: the server closes it.
 TEST(HttpExposerTest, AnIdleConnectionIsClosedSoon) {
-  Registry registry;
-  auto exposer = HttpExposer::Start("127.0.0.1:0", &registry);
+  auto registry = NewRegistry();
+  auto exposer = HttpExposer::Start("127.0.0.1:0", {registry});
   ASSERT_OK(exposer);
   const int fd = ConnectTcp("127.0.0.1", (*exposer)->port());
   ASSERT_GE(fd, 0);
@@ -259,47 +270,55 @@ CheckResult PromtoolCheck(const std::string& promtool, const std::string& text,
   return result;
 }
 
+// Label values with quotes, backslashes and newlines are escaped by the
+// library. HELP text is not (prometheus-cpp 1.0.1 writes it raw), so giftd's
+// help strings are single lines without backslashes (metrics.h).
 void FillRealisticRegistry(Registry* registry) {
-  const std::vector<std::string> labels = {"job_id", "node", "rank", "layer",
-                                           "path"};
-  auto& bytes = registry->AddCounter(
-      "gift_bytes_sent_total", "Bytes sent on the wire, by path.", labels);
-  auto& hits = registry->AddCounter(
-      "gift_boundary_hits_total",
-      "FP8 codes at the format's boundary.\nUpper and lower.", labels);
-  auto& rel = registry->AddGauge("gift_quantization_rel_l2",
-                                 "RelL2 of the local round trip.", labels);
-  auto& ranks = registry->AddGauge("gift_ranks_registered",
-                                   "Ranks registered with this daemon.", {});
-  auto& duration = registry->AddHistogram(
-      "gift_collective_duration_seconds", "Collective time (C:\\ escaped).",
-      labels, {0.0005, 0.001, 0.01, 0.1, 1, 10});
-  registry->AddGauge("gift_plan_epoch", "Plan epoch (no children yet).", {});
+  auto& bytes = AddCounter(registry, "gift_bytes_sent_total",
+                           "Bytes sent on the wire, by path.");
+  auto& hits = AddCounter(registry, "gift_boundary_hits_total",
+                          "FP8 codes at the format's boundary, upper and "
+                          "lower.");
+  auto& rel = AddGauge(registry, "gift_quantization_rel_l2",
+                       "RelL2 of the local round trip.");
+  auto& ranks = AddGauge(registry, "gift_ranks_registered",
+                         "Ranks registered with this daemon.");
+  auto& duration = prometheus::BuildHistogram()
+                       .Name("gift_collective_duration_seconds")
+                       .Help("Collective time, in seconds.")
+                       .Register(*registry);
+  AddGauge(registry, "gift_plan_epoch", "Plan epoch (no children yet).");
   for (int rank = 0; rank < 2; ++rank) {
     for (const char* layer :
          {"model.layers.0.mlp.fc2", "odd \"quoted\" \\ x"}) {
       for (const char* path : {"euclidean", "gift"}) {
-        std::vector<std::string> v = {"job-7", "node\n1", std::to_string(rank),
-                                      layer, path};
-        bytes.WithLabels(v).Increment(1 << 20);
-        hits.WithLabels(v).Increment(17);
-        rel.WithLabels(v).Set(0.0264 / (rank + 1));
+        const Labels v = {{"job_id", "job-7"},
+                          {"node", "node\n1"},
+                          {"rank", std::to_string(rank)},
+                          {"layer", layer},
+                          {"path", path}};
+        bytes.Add(v).Increment(1 << 20);
+        hits.Add(v).Increment(17);
+        rel.Add(v).Set(0.0264 / (rank + 1));
         for (double d : {0.0003, 0.002, 0.05, 3.0}) {
-          duration.WithLabels(v).Observe(d);
+          duration
+              .Add(v,
+                   Histogram::BucketBoundaries{0.0005, 0.001, 0.01, 0.1, 1, 10})
+              .Observe(d);
         }
       }
     }
   }
-  ranks.WithLabels({}).Set(2);
+  ranks.Add({}).Set(2);
 }
 
 TEST(HttpExposerTest, PromtoolAcceptsLiveScrape) {
   const std::string promtool = FindPromtool();
   if (promtool.empty())
     GTEST_SKIP() << "promtool not found (Debian prometheus)";
-  Registry registry;
-  FillRealisticRegistry(&registry);
-  auto exposer = HttpExposer::Start("127.0.0.1:0", &registry);
+  auto registry = NewRegistry();
+  FillRealisticRegistry(registry.get());
+  auto exposer = HttpExposer::Start("127.0.0.1:0", {registry});
   ASSERT_OK(exposer);
   auto response = Fetch((*exposer)->port(), "/metrics");
   ASSERT_OK(response);
@@ -315,7 +334,7 @@ TEST(HttpExposerTest, PromtoolRejectsBrokenExposition) {
   const std::string promtool = FindPromtool();
   if (promtool.empty())
     GTEST_SKIP() << "promtool not found (Debian prometheus)";
-  // Lint problem: a counter without _total (the registry forbids this).
+  // Lint problem: a counter without _total.
   CheckResult lint = PromtoolCheck(promtool,
                                    "# HELP gift_steps Steps.\n"
                                    "# TYPE gift_steps counter\n"

@@ -82,77 +82,46 @@ absl::StatusOr<double> ParseBootTime(const std::string& proc_stat) {
   return absl::InvalidArgumentError("/proc/stat: no btime line");
 }
 
-ProcessCollector::ProcessCollector(Registry* registry, absl::Duration period)
-    : cpu_(registry
-               ->AddCounter("process_cpu_seconds_total",
-                            "Total user and system CPU time spent in seconds.",
-                            {})
-               .WithLabels({})),
-      resident_(registry
-                    ->AddGauge("process_resident_memory_bytes",
-                               "Resident memory size in bytes.", {})
-                    .WithLabels({})),
-      virtual_(registry
-                   ->AddGauge("process_virtual_memory_bytes",
-                              "Virtual memory size in bytes.", {})
-                   .WithLabels({})),
-      open_fds_(registry
-                    ->AddGauge("process_open_fds",
-                               "Number of open file descriptors.", {})
-                    .WithLabels({})),
-      max_fds_(registry
-                   ->AddGauge("process_max_fds",
-                              "Maximum number of open file descriptors.", {})
-                   .WithLabels({})),
-      start_time_(registry
-                      ->AddGauge("process_start_time_seconds",
-                                 "Start time of the process since unix epoch "
-                                 "in seconds.",
-                                 {})
-                      .WithLabels({})) {
-  (void)Update();
-  if (period > absl::ZeroDuration()) {
-    thread_ = std::thread([this, period] { Loop(period); });
-  }
-}
-
-ProcessCollector::~ProcessCollector() {
-  {
-    absl::MutexLock lock(&mu_);
-    stop_ = true;
-  }
-  if (thread_.joinable()) thread_.join();
-}
-
-void ProcessCollector::Loop(absl::Duration period) {
-  absl::MutexLock lock(&mu_);
-  while (!mu_.AwaitWithTimeout(absl::Condition(&stop_), period)) {
-    mu_.Unlock();
-    (void)Update();
-    mu_.Lock();
-  }
-}
-
-absl::Status ProcessCollector::Update() {
+std::vector<prometheus::MetricFamily> ProcessCollector::Collect() const {
   const double ticks = static_cast<double>(sysconf(_SC_CLK_TCK));
   const double page = static_cast<double>(sysconf(_SC_PAGESIZE));
   absl::StatusOr<ProcStat> s =
       ParseProcStat(ReadAll("/proc/self/stat"), ticks, page);
-  if (!s.ok()) return s.status();
   absl::StatusOr<double> boot = ParseBootTime(ReadAll("/proc/stat"));
-  if (!boot.ok()) return boot.status();
-  {
-    // Counters only go up: add what was used since the last update.
-    absl::MutexLock lock(&mu_);
-    cpu_.Increment(s->cpu_seconds - last_cpu_);
-    last_cpu_ = std::max(last_cpu_, s->cpu_seconds);
-  }
-  resident_.Set(s->resident_bytes);
-  virtual_.Set(s->virtual_bytes);
-  start_time_.Set(*boot + s->start_since_boot_s);
-  open_fds_.Set(OpenFds());
-  max_fds_.Set(MaxFds());
-  return absl::OkStatus();
+  absl::MutexLock lock(&mu_);
+  if (!s.ok() || !boot.ok()) return last_;
+  using prometheus::MetricType;
+  auto family = [](const char* name, const char* help, MetricType type,
+                   double value) {
+    prometheus::MetricFamily f;
+    f.name = name;
+    f.help = help;
+    f.type = type;
+    f.metric.resize(1);
+    if (type == MetricType::Counter) {
+      f.metric[0].counter.value = value;
+    } else {
+      f.metric[0].gauge.value = value;
+    }
+    return f;
+  };
+  last_ = {
+      family("process_cpu_seconds_total",
+             "Total user and system CPU time spent in seconds.",
+             MetricType::Counter, s->cpu_seconds),
+      family("process_resident_memory_bytes", "Resident memory size in bytes.",
+             MetricType::Gauge, s->resident_bytes),
+      family("process_virtual_memory_bytes", "Virtual memory size in bytes.",
+             MetricType::Gauge, s->virtual_bytes),
+      family("process_open_fds", "Number of open file descriptors.",
+             MetricType::Gauge, OpenFds()),
+      family("process_max_fds", "Maximum number of open file descriptors.",
+             MetricType::Gauge, MaxFds()),
+      family("process_start_time_seconds",
+             "Start time of the process since unix epoch in seconds.",
+             MetricType::Gauge, *boot + s->start_since_boot_s),
+  };
+  return last_;
 }
 
 }  // namespace gift::metrics

@@ -8,26 +8,26 @@
 //   process_max_fds                 gauge    RLIMIT_NOFILE (soft)
 //   process_start_time_seconds      gauge    start time, Unix seconds
 //
-// read from /proc/self (Linux). The registry has no scrape-time callbacks,
-// so a collector thread refreshes the values every `period`; a scrape sees
-// values at most one period old.
+// read from /proc/self (Linux) when scraped: a prometheus-cpp Collectable,
+// registered with the exposer beside the registry (prometheus-cpp has no
+// process collector of its own).
 //
-//   metrics::Registry registry;
-//   metrics::ProcessCollector process(&registry);  // refreshes every 1 s
+//   auto process = std::make_shared<metrics::ProcessCollector>();
+//   exposer->RegisterCollectable(process);
 //
-// Thread safety: Update() may be called from any thread (the families are
-// thread-safe); the collector thread stops in the destructor.
+// Thread safety: Collect() may be called from any thread.
 #ifndef GIFT_DAEMON_METRICS_PROCESS_COLLECTOR_H_
 #define GIFT_DAEMON_METRICS_PROCESS_COLLECTOR_H_
 
-#include <cstdint>
-#include <string>
-#include <thread>
+#include <prometheus/collectable.h>
+#include <prometheus/metric_family.h>
 
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
-#include "absl/time/time.h"
-#include "daemon/metrics/registry.h"
 
 namespace gift::metrics {
 
@@ -49,35 +49,15 @@ absl::StatusOr<ProcStat> ParseProcStat(const std::string& text,
 // The "btime" line of /proc/stat: boot time in Unix seconds.
 absl::StatusOr<double> ParseBootTime(const std::string& proc_stat);
 
-class ProcessCollector {
+class ProcessCollector : public prometheus::Collectable {
  public:
-  // Creates the six families in `registry` and starts refreshing them every
-  // `period` (first refresh before returning). Zero period: no thread, the
-  // caller calls Update(). REQUIRES: registry outlives the collector; no
-  // other family of these names in it.
-  explicit ProcessCollector(Registry* registry,
-                            absl::Duration period = absl::Seconds(1));
-  ~ProcessCollector();
-  ProcessCollector(const ProcessCollector&) = delete;
-  ProcessCollector& operator=(const ProcessCollector&) = delete;
-
-  // Reads /proc/self once and sets every value. An error (no /proc) leaves
-  // the previous values.
-  absl::Status Update();
+  // The six families with this process' values now. When /proc cannot be
+  // read, the values of the last good read (none before the first).
+  std::vector<prometheus::MetricFamily> Collect() const override;
 
  private:
-  void Loop(absl::Duration period);
-
-  Counter& cpu_;
-  Gauge& resident_;
-  Gauge& virtual_;
-  Gauge& open_fds_;
-  Gauge& max_fds_;
-  Gauge& start_time_;
-  absl::Mutex mu_;
-  double last_cpu_ ABSL_GUARDED_BY(mu_) = 0;
-  bool stop_ ABSL_GUARDED_BY(mu_) = false;
-  std::thread thread_;
+  mutable absl::Mutex mu_;
+  mutable std::vector<prometheus::MetricFamily> last_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace gift::metrics

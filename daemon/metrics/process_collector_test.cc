@@ -11,18 +11,20 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "daemon/metrics/metrics.h"
 
 namespace gift::metrics {
 namespace {
 
-// The value of the unlabelled sample `name` in the registry's text.
-double Sample(const Registry& r, const std::string& name) {
-  for (absl::string_view line : absl::StrSplit(r.Serialize(), '\n')) {
+// The value of the unlabelled sample `name` in a scrape of the collector.
+double Sample(const ProcessCollector& c, const std::string& name) {
+  const std::string text = Serialize(c);
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
     std::vector<std::string> f = absl::StrSplit(line, ' ');
     double v;
     if (f.size() == 2 && f[0] == name && absl::SimpleAtod(f[1], &v)) return v;
   }
-  ADD_FAILURE() << "no sample " << name << " in\n" << r.Serialize();
+  ADD_FAILURE() << "no sample " << name << " in\n" << text;
   return NAN;
 }
 
@@ -59,9 +61,8 @@ TEST(ParseBootTimeTest, FindsBtime) {
 }
 
 TEST(ProcessCollectorTest, ExportsThisProcess) {
-  Registry registry;
-  ProcessCollector process(&registry, absl::ZeroDuration());
-  const std::string text = registry.Serialize();
+  ProcessCollector process;
+  const std::string text = Serialize(process);
   for (const char* line :
        {"# TYPE process_cpu_seconds_total counter",
         "# TYPE process_resident_memory_bytes gauge",
@@ -70,25 +71,24 @@ TEST(ProcessCollectorTest, ExportsThisProcess) {
         "# TYPE process_start_time_seconds gauge"}) {
     EXPECT_NE(text.find(line), std::string::npos) << line << "\n" << text;
   }
-  EXPECT_GT(Sample(registry, "process_resident_memory_bytes"), 1 << 20);
-  EXPECT_GE(Sample(registry, "process_virtual_memory_bytes"),
-            Sample(registry, "process_resident_memory_bytes"));
-  EXPECT_GE(Sample(registry, "process_open_fds"), 3);  // stdin/out/err
-  EXPECT_GE(Sample(registry, "process_max_fds"),
-            Sample(registry, "process_open_fds"));
+  EXPECT_GT(Sample(process, "process_resident_memory_bytes"), 1 << 20);
+  EXPECT_GE(Sample(process, "process_virtual_memory_bytes"),
+            Sample(process, "process_resident_memory_bytes"));
+  EXPECT_GE(Sample(process, "process_open_fds"), 3);  // stdin/out/err
+  EXPECT_GE(Sample(process, "process_max_fds"),
+            Sample(process, "process_open_fds"));
   // Started within the last hour (the test binary just started), not later
   // than now.
   const double now = absl::ToUnixMicros(absl::Now()) / 1e6;
-  const double start = Sample(registry, "process_start_time_seconds");
+  const double start = Sample(process, "process_start_time_seconds");
   EXPECT_LE(start, now + 1);
   EXPECT_GT(start, now - 3600);
 }
 
 TEST(ProcessCollectorTest, TracksCpuAndDescriptors) {
-  Registry registry;
-  ProcessCollector process(&registry, absl::ZeroDuration());
-  const double cpu0 = Sample(registry, "process_cpu_seconds_total");
-  const double fds0 = Sample(registry, "process_open_fds");
+  ProcessCollector process;
+  const double cpu0 = Sample(process, "process_cpu_seconds_total");
+  const double fds0 = Sample(process, "process_open_fds");
   int opened[4];
   for (int& fd : opened) fd = ::open("/dev/null", O_RDONLY);
   // Burn 0.2 s of this process's CPU time (not wall time: the machine may
@@ -96,28 +96,28 @@ TEST(ProcessCollectorTest, TracksCpuAndDescriptors) {
   volatile double x = 0;
   const std::clock_t until = std::clock() + CLOCKS_PER_SEC / 5;
   while (std::clock() < until) x = x + std::sqrt(x + 1);
-  ASSERT_TRUE(process.Update().ok());
-  EXPECT_EQ(Sample(registry, "process_open_fds"), fds0 + 4);
-  EXPECT_GE(Sample(registry, "process_cpu_seconds_total"), cpu0 + 0.1);
+  EXPECT_EQ(Sample(process, "process_open_fds"), fds0 + 4);
+  EXPECT_GE(Sample(process, "process_cpu_seconds_total"), cpu0 + 0.1);
   for (int fd : opened) ::close(fd);
-  ASSERT_TRUE(process.Update().ok());
-  EXPECT_EQ(Sample(registry, "process_open_fds"), fds0);
+  EXPECT_EQ(Sample(process, "process_open_fds"), fds0);
 }
 
-TEST(ProcessCollectorTest, ThreadRefreshesAndStops) {
+// Beside a registry, as giftd serves them: both in one scrape, each family
+// once.
+TEST(ProcessCollectorTest, ScrapedBesideARegistry) {
   Registry registry;
-  {
-    ProcessCollector process(&registry, absl::Milliseconds(20));
-    const double fds0 = Sample(registry, "process_open_fds");
-    const int fd = ::open("/dev/null", O_RDONLY);
-    const absl::Time deadline = absl::Now() + absl::Seconds(5);
-    while (Sample(registry, "process_open_fds") != fds0 + 1 &&
-           absl::Now() < deadline) {
-      absl::SleepFor(absl::Milliseconds(10));
-    }
-    EXPECT_EQ(Sample(registry, "process_open_fds"), fds0 + 1);
-    ::close(fd);
-  }  // the destructor joins the thread promptly (the test would hang)
+  prometheus::BuildGauge().Name("g").Help("h").Register(registry).Add({}).Set(
+      2);
+  ProcessCollector process;
+  const std::string text = Serialize(registry) + Serialize(process);
+  EXPECT_NE(text.find("\ng 2\n"), std::string::npos) << text;
+  size_t n = 0;
+  for (size_t at = text.find("# TYPE process_open_fds gauge");
+       at != std::string::npos;
+       at = text.find("# TYPE process_open_fds gauge", at + 1)) {
+    ++n;
+  }
+  EXPECT_EQ(n, 1u) << text;
 }
 
 }  // namespace

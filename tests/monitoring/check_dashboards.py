@@ -9,7 +9,9 @@ ${DS_PROMETHEUS} input and schemaVersion; unique panel ids; every panel
 every $variable used is defined; every expression parses (all of them are
 written into one rules file that `promtool check rules` parses, when
 promtool is installed); and every metric an expression names is created
-somewhere in the daemon's sources (metrics Add* calls under daemon/), is a
+somewhere in the daemon's sources (AddCounter/AddGauge/AddHistogram(r, "name")
+or prometheus-cpp's BuildCounter().Name("name") under daemon/, and the process
+collector's families), is a
 recording rule of rules.yml, or is one Prometheus makes itself. Prints
 every problem; exit 1 if any.
 """
@@ -43,15 +45,18 @@ PROMQL_WORDS = {
 def defined_metrics(root):
     """Series names created by the daemon's metric registries."""
     names = set()
-    pattern = re.compile(r'Add(Counter|Gauge|Histogram)\(\s*"([A-Za-z_:][\w:]*)"')
+    pattern = re.compile(
+        r'(?:Add(Counter|Gauge|Histogram)\(\s*\w+,\s*'
+        r'|Build(Counter|Gauge|Histogram)\(\)\s*\.Name\(\s*'
+        r'|family\(\s*)"([A-Za-z_:][\w:]*)"')
     for path in glob.glob(os.path.join(root, "daemon", "**", "*.cc"),
                           recursive=True):
         if path.endswith("_test.cc"):
             continue
         with open(path) as f:
-            for kind, name in pattern.findall(f.read()):
+            for added, built, name in pattern.findall(f.read()):
                 names.add(name)
-                if kind == "Histogram":
+                if "Histogram" in (added, built):
                     names.update(name + s for s in ("_bucket", "_sum", "_count"))
     return names
 
