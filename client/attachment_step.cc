@@ -27,6 +27,12 @@ absl::Status DaemonAttachment::Impl::ApplyPlan(QuantizedAllReduce* allreduce) {
     return absl::InternalError("plan has a different number of layers");
   }
   staleness_limit = plan.staleness_limit;
+  // The daemon's audit interval (giftctl set-audit-interval) overrides the
+  // rank's own; the per-step agreement makes a change safe at any step.
+  if (plan.audit_interval >= 0 &&
+      plan.audit_interval != allreduce->audit_interval()) {
+    RETURN_IF_ERROR(allreduce->set_audit_interval(plan.audit_interval));
+  }
   RETURN_IF_ERROR(MapFullRegions(plan));
   if (plan.plan_epoch <= newest_epoch) return absl::OkStatus();
   std::vector<LayerSpec> specs = base.layers();
@@ -213,6 +219,16 @@ void DaemonAttachment::Impl::WriteTelemetry(const StepTelemetry& t,
       c.probe_euclid_sum += lt.probe_euclid_rel_l2;
       c.probe_gift_sum += lt.probe_gift_rel_l2;
     }
+    if (lt.audited) {
+      const int p = lt.path == LayerPath::kGift ? 1 : 0;
+      ++c.audits[p];
+      c.audit_rel_l2_sum[p] += lt.audit_rel_l2;
+      c.audit_cosine_sum[p] += lt.audit_cosine;
+      if (lt.drift_audited) {
+        ++c.drift_audits[p];
+        c.audit_drift_sum[p] += lt.audit_drift;
+      }
+    }
     c.factor_version = lt.factor_version;
     shm::WriteTelemetry(shm::Entry(mapping->block(), it->second), c);
   }
@@ -227,6 +243,9 @@ void DaemonAttachment::Impl::WriteTelemetry(const StepTelemetry& t,
   totals.bytes_fp32_equivalent +=
       w > 1 ? 2 * (w - 1) * base.communicated_elements() * 4 / w : 0;
   totals.nonfinite_layers += t.nonfinite_layers;
+  totals.audit_steps += t.audit_step;
+  totals.bytes_audit += static_cast<int64_t>(t.bytes_audit);
+  totals.audit_seconds += t.audit_seconds;
   int b = 0;
   while (b + 1 < shm::kDurationBuckets && seconds > shm::DurationBound(b)) ++b;
   ++totals.duration_buckets[b];

@@ -84,6 +84,7 @@ class DeviceFp8Backend : public Fp8Backend {
     probe_a_ = NewBuffer();
     probe_b_ = NewBuffer();
     sums_ = NewBuffer();
+    compare_ = NewBuffer();
   }
 
   ~DeviceFp8Backend() override {
@@ -291,6 +292,40 @@ class DeviceFp8Backend : public Fp8Backend {
     return absl::OkStatus();
   }
 
+  absl::Status BeginCompare(int slots) override {
+    if (slots < 0) return absl::InvalidArgumentError("BeginCompare: slots < 0");
+    num_compare_ = slots;
+    RETURN_IF_ERROR(Grow(*compare_, std::max(slots, 1) * 3 * sizeof(double)));
+    return Zero(compare_->data(), slots * 3 * sizeof(double));
+  }
+
+  absl::Status Compare(const float* ref, const float* x, int64_t n,
+                       int slot) override {
+    if (slot < 0 || slot >= num_compare_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Compare: slot ", slot, " of ", num_compare_));
+    }
+    return device::AddComparison(
+        *ctx_, ref, x, n, static_cast<double*>(compare_->data()) + 3 * slot);
+  }
+
+  absl::Status EndCompare(std::vector<kernels::QuantizeStats>* sums) override {
+    std::vector<double> h(3 * num_compare_);
+    if (num_compare_ > 0) {
+      GIFT_CUDA_RETURN_IF_ERROR(
+          cudaMemcpyAsync(h.data(), compare_->data(), h.size() * sizeof(double),
+                          cudaMemcpyDeviceToHost, stream_));
+    }
+    RETURN_IF_ERROR(ctx_->Synchronize());
+    sums->assign(num_compare_, kernels::QuantizeStats());
+    for (int i = 0; i < num_compare_; ++i) {
+      (*sums)[i].err_sq = h[3 * i];
+      (*sums)[i].x_sq = h[3 * i + 1];
+      (*sums)[i].xhat_x = h[3 * i + 2];
+    }
+    return absl::OkStatus();
+  }
+
  private:
   // Capacity-only growth for scratch (keeps the allocation when smaller).
   absl::Status Grow(Fp8Buffer& b, size_t bytes) {
@@ -359,6 +394,8 @@ class DeviceFp8Backend : public Fp8Backend {
   std::unique_ptr<Fp8Buffer> stats_, flags_, scratch_, tmp_;
   std::unique_ptr<Fp8Buffer> probe_codes_, probe_scales_, probe_a_, probe_b_,
       sums_;
+  std::unique_ptr<Fp8Buffer> compare_;  // 3 doubles per comparison slot
+  int num_compare_ = 0;
   int num_stats_ = 0;
   int num_flags_ = 0;
   int64_t steps_ = 0;

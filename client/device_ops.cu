@@ -61,28 +61,34 @@ __global__ void FromBf16Kernel(const uint16_t* x, int64_t n, float* out) {
   }
 }
 
+// sums[0] += Σ(xhat − x)², sums[1] += Σx², and with `dot` also
+// sums[2] += Σxhat·x.
 __global__ void SquaredErrorKernel(const float* x, const float* xhat, int64_t n,
-                                   double* sums) {
-  __shared__ double err[kThreads], ref[kThreads];
-  double e = 0, r = 0;
+                                   double* sums, bool dot) {
+  __shared__ double err[kThreads], ref[kThreads], prod[kThreads];
+  double e = 0, r = 0, p = 0;
   GIFT_GRID_STRIDE(i, n) {
     const double d = static_cast<double>(xhat[i]) - x[i];
     e += d * d;
     r += static_cast<double>(x[i]) * x[i];
+    p += static_cast<double>(xhat[i]) * x[i];
   }
   err[threadIdx.x] = e;
   ref[threadIdx.x] = r;
+  prod[threadIdx.x] = p;
   __syncthreads();
   for (int s = kThreads / 2; s > 0; s /= 2) {
     if (threadIdx.x < s) {
       err[threadIdx.x] += err[threadIdx.x + s];
       ref[threadIdx.x] += ref[threadIdx.x + s];
+      prod[threadIdx.x] += prod[threadIdx.x + s];
     }
     __syncthreads();
   }
   if (threadIdx.x == 0) {
     atomicAdd(&sums[0], err[0]);
     atomicAdd(&sums[1], ref[0]);
+    if (dot) atomicAdd(&sums[2], prod[0]);
   }
 }
 
@@ -204,7 +210,15 @@ absl::Status AddSquaredError(gpu::Context& ctx, const float* x,
   if (absl::Status s = CheckN(n, x, "AddSquaredError"); !s.ok()) return s;
   if (absl::Status s = CheckN(n, xhat, "AddSquaredError"); !s.ok()) return s;
   if (sums == nullptr) return absl::InvalidArgumentError("null sums");
-  GIFT_LAUNCH(SquaredErrorKernel, ctx, n, x, xhat, n, sums);
+  GIFT_LAUNCH(SquaredErrorKernel, ctx, n, x, xhat, n, sums, false);
+}
+
+absl::Status AddComparison(gpu::Context& ctx, const float* ref, const float* x,
+                           int64_t n, double* sums) {
+  if (absl::Status s = CheckN(n, ref, "AddComparison"); !s.ok()) return s;
+  if (absl::Status s = CheckN(n, x, "AddComparison"); !s.ok()) return s;
+  if (sums == nullptr) return absl::InvalidArgumentError("null sums");
+  GIFT_LAUNCH(SquaredErrorKernel, ctx, n, ref, x, n, sums, true);
 }
 
 absl::Status AbsMax(gpu::Context& ctx, const float* x, int64_t n, float* amax) {

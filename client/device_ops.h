@@ -37,6 +37,9 @@ absl::Status FromBf16(gpu::Context& ctx, const uint16_t* x, int64_t n,
 // sums[0] += Σ(xhat − x)², sums[1] += Σx² (doubles; order is not fixed).
 absl::Status AddSquaredError(gpu::Context& ctx, const float* x,
                              const float* xhat, int64_t n, double* sums);
+// sums[0] += Σ(x − ref)², sums[1] += Σref², sums[2] += Σx·ref (doubles).
+absl::Status AddComparison(gpu::Context& ctx, const float* ref, const float* x,
+                           int64_t n, double* sums);
 
 // nccl-fp8: *amax = max |x| over finite elements, or +Inf when any element is
 // NaN or infinite. *amax must hold 0 (or a lower bound) before the call.

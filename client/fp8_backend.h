@@ -127,6 +127,19 @@ class Fp8Backend {
   // probe.h's ProbeLayer on a gradient of the backend's memory kind.
   virtual absl::Status Probe(const float* grad, const LayerSpec& layer,
                              const GiftFactor& factor, ProbeResult* result) = 0;
+
+  // ---- audit steps (quantized_allreduce.h) ----
+  // Clears `slots` comparison slots.
+  virtual absl::Status BeginCompare(int slots) = 0;
+  // Adds to slot `slot` (doubles): err_sq += Σ(x − ref)², x_sq += Σref²,
+  // xhat_x += Σx·ref, so that the slot's QuantizeStats::RelL2() and
+  // Cosine() are those of x against the reference ref.
+  virtual absl::Status Compare(const float* ref, const float* x, int64_t n,
+                               int slot) = 0;
+  // Waits for the comparisons and returns every slot's sums (n, upper,
+  // lower, nonfinite are 0).
+  virtual absl::Status EndCompare(
+      std::vector<kernels::QuantizeStats>* sums) = 0;
 };
 
 // The backend for comm->memory_kind(): host, or (CUDA builds) device on the

@@ -155,4 +155,36 @@ absl::Status HostFp8Backend::Probe(const float* grad, const LayerSpec& layer,
   return ProbeLayer(grad, layer, factor, &transformer_, result);
 }
 
+absl::Status HostFp8Backend::BeginCompare(int slots) {
+  if (slots < 0) return absl::InvalidArgumentError("BeginCompare: slots < 0");
+  compare_.assign(slots, kernels::QuantizeStats());
+  return absl::OkStatus();
+}
+
+absl::Status HostFp8Backend::Compare(const float* ref, const float* x,
+                                     int64_t n, int slot) {
+  if (slot < 0 || slot >= static_cast<int>(compare_.size())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Compare: slot ", slot, " of ", compare_.size()));
+  }
+  double err = 0, ref_sq = 0, dot = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const double r = ref[i], v = x[i], d = v - r;
+    err += d * d;
+    ref_sq += r * r;
+    dot += v * r;
+  }
+  kernels::QuantizeStats& s = compare_[slot];
+  s.err_sq += err;
+  s.x_sq += ref_sq;
+  s.xhat_x += dot;
+  return absl::OkStatus();
+}
+
+absl::Status HostFp8Backend::EndCompare(
+    std::vector<kernels::QuantizeStats>* sums) {
+  *sums = compare_;
+  return absl::OkStatus();
+}
+
 }  // namespace gift::client

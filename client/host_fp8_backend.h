@@ -55,9 +55,15 @@ class HostFp8Backend : public Fp8Backend {
   absl::Status Probe(const float* grad, const LayerSpec& layer,
                      const GiftFactor& factor, ProbeResult* result) override;
 
+  absl::Status BeginCompare(int slots) override;
+  absl::Status Compare(const float* ref, const float* x, int64_t n,
+                       int slot) override;
+  absl::Status EndCompare(std::vector<kernels::QuantizeStats>* sums) override;
+
  private:
   Communicator* const comm_;
   std::vector<kernels::QuantizeStats> stats_;
+  std::vector<kernels::QuantizeStats> compare_;
   std::vector<uint8_t> flags_;
   GiftTransformer transformer_;
 };

@@ -20,8 +20,8 @@ namespace {
 
 // Fingerprint of the options every rank must share.
 uint64_t OptionsFingerprint(const QuantizedAllReduceOptions& o) {
-  const int64_t v[3] = {static_cast<int64_t>(o.mode), o.piece_bytes,
-                        o.error_feedback ? 1 : 0};
+  const int64_t v[4] = {static_cast<int64_t>(o.mode), o.piece_bytes,
+                        o.error_feedback ? 1 : 0, o.audit_drift ? 1 : 0};
   return Fnv1a64(v, sizeof(v));
 }
 
@@ -35,7 +35,8 @@ absl::Status CheckOptionsAcrossRanks(Communicator& comm,
   return absl::FailedPreconditionError(absl::StrCat(
       "quantized allreduce options differ across ranks (this rank: mode ",
       AllReduceModeName(o.mode), ", piece_bytes ", o.piece_bytes,
-      ", error_feedback ", o.error_feedback, ")"));
+      ", error_feedback ", o.error_feedback, ", audit_drift ", o.audit_drift,
+      ")"));
 }
 
 }  // namespace
@@ -73,10 +74,12 @@ QuantizedAllReduce::QuantizedAllReduce(
       options_(options),
       current_epoch_(plan.epoch()),
       backend_(std::move(backend)),
-      nccl_fp8_(std::move(nccl_fp8)) {
+      nccl_fp8_(std::move(nccl_fp8)),
+      audit_interval_(options.audit_interval) {
   plans_.emplace(plan.epoch(), std::move(plan));
   round_ = std::make_unique<Fp8Round>(comm_, backend_.get());
   bf16_ = backend_->NewBuffer();
+  audit_ = backend_->NewBuffer();
 }
 
 absl::StatusOr<std::unique_ptr<QuantizedAllReduce>> QuantizedAllReduce::Create(
@@ -85,11 +88,13 @@ absl::StatusOr<std::unique_ptr<QuantizedAllReduce>> QuantizedAllReduce::Create(
   if (comm == nullptr) {
     return absl::InvalidArgumentError("QuantizedAllReduce: null communicator");
   }
-  if (options.piece_bytes < 4 || options.probe_interval < 0) {
+  if (options.piece_bytes < 4 || options.probe_interval < 0 ||
+      options.audit_interval < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("QuantizedAllReduce: piece_bytes must be >= 4 (is ",
-                     options.piece_bytes, ") and probe_interval >= 0 (is ",
-                     options.probe_interval, ")"));
+                     options.piece_bytes, "), probe_interval >= 0 (is ",
+                     options.probe_interval, ") and audit_interval >= 0 (is ",
+                     options.audit_interval, ")"));
   }
   if (options.mode == AllReduceMode::kNcclFp8 &&
       comm->backend_name() != "nccl") {
@@ -124,6 +129,15 @@ absl::Status QuantizedAllReduce::AddPlan(BucketPlan plan) {
   for (auto it = plans_.begin(); plans_.size() > 2;) {
     it = it->first == current_epoch_ ? std::next(it) : plans_.erase(it);
   }
+  return absl::OkStatus();
+}
+
+absl::Status QuantizedAllReduce::set_audit_interval(int steps) {
+  if (steps < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("audit interval must be >= 0 (is ", steps, ")"));
+  }
+  audit_interval_ = steps;
   return absl::OkStatus();
 }
 
@@ -179,6 +193,12 @@ absl::Status QuantizedAllReduce::Begin(const VersionedFactors& factors) {
   if (nccl_fp8_ == nullptr) RETURN_IF_ERROR(backend_->BeginStep());
   const BucketPlan* plan = &plans_.at(current_epoch_);
   if (fp8) {
+    // The drift sums are kept while this rank audits; dropped otherwise.
+    step_ctx_.drift = options_.audit_drift && audit_interval_ > 0;
+    if (!step_ctx_.drift && !drift_.empty()) {
+      drift_.clear();
+      drift_steps_ = 0;
+    }
     ASSIGN_OR_RETURN(plan, AgreeOnStep(factors, &step_ctx_.versions));
     t.probe_step =
         options_.probe_interval > 0 && step_ % options_.probe_interval == 0;
@@ -276,6 +296,8 @@ absl::Status QuantizedAllReduce::RunBucket(const BucketGroup& g, float* data) {
     c.t.bytes_gift += bt.bytes_gift;
     c.t.nonfinite_layers += bt.nonfinite_layers;
     c.t.transform_seconds += bt.transform_seconds;
+    c.t.audit_seconds += bt.audit_seconds;
+    c.t.bytes_audit += bt.bytes_audit;
     return absl::OkStatus();
   };
   c.error = run();
@@ -311,8 +333,14 @@ absl::Status QuantizedAllReduce::EndStep(StepTelemetry* telemetry) {
     });
     if (nccl_fp8_ == nullptr) {
       c.t.bytes_control = comm_->bytes_sent().Total() - c.bytes_before -
-                          c.t.bytes_euclid - c.t.bytes_gift;
+                          c.t.bytes_euclid - c.t.bytes_gift - c.t.bytes_audit;
     }
+  }
+  if (c.drift) {
+    // After an error the sums may be partial: restart them (the agreement
+    // keeps the drift of ranks whose windows differ unreported).
+    if (!s.ok()) drift_.clear();
+    drift_steps_ = !s.ok() || c.t.audit_step ? 0 : drift_steps_ + 1;
   }
   ++step_;
   if (telemetry != nullptr) *telemetry = std::move(c.t);
@@ -381,8 +409,19 @@ absl::StatusOr<const BucketPlan*> QuantizedAllReduce::AgreeOnStep(
       }
     }
   }
+  // Two more slots: "audit this step" (1 on a rank whose interval makes it
+  // an audit step; the job audits only when every rank says so) and the
+  // steps its drift sums cover (kNoVersion unless they are equal everywhere).
+  const size_t audit_slot = held.size(), drift_slot = held.size() + 1;
+  held.resize(held.size() + 2);
+  if (audit_interval_ > 0 && step_ > 0 && step_ % audit_interval_ == 0) {
+    held[audit_slot].push_back(1);
+  }
+  if (step_ctx_.drift) held[drift_slot].push_back(drift_steps_);
   ASSIGN_OR_RETURN(std::vector<int64_t> agreed,
                    AgreeOnVersions(*backend_->control(), held));
+  step_ctx_.t.audit_step = agreed[audit_slot] == 1;
+  step_ctx_.drift_agreed = agreed[drift_slot] != kNoVersion;
   // Not every rank holds the slowest rank's newest epoch (they added
   // different ones): stay on the epoch in use, which every rank holds.
   const BucketPlan& plan =
@@ -491,6 +530,11 @@ absl::Status QuantizedAllReduce::RunFp8(float* data, const Group& g,
   const std::vector<LayerSpec>& layers = plan->layers();
   const VersionedFactors& factors = *step_ctx_.factors;
   if (step_ctx_.t.probe_step) RETURN_IF_ERROR(Probe(g, data, t));
+  if (step_ctx_.drift || step_ctx_.t.audit_step) {
+    const absl::Time start = absl::Now();
+    RETURN_IF_ERROR(AuditBefore(g, data));
+    t->audit_seconds += absl::ToDoubleSeconds(absl::Now() - start);
+  }
   std::vector<LayerIo> io(layers.size());
   std::vector<const GiftFactor*> used(layers.size(), nullptr);
   for (size_t j = 0; j < layers.size(); ++j) {
@@ -565,6 +609,118 @@ absl::Status QuantizedAllReduce::RunFp8(float* data, const Group& g,
   }
   t->bytes_euclid = outcome.bytes_euclid;
   t->bytes_gift = outcome.bytes_gift;
+  if (step_ctx_.drift || step_ctx_.t.audit_step) {
+    const absl::Time start = absl::Now();
+    RETURN_IF_ERROR(AuditAfter(g, data, t));
+    t->audit_seconds += absl::ToDoubleSeconds(absl::Now() - start);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status QuantizedAllReduce::AuditBefore(const Group& g,
+                                             const float* data) {
+  const std::vector<LayerSpec>& layers = g.plan.layers();
+  const bool audit = step_ctx_.t.audit_step;
+  const bool sums = audit && step_ctx_.drift_agreed;
+  const int64_t m = g.plan.communicated_elements();
+  if (audit) {
+    const size_t bytes = (sums ? 2 : 1) * m * sizeof(float);
+    if (audit_->data() == nullptr || audit_->bytes() < bytes) {
+      RETURN_IF_ERROR(audit_->Resize(bytes));
+    }
+  }
+  for (size_t j = 0; j < layers.size(); ++j) {
+    const LayerSpec& l = layers[j];
+    const int64_t n = l.size();
+    if (n == 0) continue;
+    const float* x = data + l.offset;
+    if (step_ctx_.drift) {
+      DriftSums& d = drift_[l.name];
+      for (std::unique_ptr<Fp8Buffer>* b : {&d.local, &d.applied}) {
+        if (*b == nullptr) *b = backend_->NewBuffer();
+        if ((*b)->data() == nullptr || (*b)->bytes() != n * sizeof(float)) {
+          RETURN_IF_ERROR((*b)->Resize(n * sizeof(float)));
+          RETURN_IF_ERROR((*b)->Zero());
+        }
+      }
+      RETURN_IF_ERROR(backend_->AddInPlace(d.local->floats(), x, n));
+    }
+    if (!audit) continue;
+    // Copies as 0 + x (the backends have no plain copy).
+    float* dst = audit_->floats() + g.plan.packed_offset(j);
+    RETURN_IF_ERROR(backend_->Zero(dst, n * sizeof(float)));
+    RETURN_IF_ERROR(backend_->AddInPlace(dst, x, n));
+    if (sums) {
+      RETURN_IF_ERROR(backend_->Zero(dst + m, n * sizeof(float)));
+      RETURN_IF_ERROR(
+          backend_->AddInPlace(dst + m, drift_[l.name].local->floats(), n));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status QuantizedAllReduce::AuditAfter(const Group& g, float* data,
+                                            StepTelemetry* t) {
+  const std::vector<LayerSpec>& layers = g.plan.layers();
+  const bool audit = step_ctx_.t.audit_step;
+  for (size_t j = 0; j < layers.size(); ++j) {
+    const LayerSpec& l = layers[j];
+    if (!step_ctx_.drift || l.size() == 0) continue;
+    DriftSums& d = drift_.at(l.name);
+    if (t->layers[j].nonfinite_result) {  // restart this layer's sums
+      RETURN_IF_ERROR(d.local->Zero());
+      RETURN_IF_ERROR(d.applied->Zero());
+    } else {
+      RETURN_IF_ERROR(
+          backend_->AddInPlace(d.applied->floats(), data + l.offset, l.size()));
+    }
+  }
+  if (!audit) return absl::OkStatus();
+  const bool sums = step_ctx_.drift_agreed;
+  const int64_t m = g.plan.communicated_elements();
+  const int64_t total = (sums ? 2 : 1) * m;
+  float* avg = audit_->floats();
+  if (total > 0) {
+    const uint64_t before = comm_->bytes_sent().Total();
+    RETURN_IF_ERROR(
+        comm_->AllReduce(avg, avg, total, DataType::kFloat32, ReduceOp::kSum));
+    t->bytes_audit += comm_->bytes_sent().Total() - before;
+    RETURN_IF_ERROR(
+        backend_->Divide(avg, total, static_cast<float>(comm_->world_size())));
+  }
+  RETURN_IF_ERROR(backend_->BeginCompare(2 * layers.size()));
+  for (size_t j = 0; j < layers.size(); ++j) {
+    const LayerSpec& l = layers[j];
+    if (l.size() == 0 || t->layers[j].nonfinite_result) continue;
+    const int64_t p = g.plan.packed_offset(j);
+    RETURN_IF_ERROR(
+        backend_->Compare(avg + p, data + l.offset, l.size(), 2 * j));
+    if (sums) {
+      RETURN_IF_ERROR(backend_->Compare(avg + m + p,
+                                        drift_.at(l.name).applied->floats(),
+                                        l.size(), 2 * j + 1));
+    }
+  }
+  std::vector<kernels::QuantizeStats> cmp;
+  RETURN_IF_ERROR(backend_->EndCompare(&cmp));
+  for (size_t j = 0; j < layers.size(); ++j) {
+    LayerTelemetry& lt = t->layers[j];
+    if (layers[j].size() == 0 || lt.nonfinite_result) continue;
+    lt.audited = true;
+    lt.audit_rel_l2 = cmp[2 * j].RelL2();
+    lt.audit_cosine = cmp[2 * j].Cosine();
+    if (sums) {
+      lt.drift_audited = true;
+      lt.audit_drift = cmp[2 * j + 1].RelL2();
+      lt.drift_steps = drift_steps_ + 1;
+    }
+    // Every rank restarts its sums at the same (agreed) audit step.
+    if (step_ctx_.drift) {
+      DriftSums& d = drift_.at(layers[j].name);
+      RETURN_IF_ERROR(d.local->Zero());
+      RETURN_IF_ERROR(d.applied->Zero());
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -681,6 +837,8 @@ absl::Status QuantizedAllReduce::ImportState(const AllReduceState& state) {
     }
   }
   plans_ = std::move(plans);
+  drift_.clear();  // every rank's running sums restart at the import
+  drift_steps_ = 0;
   current_epoch_ = state.current_epoch;
   step_ = state.step;
   gift_ = std::move(gift);

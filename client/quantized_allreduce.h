@@ -113,6 +113,22 @@ struct QuantizedAllReduceOptions {
   // un-whitened, with its first Euclidean step and drops it (a GIFT layer
   // without an agreed factor for a step keeps it for the next one).
   bool error_feedback = true;
+  // Audit steps (fp8 mode): every this many steps (steps audit_interval,
+  // 2·audit_interval, …) the step also runs an FP32 allreduce of the same
+  // local gradients and reports, per layer, the error of the gradient it
+  // applies against that FP32 average (LayerTelemetry::audit_*): one extra
+  // FP32 collective on that step, of 1× (2× with drift) the bucket. 0 =
+  // never. Default: 100. REQUIRES: >= 0. Changeable between steps
+  // (set_audit_interval): a step is an audit step only when it is one for
+  // every rank's interval (the per-step agreement decides), so ranks that
+  // see a change at different steps never disagree.
+  int audit_interval = 100;
+  // Drift on audit steps: running sums of every layer's local and applied
+  // gradients since the previous audit (memory: 2 × 4 bytes per gradient
+  // element; two additions per element and step; kept only while
+  // audit_interval > 0). Reported only when every rank's sums cover the
+  // same steps. Default: true. Must be the same on every rank.
+  bool audit_drift = true;
 };
 
 // Everything a QuantizedAllReduce carries from one step to the next, as
@@ -211,6 +227,10 @@ class QuantizedAllReduce {
   absl::Status ImportState(const AllReduceState& state);
 
   const QuantizedAllReduceOptions& options() const { return options_; }
+  // Local: the audit interval from the next step on (INVALID_ARGUMENT when
+  // negative). 0 stops auditing and frees the drift sums.
+  absl::Status set_audit_interval(int steps);
+  int audit_interval() const { return audit_interval_; }
   // The epoch used by the last Run (the creation plan's before the first).
   int64_t current_epoch() const { return current_epoch_; }
 
@@ -237,6 +257,8 @@ class QuantizedAllReduce {
     std::vector<int64_t> versions;     // agreed factor version per layer
     std::vector<bool> done;            // per layer: reduced this step
     std::vector<uint64_t> groups;      // bucket layouts used this step
+    bool drift = false;  // running sums kept this step (and audited if so)
+    bool drift_agreed = false;  // every rank's sums cover the same steps
     uint64_t bytes_before = 0;
     StepTelemetry t;
     absl::Status error;
@@ -257,6 +279,9 @@ class QuantizedAllReduce {
                       StepTelemetry* t);
   absl::StatusOr<const BucketPlan*> AgreeOnStep(const VersionedFactors& factors,
                                                 std::vector<int64_t>* versions);
+  // Audit steps: the running sums before the round, the audit after it.
+  absl::Status AuditBefore(const Group& g, const float* data);
+  absl::Status AuditAfter(const Group& g, float* data, StepTelemetry* t);
   absl::Status PrepareGiftLayer(int i, const LayerSpec& l, const GiftFactor& f,
                                 const float* grad, LayerIo* io);
   absl::Status Probe(const Group& g, const float* data, StepTelemetry* t);
@@ -284,6 +309,18 @@ class QuantizedAllReduce {
   std::map<uint64_t, Group> groups_;
   StepContext step_ctx_;
   std::unique_ptr<Fp8Buffer> bf16_;
+  // Audit steps.
+  int audit_interval_;
+  // Per layer name: running sums of the local and the applied gradient
+  // since the previous audit (backend memory).
+  struct DriftSums {
+    std::unique_ptr<Fp8Buffer> local, applied;
+  };
+  std::map<std::string, DriftSums> drift_;
+  int64_t drift_steps_ = 0;  // steps the running sums cover
+  // One bucket's audit payload: its local gradients, packed, then (with
+  // drift) its local running sums; averaged in place.
+  std::unique_ptr<Fp8Buffer> audit_;
 };
 
 }  // namespace gift::client

@@ -4,7 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
+#include <utility>
 
+#include "absl/synchronization/mutex.h"
 #include "client/gift_transform.h"
 #include "client/synthetic_testutil.h"
 #include "client/thread_ranks_testutil.h"
@@ -335,6 +338,199 @@ TEST(QuantizedAllReduceTest, LeavingTheGiftPathFlushesTheResidual) {
     ASSERT_OK(after);
     for (const auto& l : after->gift_layers) {
       for (float v : l.residual) ASSERT_EQ(v, 0.0f);
+    }
+  });
+}
+
+// ---- audit steps (issue 15) ----
+
+// Rank r's gradient of step `step` (different every step).
+std::vector<float> StepBucket(int rank, int step) {
+  std::vector<float> x(200);
+  for (size_t i = 0; i < x.size(); ++i) {
+    x[i] = SyntheticValue(1000 * step + rank + 1, i);
+  }
+  return x;
+}
+
+// ‖x − ref‖ / ‖ref‖ over [offset, offset + n), in double.
+double RelL2(const std::vector<double>& x, const std::vector<double>& ref,
+             int64_t offset, int64_t n) {
+  double e = 0, r = 0;
+  for (int64_t i = offset; i < offset + n; ++i) {
+    e += (x[i] - ref[i]) * (x[i] - ref[i]);
+    r += ref[i] * ref[i];
+  }
+  return std::sqrt(e / r);
+}
+
+// Every audit_interval steps the step audits what it applied against the
+// exact FP32 average, and the running sums since the previous audit; other
+// steps do not; every rank reports the same figures.
+TEST(QuantizedAllReduceTest, AuditStepsMeasureWhatWasApplied) {
+  constexpr int kRanks = 3, kSteps = 9;
+  absl::Mutex mu;
+  std::map<std::pair<int, int>, StepTelemetry> seen;  // (rank, step)
+  RunThreadRanks(kRanks, [&](Communicator& comm) {
+    QuantizedAllReduceOptions o;
+    o.audit_interval = 4;
+    auto ar = QuantizedAllReduce::Create(&comm, Plan(1, LayerPath::kEuclid), o);
+    ASSERT_OK(ar);
+    const BucketPlan plan = Plan();
+    std::vector<double> applied_sum(200), avg_sum(200);
+    for (int step = 0; step < kSteps; ++step) {
+      std::vector<float> x = StepBucket(comm.rank(), step);
+      StepTelemetry t;
+      ASSERT_OK((*ar)->Run(x.data(), VersionedFactors(), &t));
+      // The exact average and the test's own running sums since the last
+      // audit.
+      std::vector<double> avg(200), applied(x.begin(), x.end());
+      for (int r = 0; r < kRanks; ++r) {
+        const std::vector<float> y = StepBucket(r, step);
+        for (int i = 0; i < 200; ++i) avg[i] += y[i] / double{kRanks};
+      }
+      for (int i = 0; i < 200; ++i) {
+        applied_sum[i] += applied[i];
+        avg_sum[i] += avg[i];
+      }
+      const bool audit = step > 0 && step % 4 == 0;
+      EXPECT_EQ(t.audit_step, audit) << step;
+      EXPECT_EQ(t.bytes_audit > 0, audit) << step;
+      for (size_t j = 0; j < t.layers.size(); ++j) {
+        const LayerTelemetry& l = t.layers[j];
+        const LayerSpec& spec = plan.layers()[j];
+        EXPECT_EQ(l.audited, audit) << step << " " << l.name;
+        EXPECT_EQ(l.drift_audited, audit) << step << " " << l.name;
+        if (!audit) continue;
+        const double want = RelL2(applied, avg, spec.offset, spec.size());
+        EXPECT_NEAR(l.audit_rel_l2, want, 1e-4 * want) << l.name;
+        EXPECT_GT(l.audit_rel_l2, 0) << l.name;  // FP8 is not exact
+        EXPECT_GT(l.audit_cosine, 0.99) << l.name;
+        EXPECT_LE(l.audit_cosine, 1.0 + 1e-12) << l.name;
+        // Step 4 covers steps 0-4, step 8 covers 5-8.
+        EXPECT_EQ(l.drift_steps, step == 4 ? 5 : 4) << l.name;
+        const double drift =
+            RelL2(applied_sum, avg_sum, spec.offset, spec.size());
+        EXPECT_NEAR(l.audit_drift, drift, 1e-3 * drift) << l.name;
+      }
+      if (audit) {
+        std::fill(applied_sum.begin(), applied_sum.end(), 0.0);
+        std::fill(avg_sum.begin(), avg_sum.end(), 0.0);
+      }
+      absl::MutexLock lock(&mu);
+      seen[{comm.rank(), step}] = t;
+    }
+  });
+  for (int step : {4, 8}) {
+    for (int r = 1; r < kRanks; ++r) {
+      for (size_t j = 0; j < 3; ++j) {
+        const LayerTelemetry& mine = seen[std::make_pair(r, step)].layers[j];
+        const LayerTelemetry& first = seen[std::make_pair(0, step)].layers[j];
+        EXPECT_EQ(mine.audit_rel_l2, first.audit_rel_l2);
+        EXPECT_EQ(mine.audit_drift, first.audit_drift);
+      }
+    }
+  }
+}
+
+// Error feedback on a GIFT layer bounds the drift: its running sum of
+// applied gradients stays much closer to the FP32 one than a single step's
+// error would suggest, and closer than without error feedback.
+TEST(QuantizedAllReduceTest, AuditedDriftIsBoundedByErrorFeedback) {
+  std::map<bool, double> drift;  // by error_feedback
+  for (bool ef : {true, false}) {
+    RunThreadRanks(2, [&](Communicator& comm) {
+      QuantizedAllReduceOptions o;
+      o.audit_interval = 20;
+      o.error_feedback = ef;
+      auto ar = QuantizedAllReduce::Create(&comm, Plan(), o);
+      ASSERT_OK(ar);
+      VersionedFactors factors;
+      ASSERT_OK(factors.Put("g", SyntheticLowRank(1, 16, 4, 7)));
+      for (int step = 0; step <= 20; ++step) {
+        std::vector<float> x = StepBucket(comm.rank(), step % 3);
+        StepTelemetry t;
+        ASSERT_OK((*ar)->Run(x.data(), factors, &t));
+        if (step < 20) continue;
+        const LayerTelemetry& g = t.layers[1];
+        ASSERT_TRUE(g.audited);
+        ASSERT_TRUE(g.drift_audited);
+        EXPECT_EQ(g.path, LayerPath::kGift);
+        EXPECT_EQ(g.drift_steps, 21);  // steps 0-20
+        if (comm.rank() == 0) drift[ef] = g.audit_drift;
+      }
+    });
+  }
+  EXPECT_LT(drift[true], 0.5 * drift[false])
+      << "drift with error feedback " << drift[true] << ", without "
+      << drift[false];
+}
+
+// Ranks whose intervals differ (one disabled, one changed at run time at
+// another step) never disagree about an audit step: the job audits only
+// the steps that are audit steps for every rank, and no step hangs.
+TEST(QuantizedAllReduceTest, AuditStepsAreAgreedAcrossRanks) {
+  absl::Mutex mu;
+  std::map<std::pair<int, int>, bool> audited;
+  RunThreadRanks(2, [&](Communicator& comm) {
+    QuantizedAllReduceOptions o;
+    o.audit_interval = comm.rank() == 0 ? 2 : 0;
+    auto ar = QuantizedAllReduce::Create(&comm, Plan(1, LayerPath::kEuclid), o);
+    ASSERT_OK(ar);
+    EXPECT_THAT((*ar)->set_audit_interval(-1),
+                StatusIs(absl::StatusCode::kInvalidArgument));
+    for (int step = 0; step < 13; ++step) {
+      // Rank 1 starts auditing every 2 steps from step 5; rank 0 switches
+      // to every 3 steps from step 8.
+      if (comm.rank() == 1 && step == 5)
+        ASSERT_OK((*ar)->set_audit_interval(2));
+      if (comm.rank() == 0 && step == 8)
+        ASSERT_OK((*ar)->set_audit_interval(3));
+      std::vector<float> x = StepBucket(comm.rank(), step);
+      StepTelemetry t;
+      ASSERT_OK((*ar)->Run(x.data(), VersionedFactors(), &t));
+      absl::MutexLock lock(&mu);
+      audited[{comm.rank(), step}] = t.audit_step;
+      if (t.audit_step) {
+        // Rank 1's sums started at step 5, rank 0's at step 0 (and restart
+        // at every audit): the first audit (step 6) has no drift.
+        EXPECT_EQ(t.layers[0].drift_audited, step != 6) << step;
+      }
+    }
+  });
+  for (int step = 0; step < 13; ++step) {
+    // Steps 5-7: both every 2; from 8: 3 and 2.
+    const bool want = step == 6 || step == 12;
+    EXPECT_EQ(audited[std::make_pair(0, step)], want) << step;
+    EXPECT_EQ(audited[std::make_pair(1, step)], want) << step;
+  }
+}
+
+// A layer whose result is non-finite is not audited (the others are), and
+// its running sums restart.
+TEST(QuantizedAllReduceTest, NonFiniteLayersAreNotAudited) {
+  RunThreadRanks(2, [](Communicator& comm) {
+    QuantizedAllReduceOptions o;
+    o.audit_interval = 2;
+    auto ar = QuantizedAllReduce::Create(&comm, Plan(1, LayerPath::kEuclid), o);
+    ASSERT_OK(ar);
+    for (int step = 0; step < 5; ++step) {
+      std::vector<float> x = StepBucket(comm.rank(), step);
+      if (step == 2 && comm.rank() == 1) x[3] = NAN;  // layer a
+      StepTelemetry t;
+      ASSERT_OK((*ar)->Run(x.data(), VersionedFactors(), &t));
+      if (step == 2) {
+        EXPECT_TRUE(t.audit_step);
+        EXPECT_TRUE(t.layers[0].nonfinite_result);
+        EXPECT_FALSE(t.layers[0].audited);
+        EXPECT_TRUE(t.layers[1].audited);
+        EXPECT_TRUE(t.layers[2].audited);
+      }
+      if (step == 4) {
+        EXPECT_TRUE(t.layers[0].audited);
+        EXPECT_TRUE(std::isfinite(t.layers[0].audit_drift));
+        EXPECT_TRUE(std::isfinite(t.layers[0].audit_rel_l2));
+      }
     }
   });
 }

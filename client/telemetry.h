@@ -1,8 +1,9 @@
 // What one QuantizedAllReduce::Run reports (DESIGN §2, §6): per layer the
 // path it took, the local quantization telemetry (boundary hits, round-trip
 // error sums, non-finite inputs), whether its result was marked non-finite,
-// and on probe steps the local Euclidean-vs-GIFT round-trip RelL2; per step
-// the payload bytes this rank sent, split by path.
+// on probe steps the local Euclidean-vs-GIFT round-trip RelL2, and on audit
+// steps the error of what was applied against the FP32 average; per step the
+// payload bytes this rank sent, split by path.
 //
 // Plain data, filled by Run and read by the metrics exporter:
 //   StepTelemetry t;
@@ -42,6 +43,20 @@ struct LayerTelemetry {
   bool probed = false;
   double probe_euclid_rel_l2 = 0;
   double probe_gift_rel_l2 = 0;
+  // Audit steps (QuantizedAllReduceOptions::audit_interval): the gradient
+  // this step applies (its result) against the FP32 average of the same
+  // local gradients, ‖Ŵ − W̄‖/‖W̄‖ and cosine; and, with drift, the running
+  // sum of the applied gradients over the last drift_steps steps against
+  // the FP32 average of the running sums of the local ones (what error
+  // feedback is meant to bound), as a RelL2. The same figures on every rank.
+  // Not audited: a layer whose result was non-finite (its running sums
+  // restart).
+  bool audited = false;
+  double audit_rel_l2 = 0;
+  double audit_cosine = 0;
+  bool drift_audited = false;
+  double audit_drift = 0;
+  int64_t drift_steps = 0;
 };
 
 struct StepTelemetry {
@@ -49,6 +64,7 @@ struct StepTelemetry {
   int64_t step = 0;
   int64_t plan_epoch = 0;
   bool probe_step = false;
+  bool audit_step = false;
   std::vector<LayerTelemetry> layers;  // plan order
   // Layers whose result was marked non-finite.
   int64_t nonfinite_layers = 0;
@@ -58,9 +74,13 @@ struct StepTelemetry {
   uint64_t bytes_euclid = 0;
   uint64_t bytes_gift = 0;
   uint64_t bytes_control = 0;
+  // The audit's FP32 allreduce (audit steps only; not in bytes_control).
+  uint64_t bytes_audit = 0;
   // Wall time of the GIFT transforms (whitening with error feedback and
   // un-whitening) inside this step.
   double transform_seconds = 0;
+  // Wall time of the audit (its copies, FP32 allreduce and comparisons).
+  double audit_seconds = 0;
 };
 
 }  // namespace gift::client

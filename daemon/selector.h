@@ -109,6 +109,16 @@ struct SelectorSample {
   double probe_euclid_sum = 0;
   double probe_gift_sum = 0;
   int64_t factor_version = -1;  // newest version the daemon published
+  // Audit steps (libgift's every-audit_interval FP32 allreduce of the same
+  // local gradients beside the quantized one), summed over the ranks' audits
+  // in this sample: how many, and the sum of the audited per-step RelL2 of
+  // the gradient actually applied against the FP32 average, split by the
+  // path the layer took on that step. Every rank of a job audits the same
+  // steps and computes the same figures.
+  int64_t audits_gift = 0;
+  double audit_gift_rel_l2_sum = 0;
+  int64_t audits_euclid = 0;
+  double audit_euclid_rel_l2_sum = 0;
 };
 
 struct LayerScore {

@@ -52,7 +52,7 @@ namespace gift::shm {
 
 inline constexpr uint64_t kMagic = 0x3130'4D48'5354'4947ULL;  // "GIFTSHM01"
 inline constexpr uint32_t kLayoutVersion =
-    1;  // bump on any change once released
+    2;  // bump on any change (2: audit counters and interval)
 // Sketch oversampling p (DESIGN §2): k = r + p columns.
 inline constexpr int kOversample = 16;
 // Largest d_in of a layer (2^24): a full region's d_in × d_in floats and
@@ -101,6 +101,9 @@ struct StepCounters {
   int64_t bytes_control;
   int64_t bytes_fp32_equivalent;
   int64_t nonfinite_layers;
+  int64_t audit_steps;   // steps that were audit steps
+  int64_t bytes_audit;   // payload bytes of the audits' FP32 allreduces
+  double audit_seconds;  // wall time of the audits and their running sums
   // Steps whose allreduce took <= DurationBound(i) (per bucket, not
   // cumulative; the last bucket also takes everything above).
   int64_t duration_buckets[kDurationBuckets];
@@ -139,7 +142,7 @@ struct ControlHeader {
   int64_t staleness_limit;   // steps a factor may age before Euclidean
   uint64_t omega_seed;       // Ω₀ seed of the job
   int32_t sketch_rows;       // rows sampled per layer and step
-  int32_t reserved;
+  int32_t audit_interval;    // steps between audit steps; 0 = none
 };
 
 struct FactorSlot {
@@ -180,6 +183,14 @@ struct LayerCounters {
   double probe_gift_sum;    // Σ probe RelL2, GIFT path
   int64_t factor_version;   // last version used (-1: none)
   int64_t bytes_sent;       // payload bytes of this layer
+  // Audit steps, by the path the layer took on them ([0] Euclidean, [1]
+  // GIFT): how many, Σ audited RelL2 and cosine of the applied gradient
+  // against the FP32 average; how many had a drift figure, Σ of it.
+  int64_t audits[2];
+  double audit_rel_l2_sum[2];
+  double audit_cosine_sum[2];
+  int64_t drift_audits[2];
+  double audit_drift_sum[2];
 };
 
 struct LayerEntry {

@@ -274,6 +274,7 @@ void PublishPlan(void* block, const PlanView& plan) {
   h->staleness_limit = plan.staleness_limit;
   h->omega_seed = plan.omega_seed;
   h->sketch_rows = plan.sketch_rows;
+  h->audit_interval = plan.audit_interval;
   // The caller's count, never the block's n_layers (the rank's to
   // overwrite).
   for (size_t i = 0; i < plan.layers.size(); ++i) {
@@ -301,6 +302,7 @@ bool ReadPlan(const void* block, PlanView* plan) {
     copy.staleness_limit = h->staleness_limit;
     copy.omega_seed = h->omega_seed;
     copy.sketch_rows = h->sketch_rows;
+    copy.audit_interval = h->audit_interval;
     for (uint32_t i = 0; i < copy.layers.size(); ++i) {
       const LayerEntry* e = Entry(b, i);
       copy.layers[i] = {e->path,      e->transform, e->format,

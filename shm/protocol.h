@@ -76,6 +76,7 @@ struct PlanView {
   int64_t staleness_limit = 0;
   uint64_t omega_seed = 0;
   int32_t sketch_rows = 0;
+  int32_t audit_interval = 0;  // steps between audit steps; 0 = none
   struct Layer {
     uint8_t path = 0;
     uint8_t transform = 0;

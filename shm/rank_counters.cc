@@ -84,6 +84,22 @@ absl::StatusOr<LayerCounters> CountersSince(const LayerCounters& was,
   RETURN_IF_ERROR(NotAbove("lower", d.lower, "n - upper", d.n - d.upper));
   RETURN_IF_ERROR(NotAbove("gift_steps", d.gift_steps, "steps", d.steps));
   RETURN_IF_ERROR(NotAbove("probes", d.probes, "steps", d.steps));
+  for (int p = 0; p < 2; ++p) {
+    RETURN_IF_ERROR(
+        Count("audits", was.audits[p], now.audits[p], &d.audits[p]));
+    RETURN_IF_ERROR(Count("drift_audits", was.drift_audits[p],
+                          now.drift_audits[p], &d.drift_audits[p]));
+    RETURN_IF_ERROR(Sum("audit_rel_l2_sum", was.audit_rel_l2_sum[p],
+                        now.audit_rel_l2_sum[p], &d.audit_rel_l2_sum[p]));
+    RETURN_IF_ERROR(Sum("audit_drift_sum", was.audit_drift_sum[p],
+                        now.audit_drift_sum[p], &d.audit_drift_sum[p]));
+    RETURN_IF_ERROR(AnySum("audit_cosine_sum", was.audit_cosine_sum[p],
+                           now.audit_cosine_sum[p], &d.audit_cosine_sum[p]));
+    RETURN_IF_ERROR(
+        NotAbove("drift_audits", d.drift_audits[p], "audits", d.audits[p]));
+  }
+  RETURN_IF_ERROR(
+      NotAbove("audits", d.audits[0] + d.audits[1], "steps", d.steps));
   d.factor_version = now.factor_version;
   return d;
 }
@@ -106,6 +122,13 @@ absl::StatusOr<StepCounters> CountersSince(const StepCounters& was,
                       now.collective_seconds, &d.collective_seconds));
   RETURN_IF_ERROR(Sum("transform_seconds", was.transform_seconds,
                       now.transform_seconds, &d.transform_seconds));
+  RETURN_IF_ERROR(
+      Count("audit_steps", was.audit_steps, now.audit_steps, &d.audit_steps));
+  RETURN_IF_ERROR(
+      Count("bytes_audit", was.bytes_audit, now.bytes_audit, &d.bytes_audit));
+  RETURN_IF_ERROR(Sum("audit_seconds", was.audit_seconds, now.audit_seconds,
+                      &d.audit_seconds));
+  RETURN_IF_ERROR(NotAbove("audit_steps", d.audit_steps, "steps", d.steps));
   int64_t observed = 0;  // Σ of the bucket differences, each < 2^62
   for (int b = 0; b < kDurationBuckets; ++b) {
     RETURN_IF_ERROR(Count("duration_buckets", was.duration_buckets[b],

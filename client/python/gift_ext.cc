@@ -99,6 +99,7 @@ std::unique_ptr<Session> CreateSession(const py::dict& o,
   num("device", &s.device);
   num("daemon_store", &s.daemon_store);
   num("probe_interval", &s.probe_interval);
+  num("audit_interval", &s.audit_interval);
   num("timeout_seconds", &s.timeout_seconds);
   str("socket_ifname", &s.socket_ifname);
   if (o.contains("store") && !o["store"].is_none()) {

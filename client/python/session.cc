@@ -28,9 +28,10 @@ absl::Status CheckOptions(const SessionOptions& o) {
         "gift: a store (the job's c10d store), the daemon store or store_dir "
         "must be set");
   }
-  if (o.timeout_seconds <= 0 || o.probe_interval < 0) {
+  if (o.timeout_seconds <= 0 || o.probe_interval < 0 || o.audit_interval < 0) {
     return absl::InvalidArgumentError(
-        "gift: timeout_seconds must be > 0 and probe_interval >= 0");
+        "gift: timeout_seconds must be > 0, probe_interval and "
+        "audit_interval >= 0");
   }
   return absl::OkStatus();
 }
@@ -97,6 +98,7 @@ absl::Status Session::Connect() {
 
   QuantizedAllReduceOptions a;
   a.probe_interval = o.probe_interval;
+  a.audit_interval = o.audit_interval;
   if (o.mode == "fp32") a.mode = AllReduceMode::kFp32;
   if (o.mode == "bf16") a.mode = AllReduceMode::kBf16;
   ASSIGN_OR_RETURN(allreduce_,

@@ -77,6 +77,10 @@ struct SessionOptions {
   std::string job_id;
   // Default: 10. REQUIRES: >= 0.
   int probe_interval = 10;
+  // Audit steps every this many steps (QuantizedAllReduceOptions); 0 =
+  // never. An attached giftd's interval overrides it. Default: 100.
+  // REQUIRES: >= 0.
+  int audit_interval = 100;
   // Bound of rendezvous and of every collective. Default: 60 s.
   double timeout_seconds = 60;
 };

@@ -183,12 +183,21 @@ py::dict TelemetryToPython(const StepTelemetry& t, double seconds) {
     d["probed"] = l.probed;
     d["probe_euclid_rel_l2"] = l.probe_euclid_rel_l2;
     d["probe_gift_rel_l2"] = l.probe_gift_rel_l2;
+    d["audited"] = l.audited;
+    d["audit_rel_l2"] = l.audit_rel_l2;
+    d["audit_cosine"] = l.audit_cosine;
+    d["drift_audited"] = l.drift_audited;
+    d["audit_drift"] = l.audit_drift;
+    d["drift_steps"] = l.drift_steps;
     layers.append(d);
   }
   py::dict d;
   d["step"] = t.step;
   d["plan_epoch"] = t.plan_epoch;
   d["probe_step"] = t.probe_step;
+  d["audit_step"] = t.audit_step;
+  d["bytes_audit"] = t.bytes_audit;
+  d["audit_seconds"] = t.audit_seconds;
   d["nonfinite_layers"] = t.nonfinite_layers;
   d["bytes_euclid"] = t.bytes_euclid;
   d["bytes_gift"] = t.bytes_gift;

@@ -55,3 +55,32 @@ def _worker(rank):
 
 def test_modes():
     u.spawn(_worker)
+
+
+def _audit_worker(rank):
+    # Audit every 2 steps: the applied gradient against the FP32 average.
+    ddp = u.wrap(u.make_model())
+    state = gift.init(ddp, mode="euclid", agent_socket="/nonexistent/agent",
+                      audit_interval=2)
+    ddp.register_comm_hook(state, gift.comm_hook)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    for s in range(STEPS):
+        u.train_step(ddp, opt, rank, s)
+        u.assert_same_on_all_ranks(ddp)
+        last = state.stats()["last"]
+        assert last["audit_step"] == (s in (2, 4)), (s, last["audit_step"])
+        for layer in last["layers"]:
+            assert layer["audited"] == last["audit_step"], layer["name"]
+            if layer["audited"]:
+                assert 0 < layer["audit_rel_l2"] < 0.2, layer
+                assert layer["audit_cosine"] > 0.98, layer
+                assert layer["drift_audited"] and layer["drift_steps"] > 0
+    st = state.stats()
+    assert st["audit_steps"] == 2 and st["bytes_audit"] > 0
+    # One FP32 allreduce of 2x the payload on 2 of 5 steps.
+    assert st["bytes_sent"] > st["bytes_euclid"] + st["bytes_audit"]
+    state.remove_hooks()
+
+
+def test_audit_steps():
+    u.spawn(_audit_worker)

@@ -164,7 +164,7 @@ class GiftState:
     def __init__(self, model, process_group=None, mode="gift", agent_socket=None,
                  job_id=None, sketch_rows=512, probe_interval=10,
                  store_dir=None, timeout_seconds=None, backend="gloo",
-                 socket_ifname=None):
+                 socket_ifname=None, audit_interval=100):
         if backend not in ("gloo", "nccl"):
             raise ValueError(f"gift: backend {backend!r} (gloo, nccl)")
         if mode not in MODES:
@@ -184,7 +184,8 @@ class GiftState:
                         if backend == "nccl" else torch.device("cpu"))
         self.last_telemetry = None
         self._totals = {"steps": 0, "bytes_euclid": 0, "bytes_gift": 0,
-                        "bytes_control": 0, "seconds": 0.0}
+                        "bytes_control": 0, "bytes_audit": 0, "audit_steps": 0,
+                        "audit_seconds": 0.0, "seconds": 0.0}
         self._buckets = {}
         self._sizes = [(s[0] * s[1]) if len(s) == 2 else s[0]
                        for _, s, _ in self._layers]
@@ -231,6 +232,7 @@ class GiftState:
             "store": None if use_daemon or use_folder else store,
             "key_prefix": prefix, "agent_socket": socket, "job_id": job,
             "probe_interval": int(probe_interval),
+            "audit_interval": int(audit_interval),
             "timeout_seconds": self.timeout_seconds,
             "socket_ifname": socket_ifname,
         }
@@ -362,8 +364,10 @@ class GiftState:
     def _finish_step(self, t):
         self.last_telemetry = t
         self._totals["steps"] += 1
-        for k in ("bytes_euclid", "bytes_gift", "bytes_control", "seconds"):
+        for k in ("bytes_euclid", "bytes_gift", "bytes_control", "bytes_audit",
+                  "audit_seconds", "seconds"):
             self._totals[k] += t[k]
+        self._totals["audit_steps"] += bool(t["audit_step"])
         if self.mode == "gift" and not self._attached_logged and self.rank == 0:
             a = self.session.attachment_stats()
             if a.get("attached"):
@@ -376,8 +380,8 @@ class GiftState:
     def stats(self):
         """Totals since init, the last step's telemetry and the attachment.
 
-        Plain ratios first: bytes_sent (gradient + control bytes this rank
-        sent), bytes_fp32_equivalent (what a ring allreduce in FP32 sends for
+        Plain ratios first: bytes_sent (gradient, control and audit bytes
+        this rank sent), bytes_fp32_equivalent (what a ring allreduce in FP32 sends for
         the same steps: 2 (W - 1) / W of the payload) and bytes_vs_fp32
         (their ratio; None before the first step)."""
         if self.session is None:
@@ -389,7 +393,8 @@ class GiftState:
         w = self.world_size
         s["bytes_sent"] = (self._totals["bytes_euclid"]
                            + self._totals["bytes_gift"]
-                           + self._totals["bytes_control"])
+                           + self._totals["bytes_control"]
+                           + self._totals["bytes_audit"])
         s["bytes_fp32_equivalent"] = (
             self._totals["steps"] * 2 * (w - 1) * self._total * 4 // w)
         s["bytes_vs_fp32"] = (s["bytes_sent"] / s["bytes_fp32_equivalent"]
@@ -613,7 +618,8 @@ class _CommThread:
 
 def init(model, process_group=None, mode="gift", agent_socket=None, job_id=None,
          sketch_rows=512, probe_interval=10, store_dir=None,
-         timeout_seconds=None, backend="gloo", socket_ifname=None):
+         timeout_seconds=None, backend="gloo", socket_ifname=None,
+         audit_interval=100):
     """Creates this rank's GiftState (collective over `process_group`).
 
     model: the DDP model or the module it wraps. process_group: default the
@@ -634,10 +640,16 @@ def init(model, process_group=None, mode="gift", agent_socket=None, job_id=None,
     socket_ifname: the network interface libgift's Gloo listens on; default
     $GLOO_SOCKET_IFNAME, else $GIFT_SOCKET_IFNAME, else the interface that
     routes to $MASTER_ADDR, else the host name's address.
+    audit_interval: every this many steps (modes euclid and gift) the step
+    also runs an FP32 allreduce of the same gradients and reports, per
+    layer, the error of what was applied against it (stats()["last"]
+    layers' audit_rel_l2, audit_cosine, audit_drift; giftd's
+    gift_layer_audit_* metrics); 0 = never. An attached giftd's
+    audit_interval (giftctl set-audit-interval) overrides it.
     """
     return GiftState(model, process_group, mode, agent_socket, job_id,
                      sketch_rows, probe_interval, store_dir, timeout_seconds,
-                     backend, socket_ifname)
+                     backend, socket_ifname, audit_interval)
 
 
 def comm_hook(state, bucket):
