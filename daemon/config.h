@@ -50,7 +50,10 @@ struct DaemonConfig {
   int rank = 32;              // r. REQUIRES: 1 <= rank <= max_rank.
   int max_rank = 64;          // slot capacity. REQUIRES: >= 1.
   int probe_interval = 10;    // M, steps. REQUIRES: >= 1.
-  int sketch_rows = 512;      // rows per layer and step. REQUIRES: >= 1.
+  // Steps between audit steps (an FP32 allreduce beside the quantized one,
+  // measuring what was applied); 0 = none. REQUIRES: [0, kMaxAuditInterval].
+  int audit_interval = 100;
+  int sketch_rows = 512;  // rows per layer and step. REQUIRES: >= 1.
   // Steps a factor may age before a rank drops the layer to Euclidean.
   // Default: 200. REQUIRES: >= 1.
   int staleness_limit = 200;

@@ -293,6 +293,9 @@ std::vector<Option> Plan() {
       GIFT_INT_RANGE(max_rank, 1, 4096,
                      "Factor slot capacity: largest run-time rank"),
       GIFT_INT(probe_interval, 1, "Probe step interval M (measured gain)"),
+      GIFT_INT_RANGE(audit_interval, 0, kMaxAuditInterval,
+                     "Audit step interval: an FP32 allreduce beside the "
+                     "quantized one measures what was applied; 0 = none"),
       GIFT_INT(sketch_rows, 1, "Sampled input rows per layer and step"),
       GIFT_INT(staleness_limit, 1,
                "Steps a factor may age before a rank falls back to Euclidean"),

@@ -51,6 +51,8 @@ class DaemonCore {
       const v1::SetLayerPolicyRequest& request) = 0;
   virtual absl::StatusOr<v1::SetRefreshIntervalResponse> SetRefreshInterval(
       const v1::SetRefreshIntervalRequest& request) = 0;
+  virtual absl::StatusOr<v1::SetAuditIntervalResponse> SetAuditInterval(
+      const v1::SetAuditIntervalRequest& request) = 0;
   virtual absl::StatusOr<v1::SetRankResponse> SetRank(
       const v1::SetRankRequest& request) = 0;
   virtual absl::StatusOr<v1::SetSelectionPolicyResponse> SetSelectionPolicy(

@@ -40,6 +40,7 @@ Daemon::Daemon(const DaemonConfig& config, metrics::Registry* registry)
                          config.limits.max_store_job_bytes,
                          config.limits.max_store_jobs}),
       refresh_interval_(config.refresh_interval),
+      audit_interval_(config.audit_interval),
       rank_r_(config.rank),
       selector_(config.selection),
       peered_(!config.peer_address.empty()) {}
@@ -505,6 +506,7 @@ void Daemon::PublishPlanTo(RankSession& s) {
   plan.plan_epoch = plan_epoch_;
   plan.refresh_interval = refresh_interval_;
   plan.probe_interval = config_.probe_interval;
+  plan.audit_interval = audit_interval_;
   plan.staleness_limit = config_.staleness_limit;
   plan.omega_seed = config_.omega_seed;
   plan.sketch_rows = config_.sketch_rows;

@@ -33,6 +33,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -109,6 +110,8 @@ class Daemon : public DaemonCore, public PeerHandler {
       const v1::SetLayerPolicyRequest& request) override;
   absl::StatusOr<v1::SetRefreshIntervalResponse> SetRefreshInterval(
       const v1::SetRefreshIntervalRequest& request) override;
+  absl::StatusOr<v1::SetAuditIntervalResponse> SetAuditInterval(
+      const v1::SetAuditIntervalRequest& request) override;
   absl::StatusOr<v1::SetRankResponse> SetRank(
       const v1::SetRankRequest& request) override;
   absl::StatusOr<v1::SetSelectionPolicyResponse> SetSelectionPolicy(
@@ -166,6 +169,17 @@ class Daemon : public DaemonCore, public PeerHandler {
     // Windowed local round trip for operators.
     double rel_l2 = 0, cosine = 0;
     LayerScore score;
+    // The last audit on each path ([0] Euclidean, [1] GIFT) of the gradient
+    // applied against the FP32 average (NaN: none yet); `audit_path` is the
+    // path of the newest one (-1: none).
+    struct Audit {
+      double rel_l2 = std::numeric_limits<double>::quiet_NaN();
+      double cosine = std::numeric_limits<double>::quiet_NaN();
+      double drift = std::numeric_limits<double>::quiet_NaN();
+    };
+    Audit audit[2];
+    int audit_path = -1;
+    int64_t audits = 0;
   };
 
   Daemon(const DaemonConfig& config, metrics::Registry* registry);
@@ -349,6 +363,7 @@ class Daemon : public DaemonCore, public PeerHandler {
   int64_t session_seq_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t plan_epoch_ ABSL_GUARDED_BY(mu_) = 1;
   int refresh_interval_ ABSL_GUARDED_BY(mu_);
+  int audit_interval_ ABSL_GUARDED_BY(mu_);
   int rank_r_ ABSL_GUARDED_BY(mu_);
   LayerSelector selector_ ABSL_GUARDED_BY(mu_);
   int64_t refreshes_total_ ABSL_GUARDED_BY(mu_) = 0;

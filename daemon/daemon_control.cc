@@ -119,6 +119,17 @@ v1::LayerStatus Daemon::LayerStatusOf(const Layer& l) const {
   s.set_refreshes(l.refreshes);
   s.set_rel_l2(l.rel_l2);
   s.set_cosine(l.cosine);
+  s.set_audit_rel_l2_euclid(l.audit[0].rel_l2);
+  s.set_audit_rel_l2_gift(l.audit[1].rel_l2);
+  s.set_audit_drift_euclid(l.audit[0].drift);
+  s.set_audit_drift_gift(l.audit[1].drift);
+  s.set_audit_cosine(l.audit_path >= 0
+                         ? l.audit[l.audit_path].cosine
+                         : std::numeric_limits<double>::quiet_NaN());
+  s.set_audit_path(l.audit_path < 0    ? ""
+                   : l.audit_path == 1 ? "gift"
+                                       : "euclid");
+  s.set_audits(l.audits);
   return s;
 }
 
@@ -133,6 +144,7 @@ v1::GetStatusResponse Daemon::StatusLocked() const {
   s.set_world_size(world_size_);
   s.set_plan_epoch(plan_epoch_);
   s.set_refresh_interval(refresh_interval_);
+  s.set_audit_interval(audit_interval_);
   s.set_rank(rank_r_);
   *s.mutable_policy() = ToProto(selector_.policy());
   s.set_step(sessions_.empty() ? 0 : SlowestStep());
@@ -266,6 +278,31 @@ absl::StatusOr<v1::SetRefreshIntervalResponse> Daemon::SetRefreshInterval(
     NewEpoch(absl::StrFormat("refresh interval K = %d", refresh_interval_));
   }
   v1::SetRefreshIntervalResponse out;
+  out.set_plan_epoch(plan_epoch_);
+  return out;
+}
+
+absl::StatusOr<v1::SetAuditIntervalResponse> Daemon::SetAuditInterval(
+    const v1::SetAuditIntervalRequest& r) {
+  if (IsFollower()) {  // the leader decides; its next plan reaches us
+    v1::ForwardControlRequest f;
+    *f.mutable_set_audit_interval() = r;
+    ASSIGN_OR_RETURN(v1::ForwardControlResponse out, Forward(std::move(f)));
+    return out.set_audit_interval();
+  }
+  if (r.steps() < 0 || r.steps() > kMaxAuditInterval) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("audit interval must be in [0, %d] steps (got %d)",
+                        kMaxAuditInterval, r.steps()));
+  }
+  absl::MutexLock lock(&mu_);
+  if (r.steps() != audit_interval_) {
+    audit_interval_ = r.steps();
+    // A new epoch carries it to the followers; ranks pick it up at once
+    // (the per-step agreement makes that safe at any step).
+    NewEpoch(absl::StrFormat("audit interval = %d", audit_interval_));
+  }
+  v1::SetAuditIntervalResponse out;
   out.set_plan_epoch(plan_epoch_);
   return out;
 }

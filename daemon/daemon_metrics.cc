@@ -89,6 +89,18 @@ DaemonMetrics::DaemonMetrics(metrics::Registry* r)
       "entry (the layer keeps its previous factor).");
   sketch_windows = AddCounter(r, "gift_sketch_windows_total",
                               "Sketch windows seen, by what became of them.");
+  audit_rel_l2 = AddGauge(
+      r, "gift_layer_audit_rel_l2",
+      "Audited per-step RelL2 of the gradient applied against the FP32 "
+      "average of the same gradients (newest audit), by path.");
+  audit_cosine = AddGauge(
+      r, "gift_layer_audit_cosine",
+      "Audited cosine of the gradient applied against the FP32 average "
+      "(newest audit), by path.");
+  audit_drift = AddGauge(
+      r, "gift_layer_audit_drift",
+      "Audited RelL2 of the running sum of applied gradients since the "
+      "previous audit against the FP32 one (what error feedback bounds).");
   rel_l2 =
       AddGauge(r, "gift_quantization_rel_l2",
                "Local FP8 round-trip RelL2 of the layer since the last poll.");
@@ -115,6 +127,12 @@ DaemonMetrics::DaemonMetrics(metrics::Registry* r)
       r, "gift_bytes_saved_total",
       "Bytes an FP32 ring allreduce would have sent minus the bytes sent.");
   steps = AddCounter(r, "gift_steps_total", "Allreduce steps of the rank.");
+  audit_steps = AddCounter(
+      r, "gift_audit_steps_total",
+      "Audit steps of the rank (an FP32 allreduce beside the quantized one).");
+  audit_seconds =
+      AddCounter(r, "gift_audit_seconds_total",
+                 "Wall time of the rank's audits and their running sums.");
   collective_duration =
       AddHistogram(r, "gift_collective_duration_seconds",
                    "Wall time of the rank's gradient allreduce per step.");

@@ -46,6 +46,11 @@ struct DaemonMetrics {
   metrics::Family<metrics::Counter>* factors_rejected;
   // {job_id, node, layer, result = used|incomplete|busy}
   metrics::Family<metrics::Counter>* sketch_windows;
+  // {job_id, node, layer, path}: the newest audit of the layer on that path
+  // (the same figures on every rank, so no rank label).
+  metrics::Family<metrics::Gauge>* audit_rel_l2;
+  metrics::Family<metrics::Gauge>* audit_cosine;
+  metrics::Family<metrics::Gauge>* audit_drift;
 
   // {job_id, node, rank, layer, path}
   metrics::Family<metrics::Gauge>* rel_l2;
@@ -65,6 +70,8 @@ struct DaemonMetrics {
   // {job_id, node, rank}
   metrics::Family<metrics::Counter>* bytes_saved;
   metrics::Family<metrics::Counter>* steps;
+  metrics::Family<metrics::Counter>* audit_steps;
+  metrics::Family<metrics::Counter>* audit_seconds;
   metrics::Family<metrics::Histogram>* collective_duration;
   metrics::Family<metrics::Counter>* transform_seconds;
   metrics::Family<metrics::Counter>* nonfinite_layers;

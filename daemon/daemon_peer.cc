@@ -4,6 +4,7 @@
 // rendezvous store; a layer's owner sums the nodes' sketch windows and
 // broadcasts the factor, which every member installs with InstallFactor.
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <sstream>
 
@@ -11,6 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 #include "daemon/daemon.h"
+#include "daemon/limits.h"
 #include "daemon/log.h"
 #include "daemon/request_limits.h"
 
@@ -49,6 +51,12 @@ void MergeSample(const v1::LayerSample& s, v1::LayerSample* to) {
   to->set_err_sq(to->err_sq() + s.err_sq());
   to->set_x_sq(to->x_sq() + s.x_sq());
   to->set_xhat_x(to->xhat_x() + s.xhat_x());
+  to->set_audits_gift(to->audits_gift() + s.audits_gift());
+  to->set_audit_gift_rel_l2_sum(to->audit_gift_rel_l2_sum() +
+                                s.audit_gift_rel_l2_sum());
+  to->set_audits_euclid(to->audits_euclid() + s.audits_euclid());
+  to->set_audit_euclid_rel_l2_sum(to->audit_euclid_rel_l2_sum() +
+                                  s.audit_euclid_rel_l2_sum());
 }
 
 }  // namespace
@@ -144,6 +152,7 @@ v1::PeerPlan Daemon::PlanLocked() const {
   p.set_job_id(config_.job_id);
   p.set_plan_epoch(plan_epoch_);
   p.set_refresh_interval(refresh_interval_);
+  p.set_audit_interval(audit_interval_);
   p.set_rank(rank_r_);
   p.set_world_size(world_size_);
   for (const Layer& l : layers_) {
@@ -166,6 +175,10 @@ v1::PeerPlan Daemon::PlanLocked() const {
 void Daemon::ApplyPlanLocked(const v1::PeerPlan& plan) {
   plan_epoch_ = plan.plan_epoch();
   if (plan.refresh_interval() >= 1) refresh_interval_ = plan.refresh_interval();
+  if (plan.has_audit_interval() && plan.audit_interval() >= 0 &&
+      plan.audit_interval() <= kMaxAuditInterval) {
+    audit_interval_ = plan.audit_interval();
+  }
   if (plan.rank() >= 1) rank_r_ = plan.rank();
   if (world_size_ == 0) world_size_ = plan.world_size();
   for (const v1::PeerLayerPlan& x : plan.layers()) {
@@ -327,6 +340,10 @@ void Daemon::SendTelemetryReport(const std::vector<SelectorSample>& samples,
     x->set_err_sq(err[i]);
     x->set_x_sq(xsq[i]);
     x->set_xhat_x(xhx[i]);
+    x->set_audits_gift(s.audits_gift);
+    x->set_audit_gift_rel_l2_sum(s.audit_gift_rel_l2_sum);
+    x->set_audits_euclid(s.audits_euclid);
+    x->set_audit_euclid_rel_l2_sum(s.audit_euclid_rel_l2_sum);
   }
   link()->SendTelemetry(std::move(r));  // also the follower's liveness
 }
@@ -340,9 +357,15 @@ absl::Status Daemon::OnTelemetry(const v1::ReportTelemetryRequest& r) {
   }
   for (const v1::LayerSample& s : r.layers()) {
     if (s.steps() < 0 || s.n() < 0 || s.upper() < 0 || s.lower() < 0 ||
-        s.probes() < 0) {
+        s.probes() < 0 || s.audits_gift() < 0 || s.audits_euclid() < 0) {
       return absl::InvalidArgumentError(
           absl::StrFormat("negative counts for layer %s", s.name()));
+    }
+    for (double v : {s.audit_gift_rel_l2_sum(), s.audit_euclid_rel_l2_sum()}) {
+      if (!std::isfinite(v) || v < 0) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "audit sums of layer %s must be finite and >= 0", s.name()));
+      }
     }
   }
   for (const v1::LayerSample& s : r.layers()) {
@@ -370,6 +393,10 @@ void Daemon::AddSample(const v1::LayerSample& s, SelectorSample* to,
   *err_sq += s.err_sq();
   *x_sq += s.x_sq();
   *xhat_x += s.xhat_x();
+  to->audits_gift += s.audits_gift();
+  to->audit_gift_rel_l2_sum += s.audit_gift_rel_l2_sum();
+  to->audits_euclid += s.audits_euclid();
+  to->audit_euclid_rel_l2_sum += s.audit_euclid_rel_l2_sum();
 }
 
 void Daemon::TakeRemoteSamples(std::vector<SelectorSample>* samples,
@@ -414,6 +441,11 @@ absl::StatusOr<v1::ForwardControlResponse> Daemon::OnControl(
     case v1::ForwardControlRequest::kSetRefreshInterval: {
       ASSIGN_OR_RETURN(auto x, SetRefreshInterval(r.set_refresh_interval()));
       *out.mutable_set_refresh_interval() = std::move(x);
+      break;
+    }
+    case v1::ForwardControlRequest::kSetAuditInterval: {
+      ASSIGN_OR_RETURN(auto x, SetAuditInterval(r.set_audit_interval()));
+      *out.mutable_set_audit_interval() = std::move(x);
       break;
     }
     case v1::ForwardControlRequest::kSetRank: {

@@ -101,7 +101,7 @@ void Daemon::DisconnectMalformed() {
 
 void Daemon::TakeLayerSample(RankSession& s, int i, SelectorSample* x,
                              double* err, double* xsq, double* xhx) {
-  const Layer& l = layers_[i];
+  Layer& l = layers_[i];
   shm::LayerCounters now;
   // A working client holds the seqlock for a few stores: odd on every try
   // is a stuck or broken one, and would cost every poll all the tries.
@@ -126,6 +126,30 @@ void Daemon::TakeLayerSample(RankSession& s, int i, SelectorSample* x,
   AddSat(&x->probes, d->probes);
   x->probe_euclid_sum += d->probe_euclid_sum;
   x->probe_gift_sum += d->probe_gift_sum;
+  AddSat(&x->audits_euclid, d->audits[0]);
+  AddSat(&x->audits_gift, d->audits[1]);
+  x->audit_euclid_rel_l2_sum += d->audit_rel_l2_sum[0];
+  x->audit_gift_rel_l2_sum += d->audit_rel_l2_sum[1];
+  // Every rank audits the same steps with the same figures: the newest
+  // (mean, should a poll see several) of any rank is the layer's; the
+  // count is the most any rank reported since it registered.
+  l.audits = std::max(l.audits, now.audits[0] + now.audits[1]);
+  for (int p = 0; p < 2; ++p) {
+    if (d->audits[p] <= 0) continue;
+    const double n = static_cast<double>(d->audits[p]);
+    Layer::Audit& a = l.audit[p];
+    a.rel_l2 = d->audit_rel_l2_sum[p] / n;
+    a.cosine = d->audit_cosine_sum[p] / n;
+    if (d->drift_audits[p] > 0) {
+      a.drift = d->audit_drift_sum[p] / static_cast<double>(d->drift_audits[p]);
+    }
+    l.audit_path = p;
+    const metrics::Labels labels =
+        Labels({{"layer", l.name}, {"path", p == 1 ? "gift" : "euclid"}});
+    metrics_.audit_rel_l2->Add(labels).Set(a.rel_l2);
+    metrics_.audit_cosine->Add(labels).Set(a.cosine);
+    if (d->drift_audits[p] > 0) metrics_.audit_drift->Add(labels).Set(a.drift);
+  }
   *err += d->err_sq;
   *xsq += d->x_sq;
   *xhx += d->xhat_x;
@@ -178,11 +202,17 @@ void Daemon::TakeStepCounters(RankSession& s) {
       .Increment(d->bytes_gift);
   metrics_.bytes_sent->Add(Labels({{"rank", rank}, {"path", "control"}}))
       .Increment(d->bytes_control);
-  // Each difference is below 2^62: their sum of three fits a double, and
-  // only what was saved counts.
+  metrics_.bytes_sent->Add(Labels({{"rank", rank}, {"path", "audit"}}))
+      .Increment(d->bytes_audit);
+  metrics_.audit_steps->Add(Labels({{"rank", rank}})).Increment(d->audit_steps);
+  metrics_.audit_seconds->Add(Labels({{"rank", rank}}))
+      .Increment(d->audit_seconds);
+  // Each difference is below 2^62: their sum of four fits a double, and
+  // only what was saved counts (the audits' FP32 bytes are sent too).
   const double sent = static_cast<double>(d->bytes_euclid) +
                       static_cast<double>(d->bytes_gift) +
-                      static_cast<double>(d->bytes_control);
+                      static_cast<double>(d->bytes_control) +
+                      static_cast<double>(d->bytes_audit);
   metrics_.bytes_saved->Add(Labels({{"rank", rank}}))
       .Increment(
           std::max(0.0, static_cast<double>(d->bytes_fp32_equivalent) - sent));

@@ -133,7 +133,8 @@ class DaemonShmTest : public ::testing::Test {
   // Every gift_layer_vulnerability is in [0, 1] and no counter (a _total or
   // a histogram's _count/_sum/_bucket) is negative or below `before`.
   void ExpectSaneMetrics(const std::map<std::string, double>& before) {
-    const std::map<std::string, double> now = Series(metrics::Serialize(registry_));
+    const std::map<std::string, double> now =
+        Series(metrics::Serialize(registry_));
     for (const auto& [name, v] : now) {
       if (absl::StartsWith(name, "gift_layer_vulnerability")) {
         EXPECT_TRUE(v >= 0 && v <= 1) << name << " = " << v;
@@ -152,7 +153,8 @@ class DaemonShmTest : public ::testing::Test {
   }
 
   double Rejected(const std::string& reason) {
-    const std::map<std::string, double> now = Series(metrics::Serialize(registry_));
+    const std::map<std::string, double> now =
+        Series(metrics::Serialize(registry_));
     double total = 0;
     for (const auto& [name, v] : now) {
       if (absl::StartsWith(name, "gift_shm_rejected_total") &&
@@ -189,7 +191,8 @@ class DaemonShmTest : public ::testing::Test {
 TEST_F(DaemonShmTest, GarbageInTheControlBlockNeitherHangsNorPoisons) {
   WriteValidTelemetry(10);
   Poll();
-  const std::map<std::string, double> before = Series(metrics::Serialize(registry_));
+  const std::map<std::string, double> before =
+      Series(metrics::Serialize(registry_));
   struct Pattern {
     const char* name;
     std::function<void()> write;
@@ -265,6 +268,61 @@ TEST_F(DaemonShmTest, ADecreasingSampleIsRejectedAndTheNextGoodOneCounts) {
   Poll();
   EXPECT_EQ(Series(metrics::Serialize(registry_))[steps], 12);
   EXPECT_EQ(Status().ranks_registered(), 1);
+}
+
+// Issue 15: the ranks' audits reach the metrics (one series per layer and
+// path, no rank label), the layer status and giftctl; a rank's garbage in
+// the audit counters is dropped like any other.
+TEST_F(DaemonShmTest, AuditsAreExportedPerLayerAndPath) {
+  WriteValidTelemetry(10);
+  Poll();
+  shm::LayerCounters c{};
+  ASSERT_TRUE(shm::ReadTelemetry(*rank_.entry(1), &c));
+  c.steps += 100;
+  c.audits[1] = 2;  // two audits on the GIFT path
+  c.audit_rel_l2_sum[1] = 0.08;
+  c.audit_cosine_sum[1] = 1.98;
+  c.drift_audits[1] = 1;
+  c.audit_drift_sum[1] = 0.003;
+  shm::WriteTelemetry(rank_.entry(1), c);
+  Poll();
+  const std::map<std::string, double> now =
+      Series(metrics::Serialize(registry_));
+  const std::string labels =
+      "{job_id=\"job\",layer=\"fc2\",node=\"test\","
+      "path=\"gift\"}";
+  EXPECT_DOUBLE_EQ(now.at("gift_layer_audit_rel_l2" + labels), 0.04);
+  EXPECT_DOUBLE_EQ(now.at("gift_layer_audit_cosine" + labels), 0.99);
+  EXPECT_DOUBLE_EQ(now.at("gift_layer_audit_drift" + labels), 0.003);
+  auto layers = daemon_->ListLayers({});
+  ASSERT_OK(layers);
+  const v1::LayerStatus& fc2 = layers->layers(1);
+  ASSERT_EQ(fc2.name(), "fc2");
+  EXPECT_DOUBLE_EQ(fc2.audit_rel_l2_gift(), 0.04);
+  EXPECT_DOUBLE_EQ(fc2.audit_drift_gift(), 0.003);
+  EXPECT_TRUE(std::isnan(fc2.audit_rel_l2_euclid()));
+  EXPECT_EQ(fc2.audit_path(), "gift");
+  EXPECT_EQ(fc2.audits(), 2);
+  EXPECT_EQ(layers->layers(0).audit_path(), "");  // fc1: none
+
+  // More audits than steps, or a non-finite sum: dropped, nothing changes.
+  const double before = Rejected("layer_counters");
+  shm::LayerCounters bad = c;
+  bad.steps += 1;
+  bad.audits[0] = 5;
+  shm::WriteTelemetry(rank_.entry(1), bad);
+  Poll();
+  EXPECT_EQ(Rejected("layer_counters"), before + 1);
+  bad = c;
+  bad.steps += 1;
+  bad.audits[1] += 1;
+  bad.audit_rel_l2_sum[1] = std::numeric_limits<double>::infinity();
+  shm::WriteTelemetry(rank_.entry(1), bad);
+  Poll();
+  EXPECT_EQ(Rejected("layer_counters"), before + 2);
+  EXPECT_DOUBLE_EQ(Series(metrics::Serialize(registry_))
+                       .at("gift_layer_audit_rel_l2" + labels),
+                   0.04);
 }
 
 // Windows: a closed window far beyond what was consumed, and a sketch whose

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_matchers.h"
 #include "daemon/daemon_testutil.h"
+#include "daemon/limits.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "shm/protocol.h"
@@ -159,7 +160,9 @@ TEST_F(DaemonTest, DeadRankIsReaped) {
 }
 
 TEST_F(DaemonTest, ControlValidatesAndChangesNothingOnError) {
-  ASSERT_OK(daemon_->Register(Request(0)));
+  auto registered = daemon_->Register(Request(0));
+  ASSERT_OK(registered);
+  FakeRank rank = FakeRank::Map(*registered);
   auto before = daemon_->GetStatus({});
   ASSERT_OK(before);
   v1::SetRefreshIntervalRequest k;
@@ -190,10 +193,18 @@ TEST_F(DaemonTest, ControlValidatesAndChangesNothingOnError) {
   sp.mutable_policy()->set_top_k(-3);
   EXPECT_THAT(daemon_->SetSelectionPolicy(sp).status(),
               StatusIs(absl::StatusCode::kInvalidArgument));
+  v1::SetAuditIntervalRequest audit;
+  audit.set_steps(-1);
+  EXPECT_THAT(daemon_->SetAuditInterval(audit).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("audit")));
+  audit.set_steps(kMaxAuditInterval + 1);
+  EXPECT_THAT(daemon_->SetAuditInterval(audit).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument));
   auto after = daemon_->GetStatus({});
   ASSERT_OK(after);
   EXPECT_EQ(after->plan_epoch(), before->plan_epoch());
   EXPECT_EQ(after->refresh_interval(), before->refresh_interval());
+  EXPECT_EQ(after->audit_interval(), 100);
   EXPECT_EQ(after->rank(), before->rank());
   EXPECT_EQ(after->policy().top_k(), before->policy().top_k());
 
@@ -201,6 +212,17 @@ TEST_F(DaemonTest, ControlValidatesAndChangesNothingOnError) {
   auto ok = daemon_->SetRefreshInterval(k);
   ASSERT_OK(ok);
   EXPECT_GT(ok->plan_epoch(), before->plan_epoch());
+  // The audit interval reaches the ranks' plan, 0 (off) included.
+  for (int steps : {25, 0}) {
+    audit.set_steps(steps);
+    auto a = daemon_->SetAuditInterval(audit);
+    ASSERT_OK(a);
+    shm::PlanView plan;
+    ASSERT_TRUE(shm::ReadPlan(rank.control->data(), &plan));
+    EXPECT_EQ(plan.audit_interval, steps);
+    EXPECT_EQ(plan.plan_epoch, a->plan_epoch());
+    EXPECT_EQ(daemon_->GetStatus({})->audit_interval(), steps);
+  }
 }
 
 // Issue 13: a second giftd with the same shm prefix removed the first one's

@@ -108,6 +108,13 @@ class FakeCore : public DaemonCore {
     }
     return v1::SetRefreshIntervalResponse();
   }
+  absl::StatusOr<v1::SetAuditIntervalResponse> SetAuditInterval(
+      const v1::SetAuditIntervalRequest& request) override {
+    if (request.steps() < 0) {
+      return absl::InvalidArgumentError("steps must be >= 0");
+    }
+    return v1::SetAuditIntervalResponse();
+  }
   absl::StatusOr<v1::SetRankResponse> SetRank(
       const v1::SetRankRequest&) override {
     return v1::SetRankResponse();

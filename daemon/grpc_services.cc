@@ -168,6 +168,13 @@ grpc::Status ControlService::SetRefreshInterval(
   return Reply(core_->SetRefreshInterval(*request), response);
 }
 
+grpc::Status ControlService::SetAuditInterval(
+    grpc::ServerContext* context, const v1::SetAuditIntervalRequest* request,
+    v1::SetAuditIntervalResponse* response) {
+  GIFT_AUTHORIZE(context);
+  return Reply(core_->SetAuditInterval(*request), response);
+}
+
 grpc::Status ControlService::SetRank(grpc::ServerContext* context,
                                      const v1::SetRankRequest* request,
                                      v1::SetRankResponse* response) {

@@ -110,6 +110,9 @@ class ControlService final : public v1::Control::Service {
       grpc::ServerContext* context,
       const v1::SetRefreshIntervalRequest* request,
       v1::SetRefreshIntervalResponse* response) override;
+  grpc::Status SetAuditInterval(
+      grpc::ServerContext* context, const v1::SetAuditIntervalRequest* request,
+      v1::SetAuditIntervalResponse* response) override;
   grpc::Status SetRank(grpc::ServerContext* context,
                        const v1::SetRankRequest* request,
                        v1::SetRankResponse* response) override;

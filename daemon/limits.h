@@ -66,6 +66,8 @@ inline constexpr int64_t kMaxPid = int64_t{1} << 22;
 inline constexpr int kMaxWorldSize = 1 << 20;
 // Largest refresh interval K (steps).
 inline constexpr int kMaxRefreshInterval = 1000000;
+// Largest audit interval (steps between audit steps).
+inline constexpr int kMaxAuditInterval = 1000000;
 // Bytes of a rendezvous store key.
 inline constexpr size_t kMaxStoreKeyBytes = 1024;
 // Bytes of a device PCI bus id ("0000:3b:00.0").

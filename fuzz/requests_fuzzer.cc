@@ -73,7 +73,8 @@ enum Kind : uint8_t {
   kPeerStoreSet,
   kPeerStoreGet,
   kPeerStoreAdd,
-  kPoll,  // no request: one poll cycle and a telemetry snapshot
+  kPoll,              // no request: one poll cycle and a telemetry snapshot
+  kSetAuditInterval,  // after kPoll: the kinds of the seeds stay as written
   kKinds
 };
 
@@ -241,6 +242,11 @@ void Run(World& w, Kind kind, const uint8_t* data, size_t size) {
       if (Parse(data, size, &r)) (void)d.SetRefreshInterval(r);
       return;
     }
+    case kSetAuditInterval: {
+      v1::SetAuditIntervalRequest r;
+      if (Parse(data, size, &r)) (void)d.SetAuditInterval(r);
+      return;
+    }
     case kSetRank: {
       v1::SetRankRequest r;
       if (Parse(data, size, &r)) (void)d.SetRank(r);
@@ -365,6 +371,9 @@ void WriteSeeds(const std::string& dir) {
   v1::SetRefreshIntervalRequest k;
   k.set_steps(25);
   WriteSeed(dir, "set_refresh_interval", kSetRefreshInterval, k);
+  v1::SetAuditIntervalRequest audit;
+  audit.set_steps(7);
+  WriteSeed(dir, "set_audit_interval", kSetAuditInterval, audit);
   v1::SetRankRequest rank;
   rank.set_rank(2);
   WriteSeed(dir, "set_rank", kSetRank, rank);

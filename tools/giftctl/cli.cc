@@ -42,6 +42,7 @@ const char kUsage[] =
     "  layers                     every layer's selection and factor state\n"
     "  set-interval K             factor refresh interval, steps\n"
     "  set-rank R                 factor rank\n"
+    "  set-audit-interval N       steps between audit steps (0 = none)\n"
     "  pin LAYER                  always on the GIFT path\n"
     "  unpin LAYER                let the selector decide\n"
     "  pin-out LAYER              never on the GIFT path\n"
@@ -128,6 +129,7 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 constexpr Range kAtLeastOne = {1, false, kInf, false};
 constexpr Range kNonNegative = {0, false, kInf, false};
 constexpr Range kInterval = {1, false, daemon::kMaxRefreshInterval, false};
+constexpr Range kAuditInterval = {0, false, daemon::kMaxAuditInterval, false};
 constexpr Range kBeta = {daemon::kMinBeta, false, daemon::kMaxBeta, false};
 constexpr Range kCount = {1, false, daemon::kMaxSelectionCount, false};
 constexpr Range kCountOrZero = {0, false, daemon::kMaxSelectionCount, false};
@@ -313,6 +315,14 @@ absl::Status ParseCommand(CommandArgs& a, Invocation& inv) {
     inv.command = c == "set-rank" ? Command::kSetRank : Command::kSetInterval;
     inv.set_interval.set_steps(v);
     inv.set_rank.set_rank(v);
+    return a.Done();
+  }
+  if (c == "set-audit-interval") {
+    RETURN_IF_ERROR(a.Positional(1, 1));
+    int v = 0;
+    RETURN_IF_ERROR(ParseInRange(c, a.positional[0], kAuditInterval, &v));
+    inv.command = Command::kSetAuditInterval;
+    inv.set_audit_interval.set_steps(v);
     return a.Done();
   }
   if (c == "pin" || c == "unpin" || c == "pin-out" || c == "layer") {

@@ -30,6 +30,7 @@ enum class Command {
   kStatus,
   kLayers,
   kSetInterval,
+  kSetAuditInterval,
   kSetRank,
   kSetLayerPolicy,  // pin, unpin, pin-out, layer
   kPolicy,
@@ -51,6 +52,7 @@ struct Invocation {
   std::string command_name;  // as typed, e.g. "pin-out"
   // The request of the command (the one matching `command` is filled).
   gift::v1::SetRefreshIntervalRequest set_interval;
+  gift::v1::SetAuditIntervalRequest set_audit_interval;
   gift::v1::SetRankRequest set_rank;
   gift::v1::SetLayerPolicyRequest set_layer_policy;
   gift::v1::SetSelectionPolicyRequest set_policy;

@@ -195,6 +195,11 @@ int RunCommand(const Invocation& inv, const std::string& token,
           inv, token, "SetRefreshInterval", inv.set_interval,
           call(&Control::StubInterface::SetRefreshInterval),
           [](const auto& r) { return Epoch(r.plan_epoch()); }, out, err);
+    case Command::kSetAuditInterval:
+      return Unary<SetAuditIntervalRequest, SetAuditIntervalResponse>(
+          inv, token, "SetAuditInterval", inv.set_audit_interval,
+          call(&Control::StubInterface::SetAuditInterval),
+          [](const auto& r) { return Epoch(r.plan_epoch()); }, out, err);
     case Command::kSetRank:
       return Unary<SetRankRequest, SetRankResponse>(
           inv, token, "SetRank", inv.set_rank,

@@ -33,6 +33,12 @@ std::string Fixed(double v, int digits) {
   return absl::StrFormat("%.*f", digits, v);
 }
 
+// The newest audit figure and its path, e.g. "0.0812 gift"; "-" for none.
+std::string Audit(double v, const std::string& path) {
+  if (path.empty() || std::isnan(v)) return "-";
+  return absl::StrCat(Fixed(v, 4), " ", path);
+}
+
 std::vector<std::string> LayerRow(const gift::v1::LayerStatus& l) {
   const gift::v1::LayerSettings& s = l.settings();
   bool has_factor = l.factor_version() >= 0;
@@ -49,6 +55,12 @@ std::vector<std::string> LayerRow(const gift::v1::LayerStatus& l) {
           Fixed(l.gain(), 3),
           has_factor ? absl::StrCat(l.factor_version()) : "-",
           has_factor ? Fixed(l.factor_age_steps(), 0) : "-",
+          Audit(l.audit_path() == "gift" ? l.audit_rel_l2_gift()
+                                         : l.audit_rel_l2_euclid(),
+                l.audit_path()),
+          Audit(l.audit_path() == "gift" ? l.audit_drift_gift()
+                                         : l.audit_drift_euclid(),
+                l.audit_path()),
           l.reason()};
 }
 
@@ -187,6 +199,9 @@ std::string FormatStatus(const gift::v1::GetStatusResponse& s) {
       {"step", absl::StrCat(s.step())},
       {"plan_epoch", absl::StrCat(s.plan_epoch())},
       {"refresh_interval", absl::StrCat(s.refresh_interval(), " steps")},
+      {"audit_interval", s.audit_interval() > 0
+                             ? absl::StrCat(s.audit_interval(), " steps")
+                             : std::string("off")},
       {"rank", absl::StrCat(s.rank())},
       {"policy", FormatPolicy(s.policy())},
       {"layers",
@@ -204,7 +219,7 @@ std::string FormatLayers(
     const google::protobuf::RepeatedPtrField<gift::v1::LayerStatus>& layers) {
   std::vector<std::vector<std::string>> rows = {
       {"LAYER", "SHAPE", "SEL", "CAND", "PIN", "TRANSFORM", "R", "BETA", "FMT",
-       "VULN", "GAIN", "FACTOR", "AGE", "REASON"}};
+       "VULN", "GAIN", "FACTOR", "AGE", "AUDIT", "DRIFT", "REASON"}};
   for (const gift::v1::LayerStatus& layer : layers) {
     rows.push_back(LayerRow(layer));
   }

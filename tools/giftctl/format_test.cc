@@ -27,6 +27,12 @@ gift::v1::LayerStatus Layer(const std::string& name, bool selected) {
   l.set_gain(selected ? 0.3125 : std::nan(""));
   l.set_factor_version(selected ? 7 : -1);
   l.set_factor_age_steps(12);
+  const double none = std::nan("");
+  l.set_audit_rel_l2_euclid(selected ? 0.035 : none);
+  l.set_audit_rel_l2_gift(selected ? 0.0123456 : none);
+  l.set_audit_drift_euclid(none);
+  l.set_audit_drift_gift(selected ? 0.002 : none);
+  l.set_audit_path(selected ? "gift" : "");
   gift::v1::LayerSettings* s = l.mutable_settings();
   s->set_pin(selected ? gift::v1::PIN_IN : gift::v1::PIN_AUTO);
   s->set_transform(gift::v1::TRANSFORM_LOWRANK);
@@ -64,10 +70,13 @@ TEST(FormatLayersTest, OneAlignedRowPerLayer) {
   EXPECT_THAT(lines[1],
               HasSubstr("yes  yes   in    lowrank    32  1     e4m3"));
   EXPECT_THAT(lines[1], HasSubstr("0.0123  0.312  7       12"));
+  // The newest audit and its path.
+  EXPECT_THAT(lines[1], HasSubstr("0.0123 gift  0.0020 gift"));
   EXPECT_THAT(lines[1], HasSubstr("selected: gain 0.31 >= 0.05"));
   // No gain measured and no factor yet: dashes, not NaN / -1.
   EXPECT_THAT(lines[2],
-              HasSubstr("0.0123  -      -       -    gain unmeasured"));
+              HasSubstr("0.0123  -      -       -    -            -            "
+                        "gain unmeasured"));
   EXPECT_THAT(t, Not(HasSubstr("nan")));
 }
 
