@@ -1,0 +1,123 @@
+// gift::Status (include/gift/status.h) and the conversions of the facade
+// (client/api/internal.h).
+#include "gift/status.h"
+
+#include <ostream>
+#include <string>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "client/api/internal.h"
+#include "kernels/cpu_baseline.h"
+
+namespace gift {
+
+const char* StatusCodeName(StatusCode code) {
+  switch (code) {
+    case StatusCode::kOk:
+      return "OK";
+    case StatusCode::kCancelled:
+      return "CANCELLED";
+    case StatusCode::kUnknown:
+      return "UNKNOWN";
+    case StatusCode::kInvalidArgument:
+      return "INVALID_ARGUMENT";
+    case StatusCode::kDeadlineExceeded:
+      return "DEADLINE_EXCEEDED";
+    case StatusCode::kNotFound:
+      return "NOT_FOUND";
+    case StatusCode::kAlreadyExists:
+      return "ALREADY_EXISTS";
+    case StatusCode::kPermissionDenied:
+      return "PERMISSION_DENIED";
+    case StatusCode::kResourceExhausted:
+      return "RESOURCE_EXHAUSTED";
+    case StatusCode::kFailedPrecondition:
+      return "FAILED_PRECONDITION";
+    case StatusCode::kAborted:
+      return "ABORTED";
+    case StatusCode::kOutOfRange:
+      return "OUT_OF_RANGE";
+    case StatusCode::kUnimplemented:
+      return "UNIMPLEMENTED";
+    case StatusCode::kInternal:
+      return "INTERNAL";
+    case StatusCode::kUnavailable:
+      return "UNAVAILABLE";
+    case StatusCode::kDataLoss:
+      return "DATA_LOSS";
+    case StatusCode::kUnauthenticated:
+      return "UNAUTHENTICATED";
+  }
+  return "UNKNOWN";
+}
+
+Status::Status(StatusCode code, std::string message) : code_(code) {
+  if (code_ != StatusCode::kOk) message_ = std::move(message);
+}
+
+std::string Status::ToString() const {
+  if (ok()) return "OK";
+  std::string s = StatusCodeName(code_);
+  if (!message_.empty()) {
+    s += ": ";
+    s += message_;
+  }
+  return s;
+}
+
+std::ostream& operator<<(std::ostream& os, const Status& status) {
+  return os << status.ToString();
+}
+
+namespace api {
+
+Status FromAbsl(const absl::Status& status) {
+  if (status.ok()) return Status();
+  const int code = static_cast<int>(status.code());
+  // abseil's codes are the canonical ones, numbered as StatusCode.
+  const StatusCode c = code >= 1 && code <= 16 ? static_cast<StatusCode>(code)
+                                               : StatusCode::kUnknown;
+  return Status(c, std::string(status.message()));
+}
+
+Status InvalidArgument(std::string message) {
+  return Status(StatusCode::kInvalidArgument, std::move(message));
+}
+
+Status FailedPrecondition(std::string message) {
+  return Status(StatusCode::kFailedPrecondition, std::move(message));
+}
+
+Status CheckCpu() {
+  static const Status* const cpu =
+      new Status(FromAbsl(kernels::CheckCpuBaseline()));
+  return *cpu;
+}
+
+client::LayerSpec ToInternal(const LayerSpec& layer) {
+  client::LayerSpec l;
+  l.name = layer.name;
+  l.shape = layer.shape;
+  l.offset = layer.offset;
+  l.path = static_cast<client::LayerPath>(layer.path);
+  l.transform = static_cast<client::GiftTransform>(layer.transform);
+  l.format = static_cast<kernels::Fp8Format>(layer.format);
+  l.block_size = layer.block_size;
+  return l;
+}
+
+LayerSpec FromInternal(const client::LayerSpec& layer) {
+  LayerSpec l;
+  l.name = layer.name;
+  l.shape = layer.shape;
+  l.offset = layer.offset;
+  l.path = static_cast<LayerPath>(layer.path);
+  l.transform = static_cast<GiftTransform>(layer.transform);
+  l.format = static_cast<Fp8Format>(layer.format);
+  l.block_size = layer.block_size;
+  return l;
+}
+
+}  // namespace api
+}  // namespace gift
