@@ -101,6 +101,10 @@ DaemonMetrics::DaemonMetrics(metrics::Registry* r)
       r, "gift_layer_audit_drift",
       "Audited RelL2 of the running sum of applied gradients since the "
       "previous audit against the FP32 one (what error feedback bounds).");
+  probe_rel_l2 = AddGauge(
+      r, "gift_layer_probe_rel_l2",
+      "Probe steps: local FP8 round-trip RelL2 of the layer on each path "
+      "(no error feedback, one rank's gradient), mean over the last poll.");
   rel_l2 =
       AddGauge(r, "gift_quantization_rel_l2",
                "Local FP8 round-trip RelL2 of the layer since the last poll.");

@@ -51,6 +51,8 @@ struct DaemonMetrics {
   metrics::Family<metrics::Gauge>* audit_rel_l2;
   metrics::Family<metrics::Gauge>* audit_cosine;
   metrics::Family<metrics::Gauge>* audit_drift;
+  // {job_id, node, layer, path}: mean probe RelL2 of the poll's probes.
+  metrics::Family<metrics::Gauge>* probe_rel_l2;
 
   // {job_id, node, rank, layer, path}
   metrics::Family<metrics::Gauge>* rel_l2;

@@ -259,6 +259,15 @@ void Daemon::ReadTelemetry() {
       if (!st.ok()) LOG_WARNING("selector: %s", st.ToString());
     }
     if (xsq[i] > 0) RoundTrip(err[i], xsq[i], xhx[i], &l.rel_l2, &l.cosine);
+    // The probe's local round trip of both paths, beside the audits.
+    if (samples[i].probes > 0) {
+      const double n = static_cast<double>(samples[i].probes);
+      metrics_.probe_rel_l2
+          ->Add(Labels({{"layer", l.name}, {"path", "euclid"}}))
+          .Set(samples[i].probe_euclid_sum / n);
+      metrics_.probe_rel_l2->Add(Labels({{"layer", l.name}, {"path", "gift"}}))
+          .Set(samples[i].probe_gift_sum / n);
+    }
   }
 }
 

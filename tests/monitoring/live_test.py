@@ -91,6 +91,7 @@ shm_prefix: /giftmon-{os.getpid()}-{node}x
 refresh_interval: 5
 staleness_limit: 40
 probe_interval: 2
+audit_interval: 5
 rank: 32
 poll_interval_ms: 20
 heartbeat_interval_ms: 200
@@ -243,10 +244,14 @@ def main():
         # Until GIFT-path series are scraped, then long enough for the 10 s
         # rate windows and the rules' 1 m averages to have several samples.
         deadline = time.monotonic() + 90
-        while not query(url, 'gift_quantization_rel_l2{path="gift"}'):
-            if time.monotonic() > deadline:
-                raise RuntimeError("no GIFT-path RelL2 series were scraped")
-            time.sleep(1)
+        for q, what in (('gift_quantization_rel_l2{path="gift"}',
+                         "GIFT-path RelL2"),
+                        ('gift_layer_audit_rel_l2{path="gift"}',
+                         "GIFT-path audit")):
+            while not query(url, q):
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"no {what} series were scraped")
+                time.sleep(1)
         # A plan change Prometheus sees (the first plans came before its
         # first scrape): the plan-epoch annotation needs one.
         r = giftctl(args, daemons[0], "set-interval", "6")
