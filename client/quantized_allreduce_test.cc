@@ -374,6 +374,7 @@ TEST(QuantizedAllReduceTest, AuditStepsMeasureWhatWasApplied) {
   RunThreadRanks(kRanks, [&](Communicator& comm) {
     QuantizedAllReduceOptions o;
     o.audit_interval = 4;
+    o.audit_drift = true;
     auto ar = QuantizedAllReduce::Create(&comm, Plan(1, LayerPath::kEuclid), o);
     ASSERT_OK(ar);
     const BucketPlan plan = Plan();
@@ -442,6 +443,7 @@ TEST(QuantizedAllReduceTest, AuditedDriftIsBoundedByErrorFeedback) {
     RunThreadRanks(2, [&](Communicator& comm) {
       QuantizedAllReduceOptions o;
       o.audit_interval = 20;
+      o.audit_drift = true;
       o.error_feedback = ef;
       auto ar = QuantizedAllReduce::Create(&comm, Plan(), o);
       ASSERT_OK(ar);
@@ -475,6 +477,7 @@ TEST(QuantizedAllReduceTest, AuditStepsAreAgreedAcrossRanks) {
   RunThreadRanks(2, [&](Communicator& comm) {
     QuantizedAllReduceOptions o;
     o.audit_interval = comm.rank() == 0 ? 2 : 0;
+    o.audit_drift = true;
     auto ar = QuantizedAllReduce::Create(&comm, Plan(1, LayerPath::kEuclid), o);
     ASSERT_OK(ar);
     EXPECT_THAT((*ar)->set_audit_interval(-1),
@@ -512,6 +515,7 @@ TEST(QuantizedAllReduceTest, NonFiniteLayersAreNotAudited) {
   RunThreadRanks(2, [](Communicator& comm) {
     QuantizedAllReduceOptions o;
     o.audit_interval = 2;
+    o.audit_drift = true;
     auto ar = QuantizedAllReduce::Create(&comm, Plan(1, LayerPath::kEuclid), o);
     ASSERT_OK(ar);
     for (int step = 0; step < 5; ++step) {

@@ -14,6 +14,8 @@
 // saving at a given rate understates that of one rank per host.
 //
 //   allreduce_bench [--sizes-mib=4,64,256] [--modes=fp8,fp32,bf16,gloo-fp32]
+//   (also fp8+drift: fp8 with the audits' running sums, no audit step;
+//    fp8+audit: fp8 with an audit every step; plain fp8 audits nothing)
 //                   [--steps=N] [--warmup=1] [--world=4] [--hosts=h0,h1,...]
 //                   [--netns=PREFIX] [--json=FILE] [--label=TEXT]
 //                   [--deadline-s=900]
@@ -86,7 +88,8 @@ bool ParseInts(const std::string& s, std::vector<int64_t>* out) {
 
 bool ParseModes(const std::string& s, std::vector<std::string>* out) {
   for (absl::string_view p : absl::StrSplit(s, ',', absl::SkipEmpty())) {
-    if (p != "fp8" && p != "fp32" && p != "bf16" && p != "gloo-fp32") {
+    if (p != "fp8" && p != "fp32" && p != "bf16" && p != "gloo-fp32" &&
+        p != "fp8+drift" && p != "fp8+audit") {
       return false;
     }
     out->emplace_back(p);

@@ -34,10 +34,15 @@ class Stepper {
                                         const std::string& mode) {
     Stepper s(comm, b);
     if (mode == kGlooFp32) return s;
-    ASSIGN_OR_RETURN(client::AllReduceMode m, client::ParseAllReduceMode(mode));
+    // fp8+drift: the audits' running sums only (no audit step in a run);
+    // fp8+audit: every step an audit step. Plain modes audit nothing.
+    const bool drift = mode == "fp8+drift", audit = mode == "fp8+audit";
+    ASSIGN_OR_RETURN(client::AllReduceMode m,
+                     client::ParseAllReduceMode(drift || audit ? "fp8" : mode));
     client::QuantizedAllReduceOptions o;
     o.mode = m;
     o.probe_interval = 0;
+    o.audit_interval = audit ? 1 : drift ? 1000000 : 0;
     ASSIGN_OR_RETURN(s.ar_,
                      client::QuantizedAllReduce::Create(&comm, b.plan, o));
     return s;

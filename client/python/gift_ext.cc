@@ -100,6 +100,7 @@ std::unique_ptr<Session> CreateSession(const py::dict& o,
   num("daemon_store", &s.daemon_store);
   num("probe_interval", &s.probe_interval);
   num("audit_interval", &s.audit_interval);
+  num("audit_drift", &s.audit_drift);
   num("timeout_seconds", &s.timeout_seconds);
   str("socket_ifname", &s.socket_ifname);
   if (o.contains("store") && !o["store"].is_none()) {

@@ -99,6 +99,7 @@ absl::Status Session::Connect() {
   QuantizedAllReduceOptions a;
   a.probe_interval = o.probe_interval;
   a.audit_interval = o.audit_interval;
+  a.audit_drift = o.audit_drift;
   if (o.mode == "fp32") a.mode = AllReduceMode::kFp32;
   if (o.mode == "bf16") a.mode = AllReduceMode::kBf16;
   ASSIGN_OR_RETURN(allreduce_,

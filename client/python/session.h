@@ -81,6 +81,9 @@ struct SessionOptions {
   // never. An attached giftd's interval overrides it. Default: 100.
   // REQUIRES: >= 0.
   int audit_interval = 100;
+  // Also the drift of the running sums between audits
+  // (QuantizedAllReduceOptions::audit_drift). Default: false.
+  bool audit_drift = false;
   // Bound of rendezvous and of every collective. Default: 60 s.
   double timeout_seconds = 60;
 };

@@ -89,8 +89,9 @@ struct AllReduceOptions {
   // On audit steps also the drift: the running sum of the applied
   // gradients since the previous audit against the FP32 average of the
   // running sums of the local ones (memory: 8 bytes per gradient element
-  // while audit_interval > 0). Default: true. The same on every rank.
-  bool audit_drift = true;
+  // while audit_interval > 0; two additions per element and step). Default:
+  // false. The same on every rank.
+  bool audit_drift = false;
 };
 
 // One version of the whitening transform of a GIFT layer, FP32 row-major.

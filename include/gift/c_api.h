@@ -305,7 +305,8 @@ GIFT_EXPORT gift_status_t gift_allreduce_options_set_error_feedback(
 GIFT_EXPORT gift_status_t gift_allreduce_options_set_audit_interval(
     gift_allreduce_options_t* options, int audit_interval);
 /* With the audit, the drift of the running sums since the previous audit
- * (8 bytes of memory per gradient element). Default on. */
+ * (8 bytes of memory per gradient element, two additions per element and
+ * step). Default off. */
 GIFT_EXPORT gift_status_t gift_allreduce_options_set_audit_drift(
     gift_allreduce_options_t* options, int enabled);
 

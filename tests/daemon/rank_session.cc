@@ -44,6 +44,7 @@ absl::StatusOr<std::unique_ptr<RankSession>> RankSession::Connect(
   ASSIGN_OR_RETURN(s->comm, client::CreateCommunicator(co));
   client::QuantizedAllReduceOptions qo;
   qo.probe_interval = f.probe_interval;
+  qo.audit_drift = f.audit_drift != 0;
   ASSIGN_OR_RETURN(s->ar,
                    client::QuantizedAllReduce::Create(s->comm.get(), plan, qo));
   client::AttachmentOptions ao;

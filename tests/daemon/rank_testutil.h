@@ -116,11 +116,14 @@ struct RankFlags {
   std::string report;
   int comm_timeout_s = 30;
   int probe_interval = 2;
+  // 1: keep the audits' drift sums (QuantizedAllReduceOptions::audit_drift).
+  int audit_drift = 0;
 };
 
 // ParseFlagsInto targets for `f`: --rank, --world-size, --job,
 // --agent-socket, --store, --steps, --step-sleep-ms, --report,
-// --comm-timeout-s and --probe-interval. A binary adds its own.
+// --comm-timeout-s, --probe-interval and --audit-drift. A binary adds its
+// own.
 inline std::map<std::string, FlagTarget> RankFlagTargets(RankFlags* f) {
   return {{"rank", &f->rank},
           {"world-size", &f->world_size},
@@ -131,7 +134,8 @@ inline std::map<std::string, FlagTarget> RankFlagTargets(RankFlags* f) {
           {"step-sleep-ms", &f->step_sleep_ms},
           {"report", &f->report},
           {"comm-timeout-s", &f->comm_timeout_s},
-          {"probe-interval", &f->probe_interval}};
+          {"probe-interval", &f->probe_interval},
+          {"audit-drift", &f->audit_drift}};
 }
 
 // INVALID_ARGUMENT unless 0 <= rank < world_size and job and agent socket

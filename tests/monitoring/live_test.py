@@ -229,7 +229,7 @@ def main():
                     args.rank_worker, f"--rank={r}", f"--world-size={world}",
                     f"--job={JOB}", f"--agent-socket={d['socket']}",
                     "--steps=100000", "--step-sleep-ms=30",
-                    "--comm-timeout-s=60",
+                    "--comm-timeout-s=60", "--audit-drift=1",
                     f"--report={os.path.join(tmp, f'rank{r}.jsonl')}"])
         # Pin one layer to the GIFT path once the ranks have registered its
         # name (the selector may pick more by itself).

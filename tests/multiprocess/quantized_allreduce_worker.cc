@@ -288,7 +288,9 @@ int RunPeerFailure(Communicator& comm, const RankEnv& env, bool stall, bool mid,
   if (!(*ar)->Run(x.data(), f, nullptr).ok()) return kExitSetup;
   if (comm.rank() == comm.world_size() - 1) {
     if (mid) {
-      std::vector<std::vector<int64_t>> held(1 + plan.layers().size());
+      // The step's agreement as QuantizedAllReduce sends it: the epoch, a
+      // slot per layer, and the two audit slots (none wanted).
+      std::vector<std::vector<int64_t>> held(1 + plan.layers().size() + 2);
       held[0] = {plan.epoch()};
       held[1 + plan.FindLayer("g_low")] = {1};
       if (!client::AgreeOnVersions(comm, held).ok()) return kExitSetup;

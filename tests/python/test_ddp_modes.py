@@ -61,7 +61,7 @@ def _audit_worker(rank):
     # Audit every 2 steps: the applied gradient against the FP32 average.
     ddp = u.wrap(u.make_model())
     state = gift.init(ddp, mode="euclid", agent_socket="/nonexistent/agent",
-                      audit_interval=2)
+                      audit_interval=2, audit_drift=True)
     ddp.register_comm_hook(state, gift.comm_hook)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
     for s in range(STEPS):

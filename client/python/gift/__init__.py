@@ -164,7 +164,7 @@ class GiftState:
     def __init__(self, model, process_group=None, mode="gift", agent_socket=None,
                  job_id=None, sketch_rows=512, probe_interval=10,
                  store_dir=None, timeout_seconds=None, backend="gloo",
-                 socket_ifname=None, audit_interval=100):
+                 socket_ifname=None, audit_interval=100, audit_drift=False):
         if backend not in ("gloo", "nccl"):
             raise ValueError(f"gift: backend {backend!r} (gloo, nccl)")
         if mode not in MODES:
@@ -233,6 +233,7 @@ class GiftState:
             "key_prefix": prefix, "agent_socket": socket, "job_id": job,
             "probe_interval": int(probe_interval),
             "audit_interval": int(audit_interval),
+            "audit_drift": bool(audit_drift),
             "timeout_seconds": self.timeout_seconds,
             "socket_ifname": socket_ifname,
         }
@@ -619,7 +620,7 @@ class _CommThread:
 def init(model, process_group=None, mode="gift", agent_socket=None, job_id=None,
          sketch_rows=512, probe_interval=10, store_dir=None,
          timeout_seconds=None, backend="gloo", socket_ifname=None,
-         audit_interval=100):
+         audit_interval=100, audit_drift=False):
     """Creates this rank's GiftState (collective over `process_group`).
 
     model: the DDP model or the module it wraps. process_group: default the
@@ -646,10 +647,14 @@ def init(model, process_group=None, mode="gift", agent_socket=None, job_id=None,
     layers' audit_rel_l2, audit_cosine, audit_drift; giftd's
     gift_layer_audit_* metrics); 0 = never. An attached giftd's
     audit_interval (giftctl set-audit-interval) overrides it.
+    audit_drift: also the drift (audit_drift): the running sum of the
+    applied gradients since the previous audit against the FP32 one. Costs
+    8 bytes of memory per gradient element and two additions per element
+    every step (on CPU ranks a large share of the step); default off.
     """
     return GiftState(model, process_group, mode, agent_socket, job_id,
                      sketch_rows, probe_interval, store_dir, timeout_seconds,
-                     backend, socket_ifname, audit_interval)
+                     backend, socket_ifname, audit_interval, audit_drift)
 
 
 def comm_hook(state, bucket):
