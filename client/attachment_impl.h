@@ -76,7 +76,10 @@ struct DaemonAttachment::Impl {
   v1::RegisterRequest MakeRegisterRequest() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   absl::StatusOr<std::unique_ptr<Mapping>> Map(
       const v1::RegisterResponse& response);
-  void Note(const std::string& message) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Records `message` (stats.last_error) and logs it when it changed; with
+  // rank0_only, only rank 0 logs (what every rank sees alike).
+  void Note(const std::string& message, bool rank0_only = false)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
   // ---- attachment_step.cc (training thread)
   absl::Status ApplyPlan(QuantizedAllReduce* allreduce)

@@ -128,9 +128,10 @@ void DaemonAttachment::Impl::DropStale(VersionedFactors* factors) {
       factors->Drop(name);
       ++stats.stale_drops;
       Note(absl::StrFormat(
-          "factor v%d of %s is %d steps old (limit %d): Euclidean until a "
-          "new one arrives",
-          version, name, step - end, staleness_limit));
+               "factor v%d of %s is %d steps old (limit %d): Euclidean until a "
+               "new one arrives",
+               version, name, step - end, staleness_limit),
+           /*rank0_only=*/true);  // every rank drops it at the same step
     }
   }
 }

@@ -140,9 +140,10 @@ AttachmentStats DaemonAttachment::stats() const {
   return s;
 }
 
-void DaemonAttachment::Impl::Note(const std::string& message) {
+void DaemonAttachment::Impl::Note(const std::string& message, bool rank0_only) {
   if (message == stats.last_error) return;  // log changes, not repeats
   stats.last_error = message;
+  if (rank0_only && options.rank != 0) return;
   std::cerr << absl::StrFormat("gift[rank %d]: %s\n", options.rank, message);
 }
 

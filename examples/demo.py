@@ -1,35 +1,67 @@
 #!/usr/bin/env python3
-"""`make demo`: the tiny Llama on 4 CPU ranks with giftd beside them.
+"""`make demo`: the tiny Llama on 4 CPU ranks, three ways, same model,
+batches and seeds:
 
-Starts giftd (its default configuration; other ports when the default ones
-are taken), trains examples/train_tiny_llama.py in GIFT mode, compares it
-with the FP32 PyTorch DDP run of the same model and data (run once and
-cached under --out, keyed by every setting that changes it), prints a
-summary — loss vs FP32, bytes vs FP32, per-layer FP8 error and measured
-gain, which layers giftd protected and why, where to look live — and writes
-a PNG figure. Everything it starts is stopped when it ends, also on Ctrl-C
-or an error.
+  1. FP32 PyTorch DDP (the reference),
+  2. Euclidean FP8 (train_tiny_llama.py --mode euclid: libgift's FP8
+     allreduce, no whitening, no giftd),
+  3. GIFT (--mode gift beside a giftd: FP8, with the layers giftd selects
+     whitened).
+
+The first two do not depend on giftd: each is run once and cached under
+--out, keyed by every setting and file that changes it (the example's code;
+for the Euclidean run also the built `gift` package). The FP8 runs audit
+every --audit-interval steps (an FP32 allreduce of the same local gradients
+beside the FP8 one: RelL2 of the applied gradient against it) and measure
+their drift over windows of --window steps and every span of them
+(train_tiny_llama.py --drift-window).
+giftd is started with its default configuration except the audit interval
+(other ports when the default ones are taken) and is polled (giftctl
+layers) while the GIFT run trains, so that the reasons it gives — an audit
+removal among them — are seen when they happen.
+
+It prints the summary — loss of the three runs, bytes vs FP32, per layer GIFT
+protected the audited error of Euclidean vs GIFT (per step, drift, worst
+window) against the targets, the whole model, which layers giftd protected
+and why, what the audit removed, the audit's cost — and writes a PNG figure
+and the numbers (demo_report.json). --report-only prints the last report
+again without training. Everything it starts is stopped when it ends, also
+on Ctrl-C or an error.
 
     python3 examples/demo.py --build build [--steps 250] [--nproc 4]
 """
 
 import argparse
+import bisect
 import hashlib
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
+import textwrap
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TRAIN = os.path.join(HERE, "train_tiny_llama.py")
 DEFAULT_CONTROL = "127.0.0.1:50151"
 DEFAULT_METRICS = "127.0.0.1:9464"
+LABELS = {"ddp": "FP32 DDP (reference)", "euclid": "Euclidean FP8",
+          "gift": "GIFT"}
+# The issue's targets, on every layer that stays on the GIFT path: audited
+# per-step RelL2 <= 0.8x and drift <= 0.5x the Euclidean figure; and no
+# protected layer worse than Euclidean over any window.
+TARGET_REL, TARGET_DRIFT, TARGET_WINDOW = 0.8, 0.5, 1.0
+# giftd's reason for a layer the audit rule took off the GIFT path (then
+# barred from it for a while); "the audit objects" (a pinned layer) is not
+# a removal.
+AUDIT_REMOVAL = re.compile(r"not selected: (audit: |barred by the audit)")
 
 
 def parse_args():
@@ -38,8 +70,16 @@ def parse_args():
     p.add_argument("--out", default=None, help="default: BUILD/demo")
     p.add_argument("--nproc", type=int, default=4)
     p.add_argument("--steps", type=int, default=250)
+    p.add_argument("--audit-interval", type=int, default=10,
+                   help="steps between audit steps in the FP8 runs "
+                   "(default 10: 24 audits in 250 steps)")
+    p.add_argument("--window", type=int, default=50,
+                   help="drift window, steps (default 50 = giftd's K)")
     p.add_argument("--fresh-reference", action="store_true",
-                   help="rerun the FP32 reference even when cached")
+                   help="rerun the FP32 and Euclidean runs even when cached")
+    p.add_argument("--report-only", action="store_true",
+                   help="no GIFT run: the report of the last one (under "
+                   "--out) again, against the cached runs")
     return p.parse_args()
 
 
@@ -61,9 +101,10 @@ def free_address():
 
 
 class Giftd:
-    """giftd in the background with its defaults; stopped by stop()."""
+    """giftd in the background with its defaults (and `flags`); stopped by
+    stop()."""
 
-    def __init__(self, exe, ctl, run_dir):
+    def __init__(self, exe, ctl, run_dir, flags=()):
         self.ctl = ctl
         self.socket = "/tmp/gift/agent.sock"
         self.control = DEFAULT_CONTROL
@@ -82,7 +123,7 @@ class Giftd:
         self.proc = subprocess.Popen(
             [exe, f"--agent-socket={self.socket}",
              f"--control-address={self.control}",
-             f"--metrics-address={self.metrics}"],
+             f"--metrics-address={self.metrics}", *flags],
             stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 30
         while not os.path.exists(self.socket):
@@ -117,11 +158,48 @@ class Giftd:
         self.log.close()
 
 
+class LayerPoller:
+    """`giftctl layers` every `period` seconds in a thread while a run
+    trains: each layer's selection and reason whenever they change."""
+
+    def __init__(self, daemon, period=2.0):
+        self.daemon, self.period = daemon, period
+        self.changes = []  # {"time", "layer", "selected", "reason"}
+        self.errors = 0
+        self._last = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        while not self._stop.wait(self.period):
+            self.poll()
+
+    def poll(self):
+        try:
+            layers = self.daemon.giftctl("layers").get("layers", [])
+        except Exception:  # noqa: BLE001 -- a missed poll is only a gap
+            self.errors += 1
+            return
+        now = time.time()
+        for l in layers:
+            v = (bool(l.get("selected", False)), l.get("reason", ""))
+            if self._last.get(l["name"]) != v:
+                self._last[l["name"]] = v
+                self.changes.append({"time": now, "layer": l["name"],
+                                     "selected": v[0], "reason": v[1]})
+
+    def stop(self):
+        if not self._stop.is_set():
+            self._stop.set()
+            self._thread.join()
+            self.poll()
+
+
 def run_training(args, mode, log, summary, env, extra=()):
     cmd = [sys.executable, TRAIN, "--mode", mode, "--nproc", str(args.nproc),
            "--steps", str(args.steps), "--log", log, "--summary", summary,
-           "--label", {"ddp": "FP32 DDP (reference)", "gift": "GIFT"}[mode],
-           *extra]
+           "--label", LABELS[mode], *extra]
     # Own process group: Ctrl-C or an error here stops every rank.
     p = subprocess.Popen(cmd, env=env, start_new_session=True)
     try:
@@ -142,114 +220,506 @@ def read_log(path):
         return [json.loads(line) for line in f if line.strip()]
 
 
-def reference_key(args):
-    """What the FP32 run depends on: the settings and the example's code."""
+def run_key(args, mode, extra, package=None):
+    """What a giftd-free run depends on: its settings, the example's code
+    and (FP8 modes) the built gift package."""
     h = hashlib.sha256()
     h.update(json.dumps([args.nproc, args.steps]).encode())
+    if mode != "ddp":  # the reference's key as before: [nproc, steps] + code
+        h.update(json.dumps([mode, list(extra)]).encode())
     for name in ("train_tiny_llama.py", "tiny_llama.py"):
         h.update(open(os.path.join(HERE, name), "rb").read())
+    if package:
+        for name in sorted(os.listdir(package)):
+            f = os.path.join(package, name)
+            if os.path.isfile(f) and name.endswith((".py", ".so")):
+                h.update(name.encode())
+                h.update(open(f, "rb").read())
     return h.hexdigest()[:16]
 
+
+def cached_run(args, mode, env, extra, package=None, n=0, unkeyed=()):
+    """Runs `mode` unless a run of the same key is cached; (log, summary).
+    `unkeyed`: more arguments that do not change the run."""
+    key = run_key(args, mode, extra, package)
+    name = {"ddp": "reference", "euclid": "euclid"}[mode]
+    log = os.path.join(args.out, f"{name}-{key}.jsonl")
+    summary = os.path.join(args.out, f"{name}-{key}.json")
+    if args.report_only and not os.path.exists(summary):
+        # No run here: the newest cached one (the code changed since).
+        import glob  # noqa: PLC0415
+        found = sorted(glob.glob(os.path.join(args.out, f"{name}-*.json")),
+                       key=os.path.getmtime)
+        if not found:
+            sys.exit(f"demo: --report-only: no cached {LABELS[mode]} run "
+                     f"in {args.out}")
+        summary = found[-1]
+        log = summary[:-len(".json")] + ".jsonl"
+        print(f"demo: [{n}/3] {LABELS[mode]} run from {summary} (not this "
+              "code's key: it changed since)", flush=True)
+        return log, summary
+    if args.fresh_reference or not os.path.exists(summary):
+        print(f"demo: [{n}/3] {LABELS[mode]} run ({args.nproc} ranks, "
+              f"{args.steps} steps; cached in {summary})", flush=True)
+        run_training(args, mode, log + ".tmp", summary + ".tmp", env,
+                     [*extra, *unkeyed])
+        os.replace(log + ".tmp", log)
+        os.replace(summary + ".tmp", summary)
+    else:
+        print(f"demo: [{n}/3] {LABELS[mode]} run from {summary} "
+              "(--fresh-reference reruns it)", flush=True)
+    return log, summary
+
+
+# ---- the analysis ----------------------------------------------------------
 
 def mean(xs):
     xs = [x for x in xs if x is not None and math.isfinite(x)]
     return sum(xs) / len(xs) if xs else float("nan")
 
 
-def layer_rows(gift_log, daemon_layers):
-    """Per layer: steps on GIFT, probe RelL2 of both paths, gain, reason."""
-    names = list(gift_log[-1].get("layers", {}))
-    by_name = {l["name"]: l for l in daemon_layers}
-    tail = gift_log[len(gift_log) // 2:]
-    rows = []
-    for name in names:
-        recs = [r["layers"][name] for r in gift_log if name in r["layers"]]
-        late = [r["layers"][name] for r in tail if name in r["layers"]]
-        probes = [x for x in late if "probe_euclid" in x]
-        eu = mean([x["probe_euclid"] for x in probes]) if probes else mean(
-            [x["rel_l2"] for x in late if x["path"] == "euclid"])
-        gi = mean([x["probe_gift"] for x in probes])
-        d = by_name.get(name, {})
-        hits = sum(x["upper"] + x["lower"] for x in late)
-        n = sum(x["n"] for x in late)
-        rows.append({
-            "name": name,
-            "gift_steps": sum(1 for x in recs if x["path"] == "gift"),
-            "path": recs[-1]["path"],
-            "euclid": eu, "gift": gi,
-            "gain": 1 - gi / eu if probes and eu > 0 else float("nan"),
-            "hits": hits / n if n else 0.0,
-            "version": int(d.get("factor_version", -1)),  # int64: a string
-            "refreshes": int(d.get("refreshes", 0)),
-            "reason": d.get("reason", ""),
-            "selected": bool(d.get("selected", False)),
-        })
-    return rows
+def ratio(a, b):
+    return a / b if math.isfinite(a) and math.isfinite(b) and b > 0 \
+        else float("nan")
 
+
+def audits(log):
+    """step -> {layer: audit} of a run's audit steps."""
+    return {r["step"]: r["audit"]["layers"] for r in log if "audit" in r}
+
+
+def model_rel(layers):
+    """Whole-model audited RelL2 of one audit step: the RelL2 of the whole
+    gradient, layers weighted by their applied gradient's squared norm (the
+    FP32 average's, to the audit's own error); and the element-weighted mean
+    of the layers' RelL2."""
+    num = sum(l["rel_l2"] ** 2 * l["norm"] ** 2 for l in layers.values())
+    den = sum(l["norm"] ** 2 for l in layers.values())
+    n = sum(l["numel"] for l in layers.values())
+    return (math.sqrt(num / den) if den > 0 else float("nan"),
+            sum(l["rel_l2"] * l["numel"] for l in layers.values()) / n
+            if n else float("nan"))
+
+
+def gift_paths(log, name):
+    """step -> path of `name` in a run."""
+    return {r["step"]: r["layers"][name]["path"] for r in log
+            if name in r.get("layers", {})}
+
+
+def spans_of(summary):
+    """The drift over every span of whole windows: {(first, last): fig}."""
+    out = {}
+    for k, v in (summary.get("drift_spans") or {}).items():
+        a, b = k.split("-")
+        out[(int(a), int(b))] = v
+    return out
+
+
+def windows_of(spans):
+    """The single windows, in order: [(first, last)], each from a window's
+    first step to the step before the next one's (the last: the run's)."""
+    firsts = sorted({a for a, _ in spans})
+    out = []
+    for i, a in enumerate(firsts):
+        b = (firsts[i + 1] - 1) if i + 1 < len(firsts) else max(
+            b for _, b in spans)
+        if (a, b) in spans:
+            out.append((a, b))
+    return out
+
+
+def layer_row(name, eu_aud, gi_aud, gi_log, eu_spans, gi_spans, windows):
+    """The audited figures of a protected layer, Euclidean vs GIFT."""
+    paths = gift_paths(gi_log, name)
+    on = sorted(s for s, p in paths.items() if p == "gift")
+    entries = [s for s in on if paths.get(s - 1) != "gift"]
+    last_step = max(paths) if paths else None
+    # The probe steps' local round trip (one rank, no error feedback) while
+    # on the GIFT path: what whitening alone does to the FP8 error.
+    probes = [r["layers"][name] for r in gi_log
+              if "probe_euclid" in r["layers"].get(name, {})
+              and r["layers"][name]["path"] == "gift"]
+    # Per step: the GIFT run's audits with the layer on the GIFT path, the
+    # Euclidean run's of the same steps.
+    both = [s for s in sorted(gi_aud) if s in eu_aud
+            and name in gi_aud[s] and name in eu_aud[s]
+            and gi_aud[s][name]["path"] == "gift"]
+    e_rel = mean([eu_aud[s][name]["rel_l2"] for s in both])
+    g_rel = mean([gi_aud[s][name]["rel_l2"] for s in both])
+    # Drift: per whole window on the GIFT path, and over the longest span of
+    # consecutive such windows; the whole run.
+    full = [w for w in windows
+            if all(paths.get(s) == "gift" for s in range(w[0], w[1] + 1))]
+    best, cur = None, []
+    for w in windows:
+        if w in full:
+            cur.append(w)
+            if best is None or len(cur) > len(best):
+                best = list(cur)
+        else:
+            cur = []
+    span = (best[0][0], best[-1][1]) if best else None
+
+    def drift(spans, key):
+        v = spans.get(key, {}).get("layers", {}).get(name) if key else None
+        return v if v is not None else float("nan")
+
+    e_span, g_span = drift(eu_spans, span), drift(gi_spans, span)
+    whole = (windows[0][0], windows[-1][1]) if windows else None
+    e_run, g_run = drift(eu_spans, whole), drift(gi_spans, whole)
+    # The worst window: RelL2 (its audits on the GIFT path) and drift (a
+    # window wholly on the GIFT path), GIFT / Euclidean.
+    worst_rel, worst_drift = (float("nan"), None), (float("nan"), None)
+    for w in windows:
+        ss = [s for s in both if w[0] <= s <= w[1]]
+        if ss:
+            r = ratio(mean([gi_aud[s][name]["rel_l2"] for s in ss]),
+                      mean([eu_aud[s][name]["rel_l2"] for s in ss]))
+            if math.isfinite(r) and not r <= worst_rel[0]:
+                worst_rel = (r, w)
+        if w in full:
+            r = ratio(drift(gi_spans, w), drift(eu_spans, w))
+            if math.isfinite(r) and not r <= worst_drift[0]:
+                worst_drift = (r, w)
+    return {
+        "name": name, "gift_steps": len(on), "steps": len(gi_log),
+        "entries": entries, "at_end": paths.get(last_step) == "gift",
+        "probe_ratio": ratio(mean([p["probe_gift"] for p in probes]),
+                             mean([p["probe_euclid"] for p in probes])),
+        "first_gift": on[0] if on else None, "audits": len(both),
+        "euclid": e_rel, "gift": g_rel, "rel_ratio": ratio(g_rel, e_rel),
+        "span": span, "drift_euclid": e_span, "drift_gift": g_span,
+        "drift_ratio": ratio(g_span, e_span),
+        "run_drift_euclid": e_run, "run_drift_gift": g_run,
+        "run_drift_ratio": ratio(g_run, e_run),
+        "worst_rel": worst_rel[0], "worst_rel_window": worst_rel[1],
+        "worst_drift": worst_drift[0], "worst_drift_window": worst_drift[1],
+    }
+
+
+def removals(changes, gift_log, gi_aud):
+    """The audit's removals seen by the poller: layer, step, reason, and
+    the layer's audited RelL2 on the GIFT path before (its last 3 audits)
+    and on the Euclidean path after (its next 3)."""
+    times = [r["time"] for r in gift_log]
+    steps = [r["step"] for r in gift_log]
+    seen, out = set(), []
+    for c in changes:
+        if not AUDIT_REMOVAL.search(c["reason"]):
+            continue
+        m = re.search(r"removal (\d+)", c["reason"])
+        key = (c["layer"], m.group(1) if m else c["reason"])
+        if key in seen:
+            continue
+        seen.add(key)
+        i = bisect.bisect_right(times, c["time"]) - 1
+        polled = steps[max(0, i)]
+        paths = gift_paths(gift_log, c["layer"])
+        # The step it left the GIFT path: the last gift -> euclid switch up
+        # to a few steps after the poll saw the reason.
+        left = [s for s in sorted(paths) if s <= polled + 5 and s > 0
+                and paths[s] != "gift" and paths.get(s - 1) == "gift"]
+        step = left[-1] if left else polled
+        before = [gi_aud[s][c["layer"]] for s in sorted(gi_aud)
+                  if s < step and c["layer"] in gi_aud[s]
+                  and gi_aud[s][c["layer"]]["path"] == "gift"][-3:]
+        after_steps = [s for s in sorted(gi_aud) if s >= step
+                       and c["layer"] in gi_aud[s]
+                       and gi_aud[s][c["layer"]]["path"] == "euclid"][:3]
+        out.append({"layer": c["layer"], "step": step,
+                    "reason": c["reason"],
+                    "gift_before": mean([a["rel_l2"] for a in before]),
+                    "euclid_after": mean([gi_aud[s][c["layer"]]["rel_l2"]
+                                          for s in after_steps]),
+                    "after_steps": after_steps})
+    return out
+
+
+def removal_change(rm, gi_aud):
+    """What a removal did to the whole model's audited RelL2: over the
+    layer's next Euclidean audits, the model's figure as audited minus the
+    same with the layer's RelL2 put back to its GIFT-path figure."""
+    diffs = []
+    for s in rm["after_steps"]:
+        layers = gi_aud[s]
+        had = {**layers, rm["layer"]: {**layers[rm["layer"]],
+                                       "rel_l2": rm["gift_before"]}}
+        diffs.append(model_rel(layers)[0] - model_rel(had)[0])
+    return mean(diffs)
+
+
+def analyse(args, ref, eu, gi, rs, es, gs, daemon_layers, changes):
+    names = list(gi[-1].get("layers", {}))
+    protected = [n for n in names
+                 if any(r["layers"].get(n, {}).get("path") == "gift"
+                        for r in gi)]
+    eu_aud, gi_aud = audits(eu), audits(gi)
+    eu_spans, gi_spans = spans_of(es), spans_of(gs)
+    windows = windows_of(gi_spans)
+    rows = [layer_row(n, eu_aud, gi_aud, gi, eu_spans, gi_spans, windows)
+            for n in protected]
+    by_name = {l["name"]: l for l in daemon_layers}
+    rm = removals(changes, gi, gi_aud)
+    removed = sorted({r["layer"] for r in rm})
+    for r in rows:
+        d = by_name.get(r["name"], {})
+        r["reason"] = d.get("reason", "")
+        r["selected"] = bool(d.get("selected", False))
+        r["removed_by_audit"] = r["name"] in removed
+        # Stays on the GIFT path: on it at the end of the run (a layer that
+        # left it, for the audit or the policy, is judged only per window).
+        r["stays"] = r["at_end"]
+        for key in ("worst_rel_window", "worst_drift_window"):
+            w = r[key]
+            r[key + "_entry"] = bool(w) and any(
+                w[0] <= e <= w[1] for e in r["entries"])
+        windows_seen = [x for x in (r["worst_rel"], r["worst_drift"])
+                        if math.isfinite(x)]
+        # What a target can be judged on: a layer that stayed on the GIFT
+        # path with audits there (RelL2), with a whole window there (drift);
+        # any protected layer with a window on the GIFT path.
+        r["judged"] = [k for k, ok in (
+            ("rel", r["stays"] and math.isfinite(r["rel_ratio"])),
+            ("drift", r["stays"] and math.isfinite(r["drift_ratio"])),
+            ("window", bool(windows_seen))) if ok]
+        r["miss"] = [k for k, bad in (
+            ("rel", r["rel_ratio"] > TARGET_REL),
+            ("drift", r["drift_ratio"] > TARGET_DRIFT),
+            ("window", any(x > TARGET_WINDOW for x in windows_seen)))
+            if bad and k in r["judged"]]
+    common = sorted(set(eu_aud) & set(gi_aud))
+    e_model = [model_rel(eu_aud[s]) for s in common]
+    g_model = [model_rel(gi_aud[s]) for s in common]
+    whole = (windows[0][0], windows[-1][1]) if windows else None
+    model = {
+        "audits": len(common),
+        "tensors": len(gi_aud[common[0]]) if common else 0,
+        "rel_euclid": mean([x[0] for x in e_model]),
+        "rel_gift": mean([x[0] for x in g_model]),
+        "elem_euclid": mean([x[1] for x in e_model]),
+        "elem_gift": mean([x[1] for x in g_model]),
+        "drift_euclid": eu_spans.get(whole, {}).get("model", float("nan")),
+        "drift_gift": gi_spans.get(whole, {}).get("model", float("nan")),
+        "window_drift_euclid": mean([eu_spans[w]["model"] for w in windows
+                                     if w in eu_spans]),
+        "window_drift_gift": mean([gi_spans[w]["model"] for w in windows]),
+        "removals": len(rm), "removed_layers": removed,
+        "removal_change": sum(removal_change(r, gi_aud) for r in rm)
+        if rm else 0.0,
+    }
+    for k in ("rel", "elem", "drift", "window_drift"):
+        model[k + "_ratio"] = ratio(model[k + "_gift"], model[k + "_euclid"])
+    # The audit's cost (the GIFT run, rank 0).
+    g = gs["gift"]
+    audit_steps = [r for r in gi if "audit" in r]
+    plain = sorted(r["seconds"] for r in gi[10:] if "audit" not in r)
+    cost = {
+        "interval": args.audit_interval, "audit_steps": g["audit_steps"],
+        "seconds_per_audit": g["audit_seconds"] / max(1, g["audit_steps"]),
+        "bytes_per_audit": g["bytes_audit"] / max(1, g["audit_steps"]),
+        "step_seconds": mean([r["seconds"] for r in gi[10:]]),
+        "audit_step_seconds": mean([r["seconds"] for r in audit_steps]),
+        "plain_step_seconds": plain[len(plain) // 2] if plain else
+        float("nan"),
+    }
+    cost["per_step_seconds"] = cost["seconds_per_audit"] / args.audit_interval
+    return rows, model, rm, cost, windows
+
+
+# ---- the report ------------------------------------------------------------
 
 def fmt(x, spec=".4f"):
-    return "—" if not math.isfinite(x) else format(x, spec)
+    return "—" if x is None or not math.isfinite(x) else format(x, spec)
 
 
-def print_summary(args, ref, ref_sum, gift, gift_sum, rows, daemon, out_png):
-    w = args.nproc
-    k = max(1, args.steps // 10)
-    lr, lg = mean([r["loss"] for r in ref[-k:]]), mean(
-        [r["loss"] for r in gift[-k:]])
-    g = gift_sum["gift"]
+def fmt_ratio(x, target):
+    s = fmt(x, ".2f")
+    return s + ("*" if math.isfinite(x) and x > target else " ")
+
+
+def bytes_line(s):
+    g = s["gift"]
     sent = g["bytes_euclid"] + g["bytes_gift"] + g["bytes_control"]
-    fp32 = g["bytes_fp32_equivalent"]
-    cfg = gift_sum["config"]
+    return sent / g["steps"], sent / g["bytes_fp32_equivalent"]
+
+
+def window_miss(r):
+    """'name 1.24x RelL2 in steps 50-99 (entered the GIFT path there)'."""
+    out = []
+    for key, label in (("worst_rel", "RelL2"), ("worst_drift", "drift")):
+        x, w = r[key], r[key + "_window"]
+        if math.isfinite(x) and x > TARGET_WINDOW:
+            out.append(f"{x:.3f}x {label} in steps {w[0]}-{w[1]}" +
+                       (" (entered the GIFT path there)"
+                        if r[key + "_window_entry"] else ""))
+    return f"{r['name']} " + ", ".join(out)
+
+
+def print_summary(args, runs, rows, model, rm, cost, daemon, out_png):
+    (ref, rs), (eu, es), (gi, gs) = runs
+    k = max(1, args.steps // 10)
+    last = [mean([r["loss"] for r in log[-k:]]) for log, _ in runs]
+    val = [s["val_loss"] for _, s in runs]
+    cfg = gs["config"]
+    fp32 = gs["gift"]["bytes_fp32_equivalent"] / gs["gift"]["steps"]
+    (eb, er), (gb, gr) = bytes_line(es), bytes_line(gs)
+    audit_bytes = gs["gift"]["bytes_audit"] / gs["gift"]["steps"]
     print()
-    print(f"== GIFT demo: tiny Llama ({gift_sum['parameters'] / 1e6:.2f} M "
-          f"parameters, {cfg['layers']} blocks, d={cfg['dim']}) on {w} CPU "
-          f"ranks, {args.steps} steps ==")
+    print(f"== GIFT demo: tiny Llama ({gs['parameters'] / 1e6:.2f} M "
+          f"parameters, {cfg['layers']} blocks, d={cfg['dim']}) on "
+          f"{args.nproc} CPU ranks, {args.steps} steps, same batches and "
+          "seeds ==")
     print(f"  training loss, mean of the last {k} steps:  FP32 DDP "
-          f"{lr:.4f}   GIFT {lg:.4f}   ({100 * (lg - lr) / lr:+.2f}%)")
-    print(f"  held-out loss at the end:               FP32 DDP "
-          f"{ref_sum['val_loss']:.4f}   GIFT {gift_sum['val_loss']:.4f}   "
-          f"({100 * (gift_sum['val_loss'] - ref_sum['val_loss']) / ref_sum['val_loss']:+.2f}%)")
-    print(f"  gradient bytes sent per rank per step:  FP32 "
-          f"{fp32 / g['steps'] / 1e6:.2f} MB   GIFT {sent / g['steps'] / 1e6:.2f}"
-          f" MB   ({100 * sent / fp32:.1f}% of FP32)")
-    print(f"  giftd: {daemon['refreshes']} factor refreshes, plan epoch "
-          f"{daemon['plan_epoch']}, refresh interval K = "
-          f"{daemon['refresh_interval']} steps, rank r = {daemon['rank']}")
+          f"{last[0]:.4f}   Euclidean FP8 {last[1]:.4f} "
+          f"({100 * (last[1] - last[0]) / last[0]:+.2f}%)   GIFT "
+          f"{last[2]:.4f} ({100 * (last[2] - last[0]) / last[0]:+.2f}%)")
+    print(f"  held-out loss at the end:                FP32 DDP "
+          f"{val[0]:.4f}   Euclidean FP8 {val[1]:.4f} "
+          f"({100 * (val[1] - val[0]) / val[0]:+.2f}%)   GIFT "
+          f"{val[2]:.4f} ({100 * (val[2] - val[0]) / val[0]:+.2f}%)")
+    print(f"  gradient bytes sent per rank per step:   FP32 "
+          f"{fp32 / 1e6:.2f} MB   Euclidean FP8 {eb / 1e6:.2f} MB "
+          f"({100 * er:.1f}%)   GIFT {gb / 1e6:.2f} MB ({100 * gr:.1f}%)")
+    what = ("the gradients and their running sums"
+            if cost["bytes_per_audit"] > 1.5 * fp32 else "the gradients")
+    print(f"  + the audit (measurement only): {audit_bytes / 1e6:.2f} MB per "
+          f"step on average ({100 * audit_bytes / fp32:.1f}% of FP32: an "
+          f"FP32 allreduce of {what} every {args.audit_interval} steps)")
+    print(f"  audit cost: {1e3 * cost['seconds_per_audit']:.1f} ms and "
+          f"{cost['bytes_per_audit'] / 1e6:.2f} MB per audit step "
+          f"({cost['audit_steps']} audits; those steps took "
+          f"{cost['audit_step_seconds']:.3f} s, the others "
+          f"{cost['plain_step_seconds']:.3f} s median), i.e. "
+          f"{1e3 * cost['per_step_seconds']:.1f} ms per training step "
+          f"({100 * cost['per_step_seconds'] / cost['step_seconds']:.1f}% of "
+          f"the mean {cost['step_seconds']:.3f} s step)")
+    print(f"  giftd: refresh interval K = {daemon['refresh_interval']} steps, "
+          f"rank r = {daemon['rank']}, audit interval "
+          f"{daemon['audit_interval']}; {daemon['refreshes']} factor "
+          f"refreshes, plan epoch {daemon['plan_epoch']}")
     print()
-    print("  per-layer FP8 round-trip error (RelL2, second half of the run; "
-          "probe steps where the layer had a factor), gain = 1 − gift/euclid")
-    print(f"  {'layer':18} {'path':6} {'GIFT steps':>10} {'hits':>7} "
-          f"{'euclid':>8} {'gift':>8} {'gain':>6} {'factor':>6}")
+    w = args.window
+    print(f"  Audited error of the {len(rows)} layers GIFT protected (on the "
+          "GIFT path at some step), Euclidean run vs GIFT run; * misses a "
+          "target")
+    for line in textwrap.wrap(
+            "RelL2 per step: mean of the audits with the layer on the GIFT "
+            "path, the Euclidean run's at the same steps (target <= "
+            f"{TARGET_REL}x). Worst: the largest GIFT/Euclidean ratio of a "
+            f"{w}-step window's audits on the GIFT path (target <= "
+            f"{TARGET_WINDOW:.0f}x; e = the window the layer entered the GIFT "
+            "path in). Probe: GIFT/Euclidean local FP8 round trip on probe "
+            "steps (one rank's gradient, no error feedback).", 98):
+        print("    " + line)
+    print(f"  {'layer':18} {'steps on GIFT':>13} {'audits':>6}  "
+          f"{'euclid':>7} {'gift':>7} {'ratio':>6}  {'worst':>6}  "
+          f"{'probe':>5}")
     for r in rows:
-        print(f"  {r['name']:18} {r['path']:6} {r['gift_steps']:>10} "
-              f"{100 * r['hits']:>6.2f}% {fmt(r['euclid']):>8} "
-              f"{fmt(r['gift']):>8} {fmt(r['gain'], '+.2f'):>6} "
-              f"{('v' + str(r['version'])) if r['version'] >= 0 else '—':>6}")
-    sel = [r for r in rows if r["selected"]]
+        tag = ("  removed by the audit" if r["removed_by_audit"] else
+               "" if r["at_end"] else "  left the GIFT path")
+        e = "e" if r["worst_rel_window_entry"] else " "
+        print(f"  {r['name']:18} {r['gift_steps']:>13} {r['audits']:>6}  "
+              f"{fmt(r['euclid']):>7} {fmt(r['gift']):>7} "
+              f"{fmt_ratio(r['rel_ratio'], TARGET_REL if r['stays'] else 9e9):>6}"
+              f"  {fmt_ratio(r['worst_rel'], TARGET_WINDOW):>5}{e}  "
+              f"{fmt(r['probe_ratio'], '.2f'):>5}{tag}")
     print()
-    if sel:
-        print(f"  giftd protected {len(sel)} of {len(rows)} layers "
-              "(hits = FP8 boundary hits per element; the selector ranks by "
-              "them, then keeps a layer only while whitening measurably "
-              "helps):")
-        for r in sel:
-            print(f"    {r['name']}: {r['reason']}")
+    for line in textwrap.wrap(
+            "Drift: RelL2 of the running sum of the applied gradients against "
+            "the FP32 one. GIFT span: the layer's longest run of whole "
+            f"{w}-step windows on the GIFT path (target <= {TARGET_DRIFT}x); "
+            f"{args.steps} steps: the whole run, in both runs dominated by "
+            "the large early gradients, when every layer is still Euclidean "
+            f"(identical runs until the first factors). Worst: the largest "
+            f"ratio of a whole {w}-step window on the GIFT path (target <= "
+            f"{TARGET_WINDOW:.0f}x).", 98):
+        print("    " + line)
+    print(f"  {'layer':18} {'GIFT span':>9}  {'euclid':>7} {'gift':>7} "
+          f"{'ratio':>6}  {f'{args.steps} steps: euclid':>20} {'gift':>7} "
+          f"{'ratio':>5}  {'worst':>6}")
+    for r in rows:
+        span = f"{r['span'][0]}-{r['span'][1]}" if r["span"] else "—"
+        print(f"  {r['name']:18} {span:>9}  {fmt(r['drift_euclid']):>7} "
+              f"{fmt(r['drift_gift']):>7} "
+              f"{fmt_ratio(r['drift_ratio'], TARGET_DRIFT if r['stays'] else 9e9):>6}"
+              f"  {fmt(r['run_drift_euclid']):>20} "
+              f"{fmt(r['run_drift_gift']):>7} "
+              f"{fmt(r['run_drift_ratio'], '.2f'):>5}  "
+              f"{fmt_ratio(r['worst_drift'], TARGET_WINDOW):>6}")
+    print()
+    print(f"  whole model ({model['tensors']} tensors, {model['audits']} "
+          f"audits): RelL2 per step euclid {fmt(model['rel_euclid'])}  GIFT "
+          f"{fmt(model['rel_gift'])}  ({fmt(model['rel_ratio'], '.2f')}x)")
+    print(f"    (layers weighted by their gradient's squared norm; "
+          f"element-weighted mean {fmt(model['elem_euclid'])} vs "
+          f"{fmt(model['elem_gift'])}, {fmt(model['elem_ratio'], '.2f')}x)")
+    print(f"    drift over {args.steps} steps euclid "
+          f"{fmt(model['drift_euclid'])}  GIFT {fmt(model['drift_gift'])}  "
+          f"({fmt(model['drift_ratio'], '.2f')}x); mean over the {w}-step "
+          f"windows {fmt(model['window_drift_euclid'])} vs "
+          f"{fmt(model['window_drift_gift'])} "
+          f"({fmt(model['window_drift_ratio'], '.2f')}x)")
+    stay = [r for r in rows if r["stays"]]
+    print()
+    if not rows:
+        print("  targets: GIFT protected no layer in this run")
     else:
-        print("  giftd protected no layer in this run:")
-    others = [r for r in rows if not r["selected"] and r["reason"]]
-    for r in sorted(others, key=lambda r: -r["hits"])[:4]:
+        def verdict(key, label, pool):
+            judged = [r for r in pool if key in r["judged"]]
+            bad = [r for r in judged if key in r["miss"]]
+            out = f"    {label}: {len(judged) - len(bad)}/{len(judged)} met"
+            if len(judged) < len(pool):
+                out += (f" ({len(pool) - len(judged)} not judged: no "
+                        f"{'audit' if key == 'rel' else 'whole window'} on "
+                        "the GIFT path)")
+            if bad and key == "window":
+                out += " — MISS " + "; ".join(window_miss(r) for r in bad)
+            elif bad:
+                out += " — MISS " + ", ".join(
+                    f"{r['name']} {r[key + '_ratio']:.2f}x" for r in bad)
+            print(out)
+        print(f"  targets on the {len(stay)} layers on the GIFT path at the "
+              "end of the run:")
+        verdict("rel", f"per-step RelL2 <= {TARGET_REL}x Euclidean", stay)
+        verdict("drift", f"drift over the GIFT span <= {TARGET_DRIFT}x "
+                "Euclidean", stay)
+        print(f"  and on all {len(rows)} protected layers:")
+        verdict("window", f"no {w}-step window worse than Euclidean", rows)
+    print()
+    if rm:
+        print(f"  the audit removed {len(model['removed_layers'])} layer(s) "
+              f"from the GIFT path ({len(rm)} removal(s)); the whole model's "
+              f"audited RelL2 per step changed by "
+              f"{model['removal_change']:+.5f} "
+              f"({100 * model['removal_change'] / model['rel_gift']:+.2f}%; "
+              "over the layer's next 3 audits, against the same with its "
+              "RelL2 of its last 3 GIFT-path audits):")
+        for r in rm:
+            print(f"    {r['layer']} at step {r['step']}: GIFT "
+                  f"{fmt(r['gift_before'])} -> Euclidean "
+                  f"{fmt(r['euclid_after'])}; {r['reason']}")
+    else:
+        print("  the audit removed no layer from the GIFT path in this run "
+              "(no giftd reason named an audit removal; model-wide change 0)")
+    print()
+    sel = [r for r in rows if r["selected"]]
+    print(f"  giftd protected {len(rows)} of {len(gi[-1]['layers'])} layers "
+          f"at some step ({len(sel)} at the end); its reasons at the end:")
+    for r in rows:
         print(f"    {r['name']}: {r['reason']}")
     print()
     print("  Live, while a job runs beside giftd:")
     print(f"    {args.ctl} --address {args.control} watch     "
           "# per-step telemetry")
     print(f"    {args.ctl} --address {args.control} layers    "
-          "# selection and factors")
-    print(f"    curl -s http://{args.metrics}/metrics | grep ^gift_")
+          "# selection, factors, audits (AUDIT/DRIFT)")
+    print(f"    curl -s http://{args.metrics}/metrics | grep ^gift_layer_audit")
     print(f"  (this demo's giftd has stopped; start one with "
           f"{args.giftd_path} and run examples/train_tiny_llama.py)")
     print(f"  Figure: {out_png}")
-    print(f"  Logs:   {args.out}/gift.jsonl, {args.out}/giftd.log")
+    print(f"  Report: {args.out}/demo_report.json; logs: {args.out}/gift.jsonl,"
+          f" {args.out}/giftd.log, {args.out}/gift_layers.jsonl")
 
 
 def smooth(ys, k=9):
@@ -261,50 +731,130 @@ def smooth(ys, k=9):
     return out
 
 
-def write_figure(path, ref, gift, rows):
+def write_figure(path, runs, rows, windows, args):
     import matplotlib  # noqa: PLC0415
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # noqa: PLC0415
-    fig, ax = plt.subplots(1, 3, figsize=(16, 4.6))
+    (ref, _), (eu, es), (gi, gs) = runs
+    fig, ax = plt.subplots(2, 2, figsize=(15, 9))
+    ax = ax.ravel()
     for log, label, color in ((ref, "FP32 DDP", "black"),
-                              (gift, "GIFT (FP8)", "tab:red")):
+                              (eu, "Euclidean FP8", "tab:blue"),
+                              (gi, "GIFT (FP8)", "tab:red")):
         xs = [r["step"] for r in log]
-        ax[0].plot(xs, [r["loss"] for r in log], color=color, alpha=0.2)
+        ax[0].plot(xs, [r["loss"] for r in log], color=color, alpha=0.15)
         ax[0].plot(xs, smooth([r["loss"] for r in log]), color=color,
                    label=label)
-    ax[0].set(title="training loss", xlabel="step", ylabel="cross-entropy")
+    ax[0].set(title="training loss (the three runs)", xlabel="step",
+              ylabel="cross-entropy")
     ax[0].legend()
-    shown = [r for r in rows if r["selected"]] or sorted(
-        rows, key=lambda r: -r["hits"])[:3]
-    shown = shown[:8]
+    shown = sorted(rows, key=lambda r: -r["gift_steps"])[:8]
     colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    eu_aud, gi_aud = audits(eu), audits(gi)
+    eu_spans, gi_spans = spans_of(es), spans_of(gs)
     for i, r in enumerate(shown):
-        c = colors[i % len(colors)]
-        pts = [(g["step"], g["layers"][r["name"]]) for g in gift
-               if "probe_euclid" in g["layers"].get(r["name"], {})]
-        if not pts:
-            pts = [(g["step"], g["layers"][r["name"]]) for g in gift
-                   if r["name"] in g["layers"]]
-            ax[1].plot([s for s, _ in pts], [x["rel_l2"] for _, x in pts],
-                       color=c, label=f"{r['name']} (path's RelL2)")
-            continue
-        xs = [s for s, _ in pts]
-        ax[1].plot(xs, [x["probe_euclid"] for _, x in pts], "--", color=c)
-        ax[1].plot(xs, [x["probe_gift"] for _, x in pts], "-", color=c,
-                   label=r["name"])
-        ax[2].plot(xs, [1 - x["probe_gift"] / x["probe_euclid"]
-                        for _, x in pts], "-o", ms=3, color=c,
-                   label=r["name"])
-    ax[1].set(title="FP8 RelL2 per layer (dashed: Euclidean, solid: GIFT)",
-              xlabel="step")
+        c, n = colors[i % len(colors)], r["name"]
+        es_ = [s for s in sorted(eu_aud) if n in eu_aud[s]]
+        ax[1].plot(es_, [eu_aud[s][n]["rel_l2"] for s in es_], "--",
+                   color=c, lw=1)
+        gs_ = [s for s in sorted(gi_aud) if n in gi_aud[s]]
+        ax[1].plot(gs_, [gi_aud[s][n]["rel_l2"] for s in gs_], "-", color=c,
+                   lw=1, label=n)
+        on = [s for s in gs_ if gi_aud[s][n]["path"] == "gift"]
+        ax[1].plot(on, [gi_aud[s][n]["rel_l2"] for s in on], "o", color=c,
+                   ms=3)
+        both = [s for s in on if s in eu_aud and n in eu_aud[s]]
+        ax[2].plot(both, [gi_aud[s][n]["rel_l2"] / eu_aud[s][n]["rel_l2"]
+                          for s in both], "-o", color=c, ms=3, label=n)
+        ws = [w for w in windows if w in gi_spans and w in eu_spans]
+        xs = [(a + b) / 2 for a, b in ws]
+        ax[3].plot(xs, [eu_spans[w]["layers"][n] for w in ws], "--",
+                   color=c, lw=1)
+        ax[3].plot(xs, [gi_spans[w]["layers"][n] for w in ws], "-o",
+                   color=c, ms=3, label=n)
+    ax[1].set(title=f"audited RelL2 per step (every {args.audit_interval} "
+              "steps; dashed: Euclidean run, solid: GIFT run, dots: on the "
+              "GIFT path)", xlabel="step")
+    ax[1].title.set_fontsize(9)
     ax[1].legend(fontsize=7)
-    ax[2].axhline(0, color="grey", lw=0.5)
-    ax[2].set(title="measured gain 1 − gift/euclid (probe steps)",
-              xlabel="step")
+    ax[2].axhline(1, color="grey", lw=0.5)
+    ax[2].axhline(TARGET_REL, color="tab:green", lw=0.8, ls=":",
+                  label=f"target {TARGET_REL}")
+    ax[2].set(title="audited RelL2, GIFT / Euclidean (steps on the GIFT "
+              "path)", xlabel="step", ylim=(0, None))
     ax[2].legend(fontsize=7)
+    ax[3].set_yscale("log")
+    ax[3].set(title=f"drift per {args.window}-step window (dashed: "
+              "Euclidean run, solid: GIFT run)", xlabel="step (window centre)")
+    ax[3].legend(fontsize=7)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=100)
     plt.close(fig)
+
+
+def jsonable(x):
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {str(k): jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [jsonable(v) for v in x]
+    return x
+
+
+def train_all(args, env, pkg):
+    """The three runs (the first two cached); their files and giftd's
+    state at the end."""
+    fp8 = ["--audit-interval", str(args.audit_interval),
+           "--drift-window", str(args.window)]
+    run_dir = tempfile.mkdtemp(prefix="gift-demo-")
+    daemon = poller = None
+    try:
+        ref = cached_run(args, "ddp", env, (), n=1)
+        # No giftd: a socket nobody serves (not a daemon of someone else's).
+        eu = cached_run(
+            args, "euclid", env, fp8, package=os.path.join(pkg, "gift"), n=2,
+            unkeyed=["--agent-socket", os.path.join(run_dir, "none.sock")])
+        if args.report_only:
+            return ref, eu
+        daemon = Giftd(args.giftd_path, args.ctl, run_dir,
+                       [f"--audit-interval={args.audit_interval}"])
+        moved = (f" (default {' and '.join(daemon.moved)} busy: moved)"
+                 if daemon.moved else "")
+        print(f"demo: [3/3] GIFT run beside giftd (default configuration, "
+              f"audit interval {args.audit_interval}): control "
+              f"{daemon.control}, metrics http://{daemon.metrics}/metrics"
+              f"{moved}", flush=True)
+        poller = LayerPoller(daemon)
+        log, summary = gift_files(args)
+        run_training(args, "gift", log, summary, env,
+                     fp8 + ["--agent-socket", daemon.socket, "--job-id",
+                            "tiny-llama-demo"])
+        poller.stop()
+        state = {"control": daemon.control, "metrics": daemon.metrics,
+                 "status": daemon.giftctl("status"),
+                 "layers": daemon.giftctl("layers").get("layers", []),
+                 "scraped": sum(1 for line in daemon.scrape().splitlines()
+                                if line.startswith("gift_")),
+                 "poll_errors": poller.errors}
+    finally:
+        if poller is not None:
+            poller.stop()
+        if daemon is not None:
+            daemon.stop()
+            shutil.copy(daemon.log_path, os.path.join(args.out, "giftd.log"))
+        shutil.rmtree(run_dir, ignore_errors=True)
+    with open(os.path.join(args.out, "gift_layers.jsonl"), "w") as f:
+        for c in poller.changes:
+            f.write(json.dumps(c) + "\n")
+    with open(os.path.join(args.out, "giftd_state.json"), "w") as f:
+        json.dump(state, f, indent=1)
+    return ref, eu
+
+
+def gift_files(args):
+    return (os.path.join(args.out, "gift.jsonl"),
+            os.path.join(args.out, "gift.json"))
 
 
 def main():
@@ -322,57 +872,46 @@ def main():
                PYTHONPATH=os.pathsep.join(
                    [pkg, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
     started = time.monotonic()
+    (ref_log, ref_sum), (eu_log, eu_sum) = train_all(args, env, pkg)
+    gift_log, gift_sum = gift_files(args)
+    with open(os.path.join(args.out, "giftd_state.json")) as f:
+        state = json.load(f)
+    with open(os.path.join(args.out, "gift_layers.jsonl")) as f:
+        changes = [json.loads(line) for line in f if line.strip()]
+    args.control, args.metrics = state["control"], state["metrics"]
 
-    key = reference_key(args)
-    ref_log = os.path.join(args.out, f"reference-{key}.jsonl")
-    ref_sum = os.path.join(args.out, f"reference-{key}.json")
-    if args.fresh_reference or not os.path.exists(ref_sum):
-        print(f"demo: FP32 reference run (PyTorch DDP, {args.nproc} ranks, "
-              f"{args.steps} steps; cached in {ref_sum})", flush=True)
-        run_training(args, "ddp", ref_log + ".tmp", ref_sum + ".tmp", env)
-        os.replace(ref_log + ".tmp", ref_log)
-        os.replace(ref_sum + ".tmp", ref_sum)
-    else:
-        print(f"demo: FP32 reference from {ref_sum} (--fresh-reference "
-              "reruns it)")
-
-    run_dir = tempfile.mkdtemp(prefix="gift-demo-")
-    daemon = None
-    try:
-        daemon = Giftd(args.giftd_path, args.ctl, run_dir)
-        args.control, args.metrics = daemon.control, daemon.metrics
-        moved = (f" (default {' and '.join(daemon.moved)} busy: moved)"
-                 if daemon.moved else "")
-        print(f"demo: giftd started with its default configuration: control "
-              f"{daemon.control}, metrics http://{daemon.metrics}/metrics"
-              f"{moved}", flush=True)
-        gift_log = os.path.join(args.out, "gift.jsonl")
-        gift_sum = os.path.join(args.out, "gift.json")
-        run_training(args, "gift", gift_log, gift_sum, env,
-                     ["--agent-socket", daemon.socket, "--job-id",
-                      "tiny-llama-demo"])
-        status = daemon.giftctl("status")
-        layers = daemon.giftctl("layers").get("layers", [])
-        scraped = sum(1 for line in daemon.scrape().splitlines()
-                      if line.startswith("gift_"))
-    finally:
-        if daemon is not None:
-            daemon.stop()
-            shutil.copy(daemon.log_path, os.path.join(args.out, "giftd.log"))
-        shutil.rmtree(run_dir, ignore_errors=True)
-
-    ref, gift = read_log(ref_log), read_log(gift_log)
-    rs, gs = json.load(open(ref_sum)), json.load(open(gift_sum))
-    rows = layer_rows(gift, layers)
+    print("demo: analysing", flush=True)
+    runs = [(read_log(p), json.load(open(s))) for p, s in
+            ((ref_log, ref_sum), (eu_log, eu_sum), (gift_log, gift_sum))]
+    (ref, rs), (eu, es), (gi, gs) = runs
+    rows, model, rm, cost, windows = analyse(args, ref, eu, gi, rs, es, gs,
+                                             state["layers"], changes)
     png = os.path.join(args.out, "gift_demo.png")
-    write_figure(png, ref, gift, rows)
+    write_figure(png, runs, rows, windows, args)
+    status = state["status"]
     daemon_info = {"refreshes": int(status.get("refreshes", 0)),
                    "plan_epoch": int(status.get("plan_epoch", 0)),
                    "refresh_interval": status.get("refresh_interval", 0),
-                   "rank": status.get("rank", 0)}
-    print_summary(args, ref, rs, gift, gs, rows, daemon_info, png)
-    print(f"  giftd served {scraped} gift_* metric samples at the end; "
-          f"demo took {time.monotonic() - started:.0f} s")
+                   "rank": status.get("rank", 0),
+                   "audit_interval": status.get("audit_interval",
+                                                args.audit_interval)}
+    with open(os.path.join(args.out, "demo_report.json"), "w") as f:
+        json.dump(jsonable({
+            "steps": args.steps, "nproc": args.nproc,
+            "audit_interval": args.audit_interval, "window": args.window,
+            "loss_last": {m: mean([r["loss"] for r in log[-25:]])
+                          for m, (log, _) in zip(("ddp", "euclid", "gift"),
+                                                 runs)},
+            "val_loss": {m: s["val_loss"] for m, (_, s) in
+                         zip(("ddp", "euclid", "gift"), runs)},
+            "bytes_vs_fp32": {"euclid": bytes_line(es)[1],
+                              "gift": bytes_line(gs)[1]},
+            "layers": rows, "model": model, "removals": rm, "cost": cost,
+            "daemon": daemon_info, "poll_errors": state["poll_errors"]}), f,
+            indent=1)
+    print_summary(args, runs, rows, model, rm, cost, daemon_info, png)
+    print(f"  giftd served {state['scraped']} gift_* metric samples at the "
+          f"end; demo took {time.monotonic() - started:.0f} s")
 
 
 if __name__ == "__main__":

@@ -15,8 +15,14 @@ to attach). PYTHONPATH must reach the `gift` package (build/python).
 
 Rank 0 writes one JSON line per step to --log (loss, bytes, per-layer
 telemetry) and a final --summary JSON; `make demo` (examples/demo.py) turns
-them into the report and the figure. --check-identical compares a SHA-256
-of every rank's parameters after every step and stops the job on the first
+them into the report and the figure. On audit steps (--audit-interval; an
+attached giftd's own interval overrides it) the line also carries every
+layer's audit: the RelL2 and cosine of the gradient applied against the
+FP32 average of the same local gradients (and, with --audit-drift,
+libgift's drift since the previous audit). --drift-window W measures the
+drift in the script itself, over windows of W steps and every span of
+them (DriftWindows, below). --check-identical compares a SHA-256 of every
+rank's parameters after every step and stops the job on the first
 difference. --checkpoint / --checkpoint-at / --resume save and restore the
 model, the optimizer and GIFT's state (error-feedback residuals, factors,
 plans).
@@ -25,6 +31,7 @@ plans).
 import argparse
 import hashlib
 import json
+import math
 import os
 import sys
 import tempfile
@@ -63,6 +70,16 @@ def parse_args(argv=None):
     p.add_argument("--job-id", default=None)
     p.add_argument("--sketch-rows", type=int, default=256)
     p.add_argument("--probe-interval", type=int, default=10)
+    p.add_argument("--audit-interval", type=int, default=100,
+                   help="steps between audit steps (an FP32 allreduce "
+                   "beside the FP8 one); 0 = none (default 100, libgift's)")
+    p.add_argument("--audit-drift", action="store_true",
+                   help="libgift's drift on audit steps too (gift.init "
+                   "audit_drift=True: running sums on every step)")
+    p.add_argument("--drift-window", type=int, default=0,
+                   help="FP8 modes: drift of the applied gradients' running "
+                   "sums vs FP32 over windows of this many steps and over "
+                   "the whole run (one FP32 allreduce per window); 0 = off")
     p.add_argument("--eval-every", type=int, default=50)
     p.add_argument("--log", default=None, help="per-step JSON lines (rank 0)")
     p.add_argument("--summary", default=None, help="final JSON (rank 0)")
@@ -103,6 +120,115 @@ def assert_identical(model, step):
     return mine
 
 
+def gift_layers(model):
+    """(gift layer name, parameter) in gift.init's naming: a 2-D nn.Linear
+    weight is its module's name (blocks.0.attn.wq), any other parameter its
+    own name (tok.weight)."""
+    linear = {id(m.weight): name for name, m in model.named_modules()
+              if isinstance(m, torch.nn.Linear)}
+    return [(linear[id(p)] if id(p) in linear and p.dim() == 2 else name, p)
+            for name, p in model.named_parameters() if p.requires_grad]
+
+
+class DriftWindows:
+    """The drift of the applied gradients over fixed windows of steps, and
+    over every span of consecutive windows, measured by the script itself.
+
+    Each rank sums its local gradients (what DDP hands the comm hook, before
+    any quantization) and the applied ones (p.grad after the backward pass:
+    the allreduce's result, the same on every rank). Averaging is linear, so
+    the running sum of the per-step FP32 averages is the FP32 average of the
+    ranks' local sums: one FP32 allreduce when a window closes gives it. Per
+    layer, drift = ‖Σ applied − Σ FP32 avg‖ / ‖Σ FP32 avg‖ over the steps —
+    libgift's audit_drift, over windows of our choosing instead of the steps
+    between two audits ("model": the same RelL2 over every parameter at
+    once). Rank 0 keeps each window's two sums (2 × 4 bytes per parameter
+    and window) and at the end reports every span of consecutive windows,
+    the whole run among them. The sums restart on --resume.
+    """
+
+    def __init__(self, model, window, keep):
+        self.window, self.keep = window, keep
+        self.layers = gift_layers(model)
+        self.local = {id(p): torch.zeros_like(p) for _, p in self.layers}
+        self.applied = {id(p): torch.zeros_like(p) for _, p in self.layers}
+        self.first = None
+        self.windows = []  # rank 0: (first, last, applied flat, FP32 flat)
+
+    def wrap(self, inner):
+        """A comm hook that adds the bucket's local gradients to the sums,
+        then hands the bucket to `inner`."""
+        def hook(state, bucket):
+            with torch.no_grad():
+                for p, g in zip(bucket.parameters(), bucket.gradients()):
+                    self.local[id(p)].add_(g.view_as(p))
+            return inner(state, bucket)
+        return hook
+
+    @torch.no_grad()
+    def after_step(self, step):
+        """After the backward pass of `step`; returns the figures of the
+        window `step` closes (collective then), else None."""
+        for _, p in self.layers:
+            if p.grad is not None:
+                self.applied[id(p)].add_(p.grad)
+        if self.first is None:
+            self.first = step
+        if (step + 1) % self.window == 0:
+            return self.close(step)
+        return None
+
+    def _flat(self, sums):
+        return torch.cat([sums[id(p)].reshape(-1) for _, p in self.layers])
+
+    def _figures(self, first, last, applied, ref):
+        layers, err, norm, pos = {}, 0.0, 0.0, 0
+        for name, p in self.layers:
+            n = p.numel()
+            e = (applied[pos:pos + n] - ref[pos:pos + n]).double().norm()
+            r = ref[pos:pos + n].double().norm()
+            pos += n
+            e, r = e.item() ** 2, r.item() ** 2
+            layers[name] = math.sqrt(e / r) if r > 0 else None
+            err, norm = err + e, norm + r
+        return {"first": first, "last": last, "steps": last + 1 - first,
+                "layers": layers,
+                "model": math.sqrt(err / norm) if norm > 0 else None}
+
+    @torch.no_grad()
+    def close(self, step):
+        """Closes the open window at `step` (collective; None when empty)."""
+        if self.first is None:
+            return None
+        ref = self._flat(self.local)
+        dist.all_reduce(ref)
+        ref /= dist.get_world_size()
+        applied = self._flat(self.applied)
+        out = self._figures(self.first, step, applied, ref)
+        if self.keep:
+            self.windows.append((self.first, step, applied, ref))
+        for t in (*self.local.values(), *self.applied.values()):
+            t.zero_()
+        self.first = None
+        return out
+
+    @torch.no_grad()
+    def spans(self, step):
+        """Closes the open window (collective); rank 0: the drift over every
+        span of consecutive windows, "FIRST-LAST" steps → figures."""
+        self.close(step)
+        out = {}
+        for i, (first, _, applied, ref) in enumerate(self.windows):
+            a, r = applied.clone(), ref.clone()
+            for j in range(i, len(self.windows)):
+                if j > i:
+                    a += self.windows[j][2]
+                    r += self.windows[j][3]
+                last = self.windows[j][1]
+                out[f"{first}-{last}"] = self._figures(first, last, a, r)
+        return out
+
+
 def lr_at(args, step):
     return args.lr * min(1.0, (step + 1) / max(1, args.warmup))
 
@@ -118,14 +244,24 @@ class Trainer:
         self.model = TinyLlama(self.cfg, seed=args.seed)
         self.ddp = DDP(self.model)
         self.gift = None
+        self.drift = None
+        self.window_drift = None  # the window closed by the last step
         if args.mode != "ddp":
             import gift  # noqa: PLC0415 -- only the GIFT modes need it
             self.gift = gift.init(self.ddp, mode=args.mode,
                                   agent_socket=args.agent_socket,
                                   job_id=args.job_id,
                                   sketch_rows=args.sketch_rows,
-                                  probe_interval=args.probe_interval)
-            self.ddp.register_comm_hook(self.gift, gift.comm_hook)
+                                  probe_interval=args.probe_interval,
+                                  audit_interval=args.audit_interval,
+                                  **({"audit_drift": True}
+                                     if args.audit_drift else {}))
+            hook = gift.comm_hook
+            if args.drift_window > 0:
+                self.drift = DriftWindows(self.model, args.drift_window,
+                                          keep=rank == 0)
+                hook = self.drift.wrap(hook)
+            self.ddp.register_comm_hook(self.gift, hook)
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=args.lr,
                                      betas=(0.9, 0.95), weight_decay=0.0)
         self.step = 0
@@ -139,6 +275,8 @@ class Trainer:
         self.opt.zero_grad(set_to_none=True)
         loss = self.ddp(x, y)
         loss.backward()
+        if self.drift is not None:
+            self.window_drift = self.drift.after_step(self.step)
         self.opt.step()
         self.step += 1
         t = loss.detach().clone()
@@ -183,7 +321,7 @@ class Trainer:
 def step_record(tr, loss, seconds):
     """The per-step log line (rank 0)."""
     rec = {"step": tr.step - 1, "loss": loss, "seconds": seconds,
-           "lr": lr_at(tr.args, tr.step - 1)}
+           "time": time.time(), "lr": lr_at(tr.args, tr.step - 1)}
     if tr.gift is None:
         return rec
     t = tr.gift.last_telemetry
@@ -199,6 +337,24 @@ def step_record(tr, loss, seconds):
                         "probe_gift": l["probe_gift_rel_l2"]}
                        if l["probed"] else {})}
         for l in t["layers"] if l["name"] in linear}
+    if t["audit_step"]:
+        # Every layer (also the 1-D ones, for whole-model figures), with its
+        # element count and applied gradient's norm (the weights of a
+        # model-wide RelL2).
+        grads = {name: p.grad for name, p in gift_layers(tr.model)}
+        rec["audit"] = {
+            "seconds": t["audit_seconds"], "bytes": t["bytes_audit"],
+            "layers": {
+                l["name"]: {
+                    "path": l["path"], "rel_l2": l["audit_rel_l2"],
+                    "cosine": l["audit_cosine"],
+                    "drift": l["audit_drift"] if l["drift_audited"] else None,
+                    "drift_steps": l["drift_steps"],
+                    "numel": grads[l["name"]].numel(),
+                    "norm": grads[l["name"]].double().norm().item()}
+                for l in t["layers"] if l["audited"]}}
+    if tr.window_drift is not None:
+        rec["drift_window"] = tr.window_drift
     return rec
 
 
@@ -249,6 +405,7 @@ def run(rank, world, args):
     bar = Progress(args.progress if rank == 0 else "none",
                    args.steps, args.label or args.mode)
     digests = []
+    spans = None
     try:
         while tr.step < args.steps:
             t0 = time.monotonic()
@@ -270,6 +427,8 @@ def run(rank, world, args):
                 log.write(json.dumps(rec) + "\n")
                 log.flush()
             bar.update(tr.step - 1, loss, gift_extra(tr))
+        if tr.drift is not None:
+            spans = tr.drift.spans(tr.step - 1)  # collective
     finally:
         if log:
             log.close()
@@ -280,6 +439,9 @@ def run(rank, world, args):
                                      for p in tr.model.parameters()),
                    "val_loss": tr.val_loss(),
                    "identical_steps": len(digests),
+                   "audit_interval": args.audit_interval,
+                   "drift_window": args.drift_window,
+                   "drift_spans": spans,
                    "gift": tr.gift.stats() if tr.gift else None}
         with open(args.summary, "w") as f:
             json.dump(summary, f, indent=1, default=str)
