@@ -326,6 +326,21 @@ std::vector<Option> Selection() {
       GIFT_DOUBLE(selection.max_extra_flops, 0, false,
                   "Budget: extra whitening flops per step; 0 = unlimited"),
       GIFT_DOUBLE(selection.min_gain, 0, false, "Measured-gain guard, [0, 1)"),
+      GIFT_DOUBLE(selection.gain_hold, 1, false,
+                  "A GIFT layer that gains keeps its candidate place this many "
+                  "times as firmly (top-k: a newcomer must beat it by this "
+                  "factor times 1 + hysteresis), [1, 1000]; 1 = plain "
+                  "hysteresis"),
+      GIFT_INT(selection.warmup_steps, 0,
+               "Steps before the plan pace applies (the plan settles)"),
+      GIFT_INT(selection.plan_interval_steps, 0,
+               "After the warm-up, the selector's own plan changes come at "
+               "most once per this many steps; 0 = at once"),
+      GIFT_INT(selection.audit_window, 1,
+               "Audits per layer the audit rule averages, [1, 1000]"),
+      GIFT_DOUBLE(selection.audit_margin, 0, false,
+                  "A layer leaves the GIFT path when its audited RelL2 exceeds "
+                  "the Euclidean reference by this relative margin, [0, 10]"),
   };
 }
 

@@ -60,6 +60,11 @@ const std::vector<std::string> kKeys = {"node",
                                         "selection.max_layers",
                                         "selection.max_extra_flops",
                                         "selection.min_gain",
+                                        "selection.gain_hold",
+                                        "selection.warmup_steps",
+                                        "selection.plan_interval_steps",
+                                        "selection.audit_window",
+                                        "selection.audit_margin",
                                         "refresh_threads",
                                         "refresher_device",
                                         "heartbeat_interval_ms",
@@ -117,6 +122,11 @@ void ExpectSameConfig(const DaemonConfig& a, const DaemonConfig& b) {
   EXPECT_EQ(a.selection.max_layers, b.selection.max_layers);
   EXPECT_EQ(a.selection.max_extra_flops, b.selection.max_extra_flops);
   EXPECT_EQ(a.selection.min_gain, b.selection.min_gain);
+  EXPECT_EQ(a.selection.gain_hold, b.selection.gain_hold);
+  EXPECT_EQ(a.selection.warmup_steps, b.selection.warmup_steps);
+  EXPECT_EQ(a.selection.plan_interval_steps, b.selection.plan_interval_steps);
+  EXPECT_EQ(a.selection.audit_window, b.selection.audit_window);
+  EXPECT_EQ(a.selection.audit_margin, b.selection.audit_margin);
   EXPECT_EQ(a.refresh_threads, b.refresh_threads);
   EXPECT_EQ(a.refresher_device, b.refresher_device);
   EXPECT_EQ(a.heartbeat_interval_ms, b.heartbeat_interval_ms);
@@ -285,6 +295,48 @@ TEST(ConfigTest, RangeErrors) {
   ExpectError(Load("", {"--selection.hysteresis=1"}),
               "--selection.hysteresis: selection: selection.hysteresis must "
               "be in [0, 1) (got 1)");
+  ExpectError(Load("", {"--selection.gain-hold=0.5"}),
+              "--selection.gain-hold: selection.gain_hold must be >= 1 (got "
+              "0.5)");
+  ExpectError(Load("", {"--selection.gain-hold=2000"}),
+              "--selection.gain-hold: selection: selection.gain_hold must be "
+              "in [1, 1000] (got 2000)");
+  ExpectError(Load("", {"--selection.warmup-steps=-1"}),
+              "--selection.warmup-steps: selection.warmup_steps must be >= 0 "
+              "(got -1)");
+  ExpectError(Load("", {"--selection.plan-interval-steps=-5"}),
+              "--selection.plan-interval-steps: selection.plan_interval_steps "
+              "must be >= 0 (got -5)");
+  ExpectError(Load("", {"--selection.audit-window=0"}),
+              "--selection.audit-window: selection.audit_window must be >= 1 "
+              "(got 0)");
+  ExpectError(Load("", {"--selection.audit-window=1001"}),
+              "--selection.audit-window: selection: selection.audit_window "
+              "must be in [1, 1000] (got 1001)");
+  ExpectError(Load("", {"--selection.audit-margin=11"}),
+              "--selection.audit-margin: selection: selection.audit_margin "
+              "must be in [0, 10] (got 11)");
+}
+
+// The plan-stability and audit policy fields, from the file and as flags.
+TEST(ConfigTest, StabilityAndAuditFields) {
+  absl::StatusOr<DaemonConfig> c = Load("");
+  ASSERT_OK(c);
+  EXPECT_EQ(c->selection.gain_hold, 2);
+  EXPECT_EQ(c->selection.warmup_steps, 100);
+  EXPECT_EQ(c->selection.plan_interval_steps, 200);
+  EXPECT_EQ(c->selection.audit_window, 3);
+  EXPECT_EQ(c->selection.audit_margin, 0.1);
+  c = Load(
+      "selection:\n  gain_hold: 1.5\n  warmup_steps: 0\n"
+      "  plan_interval_steps: 0\n  audit_window: 5\n",
+      {"--selection.audit-margin=0.2", "--selection.warmup-steps=30"});
+  ASSERT_OK(c);
+  EXPECT_EQ(c->selection.gain_hold, 1.5);
+  EXPECT_EQ(c->selection.warmup_steps, 30);
+  EXPECT_EQ(c->selection.plan_interval_steps, 0);
+  EXPECT_EQ(c->selection.audit_window, 5);
+  EXPECT_EQ(c->selection.audit_margin, 0.2);
 }
 
 // Every check of a value from the file names file:line of its key (issue

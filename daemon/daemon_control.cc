@@ -37,6 +37,11 @@ v1::SelectionPolicy ToProto(const SelectorPolicy& p) {
   out.set_max_layers(p.max_layers);
   out.set_max_extra_flops(p.max_extra_flops);
   out.set_min_gain(p.min_gain);
+  out.set_gain_hold(p.gain_hold);
+  out.set_warmup_steps(p.warmup_steps);
+  out.set_plan_interval_steps(p.plan_interval_steps);
+  out.set_audit_window(p.audit_window);
+  out.set_audit_margin(p.audit_margin);
   return out;
 }
 
@@ -68,7 +73,15 @@ absl::StatusOr<SelectorPolicy> Merge(SelectorPolicy p,
   if (in.has_max_layers()) p.max_layers = in.max_layers();
   if (in.has_max_extra_flops()) p.max_extra_flops = in.max_extra_flops();
   if (in.has_min_gain()) p.min_gain = in.min_gain();
-  for (double v : {p.threshold, p.hysteresis, p.max_extra_flops, p.min_gain}) {
+  if (in.has_gain_hold()) p.gain_hold = in.gain_hold();
+  if (in.has_warmup_steps()) p.warmup_steps = in.warmup_steps();
+  if (in.has_plan_interval_steps()) {
+    p.plan_interval_steps = in.plan_interval_steps();
+  }
+  if (in.has_audit_window()) p.audit_window = in.audit_window();
+  if (in.has_audit_margin()) p.audit_margin = in.audit_margin();
+  for (double v : {p.threshold, p.hysteresis, p.max_extra_flops, p.min_gain,
+                   p.gain_hold, p.audit_margin}) {
     if (!std::isfinite(v)) {
       return absl::InvalidArgumentError(
           "selection policy values must be finite");
@@ -130,6 +143,11 @@ v1::LayerStatus Daemon::LayerStatusOf(const Layer& l) const {
                    : l.audit_path == 1 ? "gift"
                                        : "euclid");
   s.set_audits(l.audits);
+  s.set_audit_reference_rel_l2(l.score.audit_reference_rel_l2);
+  s.set_audit_reference(l.score.audit_reference);
+  s.set_audit_removals(l.score.audit_removals);
+  s.set_audit_barred(l.score.audit_barred);
+  s.set_held(l.score.held);
   return s;
 }
 

@@ -161,6 +161,13 @@ TEST_F(DaemonControlTest,
       {"max_extra_flops",
        [](v1::SelectionPolicy* p) { p->set_max_extra_flops(-1); }},
       {"min_gain", [](v1::SelectionPolicy* p) { p->set_min_gain(1.5); }},
+      {"gain_hold", [](v1::SelectionPolicy* p) { p->set_gain_hold(0.5); }},
+      {"gain_hold", [](v1::SelectionPolicy* p) { p->set_gain_hold(1001); }},
+      {"warmup_steps", [](v1::SelectionPolicy* p) { p->set_warmup_steps(-1); }},
+      {"plan_interval_steps",
+       [](v1::SelectionPolicy* p) { p->set_plan_interval_steps(1 << 30); }},
+      {"audit_window", [](v1::SelectionPolicy* p) { p->set_audit_window(0); }},
+      {"audit_margin", [](v1::SelectionPolicy* p) { p->set_audit_margin(-1); }},
   };
   for (const Case& c : cases) {
     v1::SetSelectionPolicyRequest sp;
@@ -202,6 +209,21 @@ TEST_F(DaemonControlTest, PolicyFieldsSetToZeroAreApplied) {
   r = daemon_->SetSelectionPolicy({});
   ASSERT_OK(r);
   EXPECT_EQ(r->policy().ShortDebugString(), s->policy().ShortDebugString());
+  // The plan pace and the audit rule: a present 0 turns the pace off.
+  v1::SetSelectionPolicyRequest pace;
+  pace.mutable_policy()->set_plan_interval_steps(0);
+  pace.mutable_policy()->set_warmup_steps(0);
+  pace.mutable_policy()->set_gain_hold(1.5);
+  pace.mutable_policy()->set_audit_window(5);
+  pace.mutable_policy()->set_audit_margin(0.2);
+  r = daemon_->SetSelectionPolicy(pace);
+  ASSERT_OK(r);
+  EXPECT_EQ(r->policy().plan_interval_steps(), 0);
+  EXPECT_EQ(r->policy().warmup_steps(), 0);
+  EXPECT_EQ(r->policy().gain_hold(), 1.5);
+  EXPECT_EQ(r->policy().audit_window(), 5);
+  EXPECT_EQ(r->policy().audit_margin(), 0.2);
+  EXPECT_EQ(r->policy().top_k(), 2);  // absent: kept
   // A present 0 where 0 is out of range is refused, not ignored.
   v1::SetSelectionPolicyRequest bad;
   bad.mutable_policy()->set_top_k(0);

@@ -254,6 +254,11 @@ void Daemon::ReadTelemetry() {
   for (size_t i = 0; i < layers_.size(); ++i) {
     Layer& l = layers_[i];
     samples[i].factor_version = l.newest ? l.newest->version : -1;
+    // The local round trip calibrates the audit rule's probe reference;
+    // the slowest rank's step is the selector's clock.
+    samples[i].round_trip_err_sq = err[i];
+    samples[i].round_trip_x_sq = xsq[i];
+    samples[i].step = SlowestStep();
     if (!follower) {
       absl::Status st = selector_.Observe(l.name, samples[i]);
       if (!st.ok()) LOG_WARNING("selector: %s", st.ToString());

@@ -1,8 +1,8 @@
 // Layer selection (selector.h). The decision is built in stages that mirror
 // the header: scores from the windows, pins, the vulnerability policy with
-// hysteresis, the gain guard, the budget, early refresh. Each stage writes
-// the layer's operator-facing `reason`, so the last stage that touched a
-// layer explains why it ended where it did.
+// hysteresis, the gain guard, the audit rule, the budget, the plan pace and
+// early refresh. Each stage writes the layer's operator-facing `reason`, so
+// the last stage that touched a layer explains why it ended where it did.
 #include "daemon/selector.h"
 
 #include <algorithm>
@@ -27,6 +27,12 @@ absl::Status Bad(const std::string& field, const std::string& rule,
 }
 
 std::string Num(double v) { return absl::StrFormat("%.3g", v); }
+
+double Mean(const std::deque<double>& v) {
+  double sum = 0;
+  for (double x : v) sum += x;
+  return v.empty() ? kNaN : sum / static_cast<double>(v.size());
+}
 
 }  // namespace
 
@@ -79,6 +85,21 @@ absl::Status SelectorPolicy::Validate() const {
   if (!(min_gain >= 0 && min_gain < 1)) {
     return Bad("min_gain", "in [0, 1)", min_gain);
   }
+  if (!(gain_hold >= 1 && gain_hold <= 1000)) {
+    return Bad("gain_hold", "in [1, 1000]", gain_hold);
+  }
+  if (warmup_steps < 0 || warmup_steps > kMaxSelectionCount) {
+    return Bad("warmup_steps", "in [0, 1000000]", warmup_steps);
+  }
+  if (plan_interval_steps < 0 || plan_interval_steps > kMaxSelectionCount) {
+    return Bad("plan_interval_steps", "in [0, 1000000]", plan_interval_steps);
+  }
+  if (audit_window < 1 || audit_window > 1000) {
+    return Bad("audit_window", "in [1, 1000]", audit_window);
+  }
+  if (!(audit_margin >= 0 && audit_margin <= 10)) {
+    return Bad("audit_margin", "in [0, 10]", audit_margin);
+  }
   return absl::OkStatus();
 }
 
@@ -118,16 +139,84 @@ struct LayerSelector::Window {
     if (sum.probes <= 0 || !(sum.probe_euclid_sum > 0)) return kNaN;
     return 1.0 - sum.probe_gift_sum / sum.probe_euclid_sum;
   }
+  // Mean Euclidean round-trip RelL2 of the probes (NaN without probes).
+  double ProbeEuclid() const {
+    return sum.probes > 0 ? sum.probe_euclid_sum / sum.probes : kNaN;
+  }
+};
+
+// The last `audit_window` audits of a layer, oldest first. Reports of one
+// audit step (its ranks may be polled on either side of a step) merge into
+// one entry.
+struct LayerSelector::Audits {
+  struct Entry {
+    bool gift = false;
+    int64_t count = 0;  // summed over the ranks
+    double sum = 0;
+    int64_t step = 0;         // the layer's steps seen at the first report
+    double local = kNaN;      // local Euclidean round-trip RelL2 beside it
+    bool calibrated = false;  // its ratio is in State::calibration
+  };
+  std::deque<Entry> entries;
+
+  // The entry `e` went into: a new one, or the newest of its path when that
+  // began within kAuditMergeSteps steps.
+  Entry& Add(const Entry& e, int window, bool* fresh) {
+    for (auto it = entries.rbegin(); it != entries.rend(); ++it) {
+      if (it->gift != e.gift) continue;
+      if (e.step - it->step <= kAuditMergeSteps) {
+        it->count += e.count;
+        it->sum += e.sum;
+        if (std::isnan(it->local)) it->local = e.local;
+        *fresh = false;
+        return *it;
+      }
+      break;
+    }
+    entries.push_back(e);
+    *fresh = true;
+    Trim(window);
+    return entries.back();
+  }
+  void Trim(int window) {
+    while (entries.size() > static_cast<size_t>(window)) entries.pop_front();
+  }
+  // Mean RelL2 of the path's audits (NaN without one) and their number.
+  double Mean(bool gift, int* n) const {
+    int64_t count = 0;
+    double sum = 0;
+    *n = 0;
+    for (const Entry& e : entries) {
+      if (e.gift != gift) continue;
+      ++*n;
+      count += e.count;
+      sum += e.sum;
+    }
+    return count > 0 ? sum / count : kNaN;
+  }
 };
 
 struct LayerSelector::State {
   Window window;
+  Audits audits;
+  // Audited / local round-trip Euclidean RelL2 of its last audit_window
+  // Euclidean audits that had a local figure.
+  std::deque<double> calibration;
+  int64_t steps_seen = 0;
   int64_t factor_version = -1;
   double best_gain = kNaN;             // since factor_version was published
   int64_t early_refresh_version = -1;  // version already listed
   bool candidate = false;              // at the last Decide (hysteresis memory)
   bool selected = false;
-  bool resumed = false;  // Resume() until a gain is measured
+  bool resumed = false;       // Resume() until a gain is measured
+  SelectorSettings settings;  // at the last Decide
+  // The audit rule.
+  int64_t audit_removals = 0;
+  bool barred = false;          // off the GIFT path until the bar lifts
+  int64_t barred_version = -1;  // factor version at the removal
+  int64_t euclid_audits_since_removal = 0;
+  bool reentry = false;   // bar lifted, not selected since: enter higher
+  std::string audit_why;  // the conviction of the last removal
 };
 
 LayerSelector::LayerSelector(SelectorPolicy policy)
@@ -157,8 +246,16 @@ bool LayerSelector::HasLayer(const std::string& name) const {
 
 absl::Status LayerSelector::SetPolicy(const SelectorPolicy& policy) {
   if (absl::Status s = policy.Validate(); !s.ok()) return s;
+  if (policy == policy_) return absl::OkStatus();  // e.g. giftctl policy
   policy_ = policy;
-  for (auto& [name, st] : state_) st->window.Trim(policy_.window_steps);
+  for (auto& [name, st] : state_) {
+    st->window.Trim(policy_.window_steps);
+    st->audits.Trim(policy_.audit_window);
+    while (st->calibration.size() > static_cast<size_t>(policy_.audit_window)) {
+      st->calibration.pop_front();
+    }
+  }
+  force_ = true;
   return absl::OkStatus();
 }
 
@@ -174,6 +271,10 @@ absl::Status LayerSelector::Observe(const std::string& layer,
                      s.steps, ", n ", s.n, ", upper ", s.upper, ", lower ",
                      s.lower, ", probes ", s.probes, ")"));
   }
+  if (s.step < -1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "selector: layer ", layer, " reports step ", s.step, " (-1: unknown)"));
+  }
   if (s.upper + s.lower > s.n) {
     return absl::InvalidArgumentError(
         absl::StrCat("selector: layer ", layer, " reports ", s.upper + s.lower,
@@ -184,6 +285,24 @@ absl::Status LayerSelector::Observe(const std::string& layer,
     return absl::InvalidArgumentError(absl::StrCat(
         "selector: probe sums of layer ", layer, " must be finite and >= 0"));
   }
+  for (const auto& [count, sum] :
+       {std::pair{s.audits_gift, s.audit_gift_rel_l2_sum},
+        std::pair{s.audits_euclid, s.audit_euclid_rel_l2_sum}}) {
+    if (count < 0 || !(sum >= 0) || std::isinf(sum) ||
+        (count == 0 && sum != 0)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "selector: audits of layer ", layer,
+          " must have a count >= 0 and a finite sum >= 0, 0 without audits "
+          "(got ",
+          count, " audits, sum ", sum, ")"));
+    }
+  }
+  if (!(s.round_trip_err_sq >= 0) || !(s.round_trip_x_sq >= 0) ||
+      std::isinf(s.round_trip_err_sq) || std::isinf(s.round_trip_x_sq)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("selector: round-trip sums of layer ", layer,
+                     " must be finite and >= 0"));
+  }
   State& st = *it->second;
   if (s.factor_version > st.factor_version) {
     st.factor_version = s.factor_version;
@@ -192,6 +311,46 @@ absl::Status LayerSelector::Observe(const std::string& layer,
   st.window.Add(s, policy_.window_steps);
   const double gain = st.window.Gain();
   if (!std::isnan(gain) && !(gain <= st.best_gain)) st.best_gain = gain;
+  if (__builtin_add_overflow(st.steps_seen, s.steps, &st.steps_seen)) {
+    st.steps_seen = std::numeric_limits<int64_t>::max();
+  }
+  clock_ = std::max(clock_, st.steps_seen);
+  if (s.step >= 0) {
+    if (first_step_ < 0) first_step_ = s.step;
+    step_clock_ = std::max(step_clock_, s.step - first_step_);
+  }
+  const int w = policy_.audit_window;
+  if (s.audits_euclid > 0) {
+    // The local Euclidean figure beside the audit: the path's own round
+    // trip in this sample, else the probes' over the window.
+    const double local =
+        s.round_trip_x_sq > 0
+            ? std::sqrt(s.round_trip_err_sq / s.round_trip_x_sq)
+            : st.window.ProbeEuclid();
+    bool fresh = false;
+    Audits::Entry& e =
+        st.audits.Add({false, s.audits_euclid, s.audit_euclid_rel_l2_sum,
+                       st.steps_seen, local > 0 ? local : kNaN},
+                      w, &fresh);
+    if (fresh && st.barred) ++st.euclid_audits_since_removal;
+    if (e.local > 0) {
+      const double ratio = e.sum / e.count / e.local;
+      if (e.calibrated) {
+        st.calibration.back() = ratio;
+      } else {
+        e.calibrated = true;
+        st.calibration.push_back(ratio);
+        while (st.calibration.size() > static_cast<size_t>(w)) {
+          st.calibration.pop_front();
+        }
+      }
+    }
+  }
+  if (s.audits_gift > 0) {
+    bool fresh = false;
+    st.audits.Add({true, s.audits_gift, s.audit_gift_rel_l2_sum, st.steps_seen},
+                  w, &fresh);
+  }
   return absl::OkStatus();
 }
 
@@ -208,9 +367,20 @@ struct Row {
   bool was_candidate = false;
   bool was_selected = false;
   bool resumed = false;
+  bool settings_changed = false;
+  bool gaining = false;  // was selected with a gain >= the stay level
   int64_t factor_version = -1;
   double best_gain = kNaN;
   int64_t early_refresh_version = -1;
+  std::string policy_reason;  // what the vulnerability policy said
+  // The audit rule.
+  bool barred = false;
+  bool reentry = false;
+  bool audit_removed = false;  // convicted in this Decide
+  int64_t euclid_audits_needed = 0;
+  int64_t euclid_audits_since_removal = 0;
+  int64_t barred_version = -1;
+  std::string audit_why;  // the conviction behind the bar
 };
 
 // Extra whitening flops per step of one selected layer.
@@ -228,12 +398,36 @@ bool Stronger(const Row* a, const Row* b) {
   return a->order < b->order;
 }
 
+// The score a top-k newcomer must exceed to displace member `r`.
+double Hold(const Row* r, const SelectorPolicy& p) {
+  return r->score.vulnerability * (1 + p.hysteresis) *
+         (r->gaining ? p.gain_hold : 1);
+}
+
+// The member a newcomer would displace first: the lowest hold.
+Row* Weakest(const std::vector<Row*>& members, const SelectorPolicy& p) {
+  Row* w = nullptr;
+  for (Row* r : members) {
+    if (w == nullptr || Hold(r, p) < Hold(w, p) ||
+        (Hold(r, p) == Hold(w, p) && r->order > w->order)) {
+      w = r;
+    }
+  }
+  return w;
+}
+
 // top-k with hysteresis: members keep their place unless a newcomer beats
-// the weakest one by the factor (1 + h); free places fill without a margin.
-void ApplyTopK(std::vector<Row*> eligible, int k, double h) {
-  std::sort(eligible.begin(), eligible.end(), Stronger);
+// the weakest one's hold (its score times (1 + h), times gain_hold for a
+// gaining one); free places fill without a margin.
+void ApplyTopK(std::vector<Row*> eligible, const SelectorPolicy& p) {
+  const int k = p.top_k;
   std::vector<Row*> members, others;
   for (Row* r : eligible) (r->was_candidate ? members : others).push_back(r);
+  auto by_hold = [&p](const Row* a, const Row* b) {
+    if (Hold(a, p) != Hold(b, p)) return Hold(a, p) > Hold(b, p);
+    return a->order < b->order;
+  };
+  std::sort(members.begin(), members.end(), by_hold);
   while (members.size() > static_cast<size_t>(k)) {
     others.push_back(members.back());  // k shrank: the weakest leave
     members.pop_back();
@@ -243,41 +437,49 @@ void ApplyTopK(std::vector<Row*> eligible, int k, double h) {
     members.push_back(others.front());
     others.erase(others.begin());
   }
-  std::sort(members.begin(), members.end(), Stronger);
-  while (!others.empty() && others.front()->score.vulnerability >
-                                members.back()->score.vulnerability * (1 + h)) {
-    std::swap(members.back(), others.front());
-    std::sort(members.begin(), members.end(), Stronger);
+  // Each swap raises the lowest hold among the members: it ends.
+  while (!others.empty()) {
+    Row* weakest = Weakest(members, p);
+    if (!(others.front()->score.vulnerability > Hold(weakest, p))) break;
+    std::replace(members.begin(), members.end(), weakest, others.front());
+    others.front() = weakest;
     std::sort(others.begin(), others.end(), Stronger);
   }
   const std::string top = absl::StrCat("top-", k);
+  const double enter = Hold(Weakest(members, p), p);
   for (Row* r : members) {
     r->score.candidate = true;
     r->score.reason = absl::StrCat("candidate: vulnerability ",
                                    Num(r->score.vulnerability), " in ", top);
+    if (r->gaining && p.gain_hold > 1) {
+      absl::StrAppend(&r->score.reason, " (gaining: kept until a newcomer ",
+                      "exceeds ", Num(Hold(r, p)), ")");
+    }
   }
   for (Row* r : others) {
-    r->score.reason = absl::StrCat(
-        "not a candidate: vulnerability ", Num(r->score.vulnerability),
-        " not in ", top, " (must exceed ",
-        Num(members.back()->score.vulnerability * (1 + h)), " to enter)");
+    r->score.reason = absl::StrCat("not a candidate: vulnerability ",
+                                   Num(r->score.vulnerability), " not in ", top,
+                                   " (must exceed ", Num(enter), " to enter)");
   }
 }
 
 // Hysteresis as a per-layer effective score: a member counts as
 // v / (1 − h), a newcomer as v / (1 + h), and a layer is in when its
 // effective score reaches the cut. So a member stays while v >= cut·(1 − h)
-// and a newcomer enters at v >= cut·(1 + h).
-double Effective(const Row* r, double h) {
-  return r->score.vulnerability / (r->was_candidate ? 1 - h : 1 + h);
+// and a newcomer enters at v >= cut·(1 + h). `hold`: a gaining member
+// counts gain_hold times more (it stays down to cut·(1 − h) / gain_hold).
+double Effective(const Row* r, double h, double hold = 1) {
+  return r->score.vulnerability / (r->was_candidate ? 1 - h : 1 + h) *
+         (r->gaining ? hold : 1);
 }
 
 // Elbow and threshold membership against `cut` (0: every layer is in).
-void ApplyCut(const std::vector<Row*>& eligible, double cut, double h,
-              const std::string& what) {
+void ApplyCut(const std::vector<Row*>& eligible, double cut,
+              const SelectorPolicy& p, const std::string& what) {
+  const double h = p.hysteresis;
   for (Row* r : eligible) {
     const double v = r->score.vulnerability;
-    r->score.candidate = Effective(r, h) >= cut;
+    r->score.candidate = Effective(r, h, p.gain_hold) >= cut;
     if (cut <= 0) {
       r->score.reason = absl::StrCat("candidate: vulnerability ", Num(v),
                                      " (no ", what, " among the layers)");
@@ -285,6 +487,10 @@ void ApplyCut(const std::vector<Row*>& eligible, double cut, double h,
       r->score.reason = absl::StrCat(
           "candidate: vulnerability ", Num(v), v >= cut ? " above " : " near ",
           what, " ", Num(cut), v < cut * (1 + h) ? " (hysteresis)" : "");
+      if (Effective(r, h) < cut) {
+        absl::StrAppend(&r->score.reason, " (gaining: stays down to ",
+                        Num(cut * (1 - h) / p.gain_hold), ")");
+      }
     } else {
       r->score.reason = absl::StrCat("not a candidate: vulnerability ", Num(v),
                                      " below ", what, " ", Num(cut),
@@ -332,38 +538,56 @@ void ApplyCandidates(const SelectorPolicy& policy, std::vector<Row>& rows) {
       eligible.push_back(&r);
     }
   }
-  if (eligible.empty()) return;
-  const double h = policy.hysteresis;
-  switch (policy.kind) {
-    case SelectionKind::kTopK:
-      ApplyTopK(eligible, policy.top_k, h);
-      break;
-    case SelectionKind::kElbow:
-      ApplyCut(eligible, ElbowCut(eligible, h), h, "elbow cut");
-      break;
-    case SelectionKind::kThreshold:
-      ApplyCut(eligible, policy.threshold, h, "threshold");
-      break;
+  if (!eligible.empty()) {
+    switch (policy.kind) {
+      case SelectionKind::kTopK:
+        ApplyTopK(eligible, policy);
+        break;
+      case SelectionKind::kElbow:
+        ApplyCut(eligible, ElbowCut(eligible, policy.hysteresis), policy,
+                 "elbow cut");
+        break;
+      case SelectionKind::kThreshold:
+        ApplyCut(eligible, policy.threshold, policy, "threshold");
+        break;
+    }
   }
+  for (Row& r : rows) r.policy_reason = r.score.reason;
+}
+
+// What keeps an audit-barred layer off the GIFT path, for its reason.
+std::string BarReason(const Row& r) {
+  std::string out = absl::StrCat(
+      "barred by the audit (removal ", r.score.audit_removals, ": ",
+      r.audit_why, "): back after ", r.euclid_audits_needed,
+      " Euclidean audits (", r.euclid_audits_since_removal, " so far)");
+  if (r.factor_version <= r.barred_version) {
+    absl::StrAppend(&out, " and a factor newer than v", r.barred_version);
+  }
+  return out;
 }
 
 // The measured-gain guard on the unpinned candidates.
 void ApplyGainGuard(const SelectorPolicy& policy, std::vector<Row>& rows) {
-  const double entry = policy.min_gain;
-  const double stay = entry * (1 - policy.hysteresis);
+  const double stay = policy.min_gain * (1 - policy.hysteresis);
   for (Row& r : rows) {
     if (!r.score.candidate || r.settings.pin == PinState::kIn) continue;
     if (r.resumed && !r.has_telemetry) continue;  // ApplyCandidates said why
+    const double entry =
+        policy.min_gain * (r.reentry ? 1 + policy.hysteresis : 1);
     const double g = r.score.gain;
     std::string verdict;
-    if (std::isnan(g) && r.resumed) {
+    if (r.barred) {
+      verdict = absl::StrCat("candidate, not selected: ", BarReason(r));
+    } else if (std::isnan(g) && r.resumed) {
       r.score.selected = true;
       verdict = "selected: resumed from a checkpoint, no gain measured yet";
     } else if (std::isnan(g)) {
       verdict = "candidate, not selected: no gain measured yet";
     } else if (g >= entry) {
       r.score.selected = true;
-      verdict = absl::StrCat("selected: gain ", Num(g), " >= ", Num(entry));
+      verdict = absl::StrCat("selected: gain ", Num(g), " >= ", Num(entry),
+                             r.reentry ? " (back after an audit removal)" : "");
     } else if (r.was_selected && g >= stay) {
       r.score.selected = true;
       verdict = absl::StrCat("selected: gain ", Num(g), " >= ", Num(stay),
@@ -373,7 +597,60 @@ void ApplyGainGuard(const SelectorPolicy& policy, std::vector<Row>& rows) {
                              Num(r.was_selected ? stay : entry));
     }
     // Keep the policy's part: it says why the layer is a candidate.
-    r.score.reason = absl::StrCat(verdict, "; ", r.score.reason);
+    r.score.reason = absl::StrCat(verdict, "; ", r.policy_reason);
+  }
+}
+
+// "applied RelL2 0.081 > Euclidean 0.035 (audited) · 1.05 over 3 audits"
+// when the audit window convicts the layer's GIFT path; empty otherwise.
+std::string AuditConviction(const SelectorPolicy& policy, const Row& r) {
+  const LayerScore& s = r.score;
+  const int needed = std::min(2, policy.audit_window);
+  if (s.audit_gift_audits < needed) return "";
+  const double ref = s.audit_reference_rel_l2;
+  if (!(ref > 0) || !(s.audit_gift_rel_l2 > ref * (1 + policy.audit_margin))) {
+    return "";
+  }
+  std::string source = "audited";
+  if (s.audit_reference == "probe") {
+    source = s.audit_probe_scale == 1
+                 ? "probe"
+                 : absl::StrCat("probe ", Num(ref / s.audit_probe_scale),
+                                " × calibration ", Num(s.audit_probe_scale));
+  }
+  return absl::StrCat("applied RelL2 ", Num(s.audit_gift_rel_l2),
+                      " > Euclidean ", Num(ref), " (", source, ") · ",
+                      Num(1 + policy.audit_margin), " over ",
+                      s.audit_gift_audits, " audits");
+}
+
+// The audit rule on the layers the guard put on the GIFT path.
+void ApplyAudit(const SelectorPolicy& policy, std::vector<Row>& rows) {
+  for (Row& r : rows) {
+    if (!r.score.selected) continue;
+    const std::string why = AuditConviction(policy, r);
+    if (why.empty()) continue;
+    if (r.settings.pin == PinState::kIn) {
+      absl::StrAppend(&r.score.reason, "; the audit objects: ", why);
+      continue;
+    }
+    r.score.selected = false;
+    r.audit_removed = true;
+    r.barred = true;
+    ++r.score.audit_removals;
+    r.barred_version = r.factor_version;
+    r.euclid_audits_since_removal = 0;
+    r.reentry = false;
+    r.euclid_audits_needed = int64_t{policy.audit_window} << std::min<int64_t>(
+                                 r.score.audit_removals - 1, 20);
+    r.score.audit_barred = true;
+    r.audit_why = why;
+    r.score.reason = absl::StrCat(
+        "candidate, not selected: audit: ", why, " (removal ",
+        r.score.audit_removals, "; back after ", r.euclid_audits_needed,
+        " Euclidean audits, a factor newer than v", r.barred_version,
+        " and gain >= ", Num(policy.min_gain * (1 + policy.hysteresis)), "); ",
+        r.policy_reason);
   }
 }
 
@@ -420,12 +697,45 @@ void ApplyBudget(const SelectorPolicy& policy, std::vector<Row>& rows) {
   }
 }
 
-// Early refresh once per factor version for a layer on (or just leaving)
-// the GIFT path whose gain decayed below half its best and below the
-// guard's entry level: a fresher factor may win the gain back.
-std::vector<std::string> EarlyRefresh(const SelectorPolicy& policy,
-                                      std::vector<Row>& rows) {
-  std::vector<std::string> out;
+// A move of `r` the plan pace may not hold: the operator's (pins and
+// settings), the audit's, a resumed layer's first, and leaving the GIFT
+// path on a gain below −min_gain (whitening measurably hurts: as much worse
+// as the guard asks it to be better; a gain just below 0 is noise).
+bool Urgent(const SelectorPolicy& p, const Row& r) {
+  if (r.settings.pin != PinState::kAuto || r.settings_changed) return true;
+  if (r.audit_removed) return true;
+  if (r.resumed && !r.has_telemetry) return true;
+  return r.was_selected && !r.score.selected && r.score.gain < -p.min_gain;
+}
+
+bool Moved(const Row& r) {
+  return r.score.candidate != r.was_candidate ||
+         r.score.selected != r.was_selected;
+}
+
+// The plan pace keeps a layer where it was; its reason says until when and
+// what comes then.
+void HoldMove(Row& r, int64_t next) {
+  const char* was = r.was_selected    ? "selected"
+                    : r.was_candidate ? "candidate, not selected"
+                                      : "not a candidate";
+  const bool say_bar =
+      r.barred && r.was_candidate && !r.was_selected &&
+      r.score.reason.find("barred by the audit") == std::string::npos;
+  r.score.reason = absl::StrCat(was, " until the next plan change (step ", next,
+                                "; plan pace); then ", r.score.reason);
+  if (say_bar) absl::StrAppend(&r.score.reason, "; ", BarReason(r));
+  r.score.candidate = r.was_candidate;
+  r.score.selected = r.was_selected;
+  r.score.held = true;
+}
+
+// Layers for an early refresh: once per factor version for a layer on (or
+// just leaving) the GIFT path whose gain decayed below half its best and
+// below the guard's entry level: a fresher factor may win the gain back.
+std::vector<Row*> EarlyRefresh(const SelectorPolicy& policy,
+                               std::vector<Row>& rows) {
+  std::vector<Row*> out;
   for (Row& r : rows) {
     const double g = r.score.gain;
     if (!r.score.candidate || !(r.score.selected || r.was_selected)) continue;
@@ -434,11 +744,7 @@ std::vector<std::string> EarlyRefresh(const SelectorPolicy& policy,
     }
     if (g >= 0.5 * r.best_gain || g >= policy.min_gain) continue;
     if (r.early_refresh_version == r.factor_version) continue;
-    r.early_refresh_version = r.factor_version;
-    out.push_back(r.layer->name);
-    absl::StrAppend(&r.score.reason, "; early refresh: gain ", Num(g),
-                    " < half the best ", Num(r.best_gain), " of factor v",
-                    r.factor_version);
+    out.push_back(&r);
   }
   return out;
 }
@@ -456,43 +762,139 @@ absl::Status LayerSelector::Resume(const std::vector<std::string>& selected) {
     State& st = *state_.at(name);
     st.resumed = st.candidate = st.selected = true;
   }
+  force_ = true;
   return absl::OkStatus();
 }
 
 SelectionDecision LayerSelector::Decide(
     const std::map<std::string, SelectorSettings>& settings) {
+  const SelectorPolicy& p = policy_;
+  const int64_t clock = step_clock_ >= 0 ? step_clock_ : clock_;
+  const double stay = p.min_gain * (1 - p.hysteresis);
+  bool settings_changed = false;
+  // The probe reference's calibration where a layer has none of its own:
+  // the mean over the layers that have one; 1 when none has.
+  double calibrated = 0;
+  int calibrated_layers = 0;
+  for (const auto& [name, st] : state_) {
+    if (st->calibration.empty()) continue;
+    calibrated += Mean(st->calibration);
+    ++calibrated_layers;
+  }
+  const double job_calibration =
+      calibrated_layers > 0 ? calibrated / calibrated_layers : 1.0;
   std::vector<Row> rows(layers_.size());
   for (size_t i = 0; i < layers_.size(); ++i) {
     const State& st = *state_.at(layers_[i].name);
     Row& r = rows[i];
-    r = Row{&layers_[i],
-            {},
-            {},
-            i,
-            st.window.sum.n > 0,
-            st.candidate,
-            st.selected,
-            st.resumed,
-            st.factor_version,
-            st.best_gain,
-            st.early_refresh_version};
+    r.layer = &layers_[i];
+    r.order = i;
+    r.has_telemetry = st.window.sum.n > 0;
+    r.was_candidate = st.candidate;
+    r.was_selected = st.selected;
+    r.resumed = st.resumed;
+    r.factor_version = st.factor_version;
+    r.best_gain = st.best_gain;
+    r.early_refresh_version = st.early_refresh_version;
     if (auto it = settings.find(layers_[i].name); it != settings.end()) {
       r.settings = it->second;
     }
-    r.score.vulnerability = st.window.Vulnerability();
-    r.score.gain = st.window.Gain();
+    r.settings_changed = r.settings.pin != st.settings.pin ||
+                         r.settings.full != st.settings.full ||
+                         r.settings.rank != st.settings.rank;
+    settings_changed = settings_changed || r.settings_changed;
+    LayerScore& sc = r.score;
+    sc.vulnerability = st.window.Vulnerability();
+    sc.gain = st.window.Gain();
+    r.gaining =
+        r.was_selected && r.settings.pin == PinState::kAuto && sc.gain >= stay;
+    // The audit window and the Euclidean reference.
+    sc.audit_gift_rel_l2 = st.audits.Mean(true, &sc.audit_gift_audits);
+    sc.audit_euclid_rel_l2 = st.audits.Mean(false, &sc.audit_euclid_audits);
+    if (sc.audit_euclid_audits > 0) {
+      sc.audit_reference_rel_l2 = sc.audit_euclid_rel_l2;
+      sc.audit_reference = "audit";
+    } else if (!std::isnan(st.window.ProbeEuclid())) {
+      sc.audit_probe_scale =
+          st.calibration.empty() ? job_calibration : Mean(st.calibration);
+      sc.audit_reference_rel_l2 =
+          st.window.ProbeEuclid() * sc.audit_probe_scale;
+      sc.audit_reference = "probe";
+    }
+    r.audit_why = st.audit_why;
+    sc.audit_removals = st.audit_removals;
+    r.barred_version = st.barred_version;
+    r.euclid_audits_since_removal = st.euclid_audits_since_removal;
+    r.euclid_audits_needed = st.audit_removals > 0
+                                 ? int64_t{p.audit_window} << std::min<int64_t>(
+                                       st.audit_removals - 1, 20)
+                                 : 0;
+    r.reentry = st.reentry;
+    r.barred = st.barred;
+    if (r.barred && r.euclid_audits_since_removal >= r.euclid_audits_needed &&
+        r.factor_version > r.barred_version) {
+      r.barred = false;  // the evidence aged out and the factor is new
+      r.reentry = true;
+    }
+    sc.audit_barred = r.barred;
   }
-  ApplyCandidates(policy_, rows);
-  ApplyGainGuard(policy_, rows);
-  ApplyBudget(policy_, rows);
+  ApplyCandidates(p, rows);
+  ApplyGainGuard(p, rows);
+  ApplyAudit(p, rows);
+  ApplyBudget(p, rows);
+
+  // The plan pace.
+  bool urgent = false, pending = false;
+  for (const Row& r : rows) {
+    if (!Moved(r)) continue;
+    (Urgent(p, r) ? urgent : pending) = true;
+  }
+  std::vector<Row*> refresh = EarlyRefresh(p, rows);
+  pending = pending || !refresh.empty();
+  const bool open = force_ || settings_changed || urgent ||
+                    p.plan_interval_steps == 0 || clock < p.warmup_steps ||
+                    last_paced_step_ < 0 ||
+                    clock - last_paced_step_ >= p.plan_interval_steps;
   SelectionDecision d;
-  d.early_refresh = EarlyRefresh(policy_, rows);
+  d.step = clock;
+  if (open) {
+    if (pending) last_paced_step_ = clock;
+    for (Row* r : refresh) {
+      r->early_refresh_version = r->factor_version;
+      d.early_refresh.push_back(r->layer->name);
+      absl::StrAppend(&r->score.reason, "; early refresh: gain ",
+                      Num(r->score.gain), " < half the best ",
+                      Num(r->best_gain), " of factor v", r->factor_version);
+    }
+  } else if (pending) {
+    const int64_t next = last_paced_step_ + p.plan_interval_steps;
+    d.next_change_step = next;
+    for (Row& r : rows) {
+      if (Moved(r)) HoldMove(r, next);
+    }
+    for (Row* r : refresh) {
+      r->score.held = true;
+      absl::StrAppend(&r->score.reason,
+                      "; early refresh held until the next plan change");
+    }
+  }
+  force_ = false;
+
   for (const Row& r : rows) {
     State& st = *state_.at(r.layer->name);
     st.candidate = r.score.candidate;
     st.selected = r.score.selected;
     st.resumed = st.resumed && std::isnan(r.score.gain);
     st.early_refresh_version = r.early_refresh_version;
+    st.settings = r.settings;
+    if (r.audit_removed) {
+      st.audit_why = r.audit_why;
+      st.audit_removals = r.score.audit_removals;
+      st.barred_version = r.barred_version;
+      st.euclid_audits_since_removal = 0;
+    }
+    st.barred = r.barred;
+    st.reentry = r.reentry && !r.score.selected;
     if (r.score.candidate) d.candidates.push_back(r.layer->name);
     if (r.score.selected) d.selected.push_back(r.layer->name);
     d.scores[r.layer->name] = r.score;

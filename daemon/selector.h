@@ -3,34 +3,69 @@
 //
 // Input, per layer and per observation (the daemon calls Observe about every
 // 100 ms with what its local ranks reported since the last call, summed over
-// the ranks): steps advanced, quantized elements, FP8 boundary hits, and the
+// the ranks): steps advanced, quantized elements, FP8 boundary hits, the
 // probe results (sums of the local Euclidean and GIFT round-trip RelL2 over
-// probe steps). The selector keeps a window of the last `window_steps` steps
-// per layer and derives
+// probe steps) and the audit results (RelL2 of the gradient actually
+// applied against an FP32 allreduce, by path). The selector keeps a window
+// of the last `window_steps` steps per layer and derives
 //   vulnerability = Σ(upper + lower) / Σ n        over the window,
 //   gain          = 1 − Σ gift_rel_l2 / Σ euclid  over the window's probes
-//                   (NaN while the window holds no probe).
+//                   (NaN while the window holds no probe);
+// and, per layer, an audit window of its last `audit_window` audits (the
+// reports of one audit step reach the selector within kAuditMergeSteps
+// steps, maybe over several observations, and make one audit).
+// Its clock is the number of steps it has seen (SelectorSample::step).
 //
 // Decide() then applies, in order:
 //  1. pins: PIN_OUT layers are never candidates; PIN_IN layers always are,
-//     and are selected whatever their gain;
+//     and are selected whatever their gain or audit;
 //  2. the policy on vulnerability (top-k / elbow / threshold), with
 //     hysteresis: a current candidate stays while its score is above the cut
 //     times (1 − hysteresis); a newcomer enters only above the cut times
 //     (1 + hysteresis) (top-k: it must beat the weakest member by that
-//     factor);
+//     factor). A *gaining* candidate (selected, gain >= the guard's stay
+//     level) holds its place `gain_hold` times as firmly: top-k newcomers
+//     must beat gain_hold · (1 + hysteresis) times its score; under elbow
+//     and threshold it stays down to cut · (1 − hysteresis) / gain_hold;
 //  3. the measured-gain guard: a candidate is selected once its gain is
 //     >= min_gain and stays selected until its gain drops below
 //     min_gain · (1 − hysteresis); without a measured gain it is not
 //     selected (it still gets factors, so probes can measure it);
-//  4. the budget (max_layers, max_extra_flops per step: 4·d_out·d_in·r for
+//  4. the audit rule: a selected layer whose mean audited GIFT-path RelL2
+//     over its audit window (at least two GIFT audits, or one when
+//     audit_window is 1) exceeds its Euclidean reference times
+//     (1 + audit_margin) leaves the GIFT path at once. The reference is the
+//     mean of the Euclidean-path audits in the same audit window, else the
+//     probes' Euclidean RelL2 over the step window times the calibration:
+//     the mean ratio of audited to local round-trip Euclidean RelL2 of the
+//     layer's own Euclidean audits (its last audit_window), else of every
+//     layer that has one, else 1 (the applied gradient's error is larger
+//     than a local round trip's: the ring's requantization, error feedback;
+//     the probe alone would convict layers that do gain). It stays a candidate
+//     but is barred from the GIFT path until (a) audit_window · 2^(n−1)
+//     Euclidean-path audits have come since its n-th removal (the evidence
+//     has aged out; each repeat doubles the wait) and (b) a factor newer
+//     than the one it was removed with is published; it then re-enters only
+//     at gain >= min_gain · (1 + hysteresis). Pinned-in layers stay; their
+//     reason says the audit objects;
+//  5. the budget (max_layers, max_extra_flops per step: 4·d_out·d_in·r for
 //     low-rank, 2·d_out·d_in² for full) in order of vulnerability; pinned
 //     layers count against it first;
-//  5. early refresh: a selected layer whose gain fell below half of the best
+//  6. early refresh: a selected layer whose gain fell below half of the best
 //     gain measured since its current factor version (and below the guard's
-//     entry level) is listed once per factor version.
+//     entry level) is listed once per factor version;
+//  7. the plan pace: once the clock has passed `warmup_steps`, the moves the
+//     policy makes for its own reasons (a layer entering or leaving the
+//     candidates, entering the GIFT path, leaving it on a gain in
+//     [−min_gain, stay level), early refresh) take effect at most once per
+//     `plan_interval_steps`, all pending ones together; until then the
+//     layers keep their state (`held`). At once, whenever: moves of a layer
+//     whose pin or settings changed, audit removals, a selected layer whose
+//     gain fell below −min_gain (whitening measurably hurts), and everything
+//     after SetPolicy or Resume. Pending moves ride along with those (one plan
+//     change either way). plan_interval_steps = 0 turns the pace off.
 // The decision changes (and the daemon emits a new plan epoch) only when the
-// candidate or selected set changes.
+// candidate or selected set changes (or an early refresh is listed).
 //
 //   LayerSelector selector(SelectorPolicy{});
 //   selector.AddLayer({"blocks.0.mlp.fc2", 64, 128});
@@ -42,6 +77,7 @@
 #define GIFT_DAEMON_SELECTOR_H_
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -81,9 +117,31 @@ struct SelectorPolicy {
   double max_extra_flops = 0;
   // Measured-gain guard. Default: 0.05. REQUIRES: [0, 1).
   double min_gain = 0.05;
+  // How much more firmly a gaining candidate (selected, gain >= the guard's
+  // stay level) holds its candidate place; 1 = plain hysteresis. Default: 2
+  // (a flat tail of near-equal scores never displaces a layer that gains;
+  // one at least twice as vulnerable does). REQUIRES: [1, 1000].
+  double gain_hold = 2;
+  // Steps (of the selector's clock) before the plan pace applies. Default:
+  // 100 (two default refresh intervals: the first candidates get a factor
+  // and a measured gain). REQUIRES: [0, kMaxSelectionCount].
+  int warmup_steps = 100;
+  // After the warm-up, the policy's own moves take effect at most once per
+  // this many steps; 0 = at once. Default: 200 (at most 5 such plan changes
+  // per 1000 steps). REQUIRES: [0, kMaxSelectionCount].
+  int plan_interval_steps = 200;
+  // Audits per layer the audit rule averages. Default: 3 (300 steps at
+  // libgift's default audit interval of 100). REQUIRES: [1, 1000].
+  int audit_window = 3;
+  // Relative margin by which the audited GIFT-path RelL2 must exceed the
+  // Euclidean reference for the layer to leave the GIFT path. Default: 0.1
+  // (the calibration of the probe reference varies by about ±10% between
+  // layers). REQUIRES: [0, 10].
+  double audit_margin = 0.1;
 
   // INVALID_ARGUMENT naming the first bad field.
   absl::Status Validate() const;
+  bool operator==(const SelectorPolicy&) const = default;
 };
 
 struct SelectorLayer {
@@ -119,7 +177,23 @@ struct SelectorSample {
   double audit_gift_rel_l2_sum = 0;
   int64_t audits_euclid = 0;
   double audit_euclid_rel_l2_sum = 0;
+  // The local FP8 round trip of the path the layer took, over the sample's
+  // steps, summed over the ranks: Σ‖x̂ − x‖² and Σ‖x‖² (0 when unknown). With
+  // Euclidean audits it calibrates the probe reference of the audit rule
+  // for layers without probes.
+  double round_trip_err_sq = 0;
+  double round_trip_x_sq = 0;
+  // The job's step at this observation (the slowest rank's), -1 when
+  // unknown. When given, the selector's clock is the steps since the first
+  // one it saw; else it sums `steps`, which overcounts a little when the
+  // ranks are polled on either side of a step.
+  int64_t step = -1;
 };
+
+// Reports of one audit step that reach the selector within this many steps
+// of each other are one audit (the ranks of a job step together, but the
+// daemon may poll them on either side of a step).
+inline constexpr int64_t kAuditMergeSteps = 2;
 
 struct LayerScore {
   double vulnerability = 0;  // 0 with no data
@@ -127,6 +201,26 @@ struct LayerScore {
   bool candidate = false;
   bool selected = false;
   std::string reason;  // e.g. "selected: gain 0.31 >= 0.05"
+  // The plan pace holds a move of this layer until the decision's
+  // next_change_step (the reason says which).
+  bool held = false;
+  // The audit window: mean audited RelL2 of the gradient applied on each
+  // path (NaN without audits of that path) and how many audits of each.
+  double audit_gift_rel_l2 = std::numeric_limits<double>::quiet_NaN();
+  double audit_euclid_rel_l2 = std::numeric_limits<double>::quiet_NaN();
+  int audit_gift_audits = 0;
+  int audit_euclid_audits = 0;
+  // The Euclidean reference the audit rule compares with: the audited
+  // Euclidean mean when the window has Euclidean audits ("audit"), else the
+  // probes' Euclidean RelL2 over the step window ("probe"); NaN and "" when
+  // neither exists.
+  double audit_reference_rel_l2 = std::numeric_limits<double>::quiet_NaN();
+  std::string audit_reference;
+  // With the "probe" reference: the calibration it was multiplied by (1
+  // without one); NaN otherwise.
+  double audit_probe_scale = std::numeric_limits<double>::quiet_NaN();
+  int64_t audit_removals = 0;  // times the audit rule took it off GIFT
+  bool audit_barred = false;   // kept off the GIFT path by the audit rule
 };
 
 struct SelectionDecision {
@@ -135,6 +229,10 @@ struct SelectionDecision {
   std::vector<std::string> early_refresh;
   bool changed = false;  // candidates or selected differ from the last call
   std::map<std::string, LayerScore> scores;
+  int64_t step = 0;  // the selector's clock: steps seen
+  // The plan pace: the first step at which held moves may take effect; -1
+  // when none is held.
+  int64_t next_change_step = -1;
 };
 
 class LayerSelector {
@@ -145,7 +243,9 @@ class LayerSelector {
   absl::Status AddLayer(const SelectorLayer& layer);
   bool HasLayer(const std::string& name) const;
   // INVALID_ARGUMENT (state unchanged) when the policy is invalid. A new
-  // window length applies to the samples already held.
+  // window length applies to the samples already held (audit_window too).
+  // After a change the next Decide applies every move at once (the plan
+  // pace waits for nothing); the same policy again changes nothing.
   absl::Status SetPolicy(const SelectorPolicy& policy);
   const SelectorPolicy& policy() const { return policy_; }
 
@@ -166,6 +266,7 @@ class LayerSelector {
 
  private:
   struct Window;  // per-layer ring of samples (selector.cc)
+  struct Audits;  // per-layer ring of audits
   struct State;
 
   SelectorPolicy policy_;
@@ -173,6 +274,11 @@ class LayerSelector {
   std::map<std::string, std::shared_ptr<State>> state_;
   std::vector<std::string> last_candidates_;
   std::vector<std::string> last_selected_;
+  int64_t clock_ = 0;             // steps seen (the most of any layer)
+  int64_t first_step_ = -1;       // the first SelectorSample::step seen
+  int64_t step_clock_ = -1;       // steps since first_step_
+  int64_t last_paced_step_ = -1;  // last paced change after the warm-up
+  bool force_ = false;            // SetPolicy / Resume: apply at once
 };
 
 }  // namespace gift::daemon

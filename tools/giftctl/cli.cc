@@ -51,7 +51,9 @@ const char kUsage[] =
     "                             change (or show) one layer's settings\n"
     "  policy [--kind top-k|elbow|threshold] [--top-k N] [--threshold X]\n"
     "         [--hysteresis H] [--window N] [--max-layers N] [--max-flops F]\n"
-    "         [--min-gain G]      change (or show) the selection policy\n"
+    "         [--min-gain G] [--gain-hold F] [--warmup N]\n"
+    "         [--plan-interval N] [--audit-window N] [--audit-margin M]\n"
+    "                             change (or show) the selection policy\n"
     "  refresh [LAYER]            refresh factors now (default: every\n"
     "                             candidate layer)\n"
     "  watch [--interval MS] [--count N]\n"
@@ -133,8 +135,11 @@ constexpr Range kAuditInterval = {0, false, daemon::kMaxAuditInterval, false};
 constexpr Range kBeta = {daemon::kMinBeta, false, daemon::kMaxBeta, false};
 constexpr Range kCount = {1, false, daemon::kMaxSelectionCount, false};
 constexpr Range kCountOrZero = {0, false, daemon::kMaxSelectionCount, false};
-constexpr Range kUnit = {0, false, 1, false};     // [0, 1]
-constexpr Range kUnitOpen = {0, false, 1, true};  // [0, 1)
+constexpr Range kUnit = {0, false, 1, false};            // [0, 1]
+constexpr Range kUnitOpen = {0, false, 1, true};         // [0, 1)
+constexpr Range kGainHold = {1, false, 1000, false};     // [1, 1000]
+constexpr Range kAuditWindow = {1, false, 1000, false};  // [1, 1000]
+constexpr Range kAuditMargin = {0, false, 10, false};    // [0, 10]
 // A call's deadline: the chrono conversion of a larger one would overflow.
 constexpr Range kTimeout = {0, true, 86400, false};  // a day
 
@@ -271,7 +276,13 @@ absl::Status ParsePolicy(CommandArgs& a, Invocation& inv) {
         IntField{"window", kCount,
                  &gift::v1::SelectionPolicy::set_window_steps},
         IntField{"max-layers", kCountOrZero,
-                 &gift::v1::SelectionPolicy::set_max_layers}}) {
+                 &gift::v1::SelectionPolicy::set_max_layers},
+        IntField{"warmup", kCountOrZero,
+                 &gift::v1::SelectionPolicy::set_warmup_steps},
+        IntField{"plan-interval", kCountOrZero,
+                 &gift::v1::SelectionPolicy::set_plan_interval_steps},
+        IntField{"audit-window", kAuditWindow,
+                 &gift::v1::SelectionPolicy::set_audit_window}}) {
     int v = 0;
     bool given;
     RETURN_IF_ERROR(OptField(a, f.option, f.range, false, &v, &given));
@@ -290,7 +301,11 @@ absl::Status ParsePolicy(CommandArgs& a, Invocation& inv) {
         DoubleField{"max-flops", kNonNegative,
                     &gift::v1::SelectionPolicy::set_max_extra_flops},
         DoubleField{"min-gain", kUnitOpen,
-                    &gift::v1::SelectionPolicy::set_min_gain}}) {
+                    &gift::v1::SelectionPolicy::set_min_gain},
+        DoubleField{"gain-hold", kGainHold,
+                    &gift::v1::SelectionPolicy::set_gain_hold},
+        DoubleField{"audit-margin", kAuditMargin,
+                    &gift::v1::SelectionPolicy::set_audit_margin}}) {
     double v = 0;
     bool given;
     RETURN_IF_ERROR(OptField(a, f.option, f.range, false, &v, &given));

@@ -111,6 +111,30 @@ TEST(ParseTest, PolicyFields) {
   EXPECT_EQ(p.max_layers(), 5);
   EXPECT_EQ(p.max_extra_flops(), 1e12);
   EXPECT_EQ(p.min_gain(), 0.1);
+  EXPECT_FALSE(p.has_gain_hold() || p.has_warmup_steps() ||
+               p.has_plan_interval_steps() || p.has_audit_window() ||
+               p.has_audit_margin());
+  // The plan pace and the audit rule.
+  inv = Parse({"policy", "--gain-hold", "1.5", "--warmup=50", "--plan-interval",
+               "0", "--audit-window", "4", "--audit-margin=0.2"});
+  ASSERT_OK(inv);
+  const gift::v1::SelectionPolicy& s = inv->set_policy.policy();
+  EXPECT_EQ(s.gain_hold(), 1.5);
+  EXPECT_EQ(s.warmup_steps(), 50);
+  EXPECT_TRUE(s.has_plan_interval_steps());  // a present 0: pace off
+  EXPECT_EQ(s.plan_interval_steps(), 0);
+  EXPECT_EQ(s.audit_window(), 4);
+  EXPECT_EQ(s.audit_margin(), 0.2);
+  ExpectUsage({"policy", "--gain-hold", "0.5"},
+              "--gain-hold: must be in [1, 1000], got 0.5");
+  ExpectUsage({"policy", "--audit-window", "0"},
+              "--audit-window: must be in [1, 1000], got 0");
+  ExpectUsage({"policy", "--audit-margin", "11"},
+              "--audit-margin: must be in [0, 10], got 11");
+  ExpectUsage({"policy", "--plan-interval", "-1"},
+              "--plan-interval: must be in [0, 1000000], got -1");
+  ExpectUsage({"policy", "--warmup", "-1"},
+              "--warmup: must be in [0, 1000000], got -1");
   // Nothing given: every field absent, "keep".
   EXPECT_EQ(Parse({"policy"})->set_policy.policy().ByteSizeLong(), 0u);
   EXPECT_FALSE(Parse({"policy"})->set_policy.policy().has_max_layers());
