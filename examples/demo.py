@@ -102,19 +102,26 @@ def free_address():
 
 class Giftd:
     """giftd in the background with its defaults (and `flags`); stopped by
-    stop()."""
+    stop(). private: a socket in run_dir, a free control port, no metrics,
+    its own node name and shm prefix (beside any other giftd;
+    bench/python/plan_stability.py)."""
 
-    def __init__(self, exe, ctl, run_dir, flags=()):
+    def __init__(self, exe, ctl, run_dir, flags=(), private=False):
         self.ctl = ctl
         self.socket = "/tmp/gift/agent.sock"
         self.control = DEFAULT_CONTROL
         self.metrics = DEFAULT_METRICS
         self.moved = []
-        if os.path.exists(self.socket) or not port_free(self.control):
+        if private or os.path.exists(self.socket) or not port_free(
+                self.control):
             self.socket = os.path.join(run_dir, "agent.sock")
             self.control = free_address()
             self.moved.append("agent socket and control port")
-        if not port_free(self.metrics):
+        if private:
+            self.metrics = ""
+            tag = f"ps{os.getpid()}x{self.control.rsplit(':', 1)[1]}"
+            flags = [f"--node={tag}", f"--shm-prefix=/gift-{tag}", *flags]
+        elif not port_free(self.metrics):
             self.metrics = free_address()
             self.moved.append("metrics port")
         os.makedirs(os.path.dirname(self.socket), exist_ok=True)

@@ -41,6 +41,10 @@ import tempfile
 import threading
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "..", "..", "examples"))
+import demo  # noqa: E402  (examples/demo.py: its Giftd)
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 DEMO_TRAIN = os.path.join(ROOT, "examples", "train_tiny_llama.py")
@@ -92,34 +96,11 @@ def log_time(stamp):
         tzinfo=datetime.timezone.utc).timestamp()
 
 
-class Giftd:
-    def __init__(self, exe, ctl, run_dir, extra):
-        self.ctl = ctl
-        self.socket = os.path.join(run_dir, "agent.sock")
-        self.control = f"127.0.0.1:{free_port()}"
-        self.log_path = os.path.join(run_dir, "giftd.log")
-        self.log = open(self.log_path, "w")
-        tag = f"ps{os.getpid()}x{free_port()}"
-        self.cmd = [exe, f"--agent-socket={self.socket}",
-                    f"--control-address={self.control}",
-                    "--metrics-address=", f"--node={tag}",
-                    f"--shm-prefix=/gift-{tag}", *extra]
-        self.proc = subprocess.Popen(self.cmd, stdout=self.log,
-                                     stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 30
-        while not os.path.exists(self.socket):
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError("giftd did not start:\n" +
-                                   open(self.log_path).read())
-            time.sleep(0.05)
+class Giftd(demo.Giftd):
+    """demo.py's giftd on private ports and prefix, and its plan epochs."""
 
-    def giftctl(self, *args):
-        r = subprocess.run([self.ctl, "--address", self.control, "--json",
-                            *args], capture_output=True, text=True, timeout=20)
-        if r.returncode != 0:
-            raise RuntimeError(f"giftctl {' '.join(args)}: {r.stderr}")
-        return json.loads(r.stdout)
+    def __init__(self, exe, ctl, run_dir, extra):
+        super().__init__(exe, ctl, run_dir, extra, private=True)
 
     def epochs(self):
         """[(time, epoch, moves)] from the log."""
@@ -131,16 +112,6 @@ class Giftd:
                     out.append((log_time(m.group(1)), int(m.group(2)),
                                 m.group(3)))
         return out
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
 
 
 class Poller(threading.Thread):

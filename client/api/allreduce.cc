@@ -99,18 +99,22 @@ Status CheckOptions(const AllReduceOptions& o) {
 
 }  // namespace
 
+static_assert(static_cast<int>(AllReduceMode::kFp8) ==
+                  static_cast<int>(client::AllReduceMode::kFp8) &&
+              static_cast<int>(AllReduceMode::kFp32) ==
+                  static_cast<int>(client::AllReduceMode::kFp32) &&
+              static_cast<int>(AllReduceMode::kBf16) ==
+                  static_cast<int>(client::AllReduceMode::kBf16) &&
+              static_cast<int>(AllReduceMode::kNcclFp8) ==
+                  static_cast<int>(client::AllReduceMode::kNcclFp8));
+
 const char* AllReduceModeName(AllReduceMode mode) {
-  switch (mode) {
-    case AllReduceMode::kFp8:
-      return "fp8";
-    case AllReduceMode::kFp32:
-      return "fp32";
-    case AllReduceMode::kBf16:
-      return "bf16";
-    case AllReduceMode::kNcclFp8:
-      return "nccl-fp8";
-  }
-  return "unknown";
+  const int m = static_cast<int>(mode);
+  if (m < 0 || m > 3) return "unknown";
+  // The enums share their values (ParseAllReduceMode casts the same way);
+  // the internal names are string literals.
+  return client::AllReduceModeName(static_cast<client::AllReduceMode>(m))
+      .data();
 }
 
 Status ParseAllReduceMode(const std::string& name, AllReduceMode* out) {
