@@ -176,6 +176,37 @@ TEST_F(DeviceBackendTest, ElementwiseOpsMatchHostBitwise) {
   EXPECT_EQ(BitDiffs(Download<float>(*dn, kN), hn), 0) << "fill NaN";
 }
 
+// Audit steps: the comparison slots of the device agree with the host's
+// (the sums in double; only their order differs), and slots are separate.
+TEST_F(DeviceBackendTest, CompareSlotsMatchHost) {
+  constexpr int64_t kN = 200003;
+  const std::vector<float> ref = RandomData(kN, 3, true);
+  const std::vector<float> x = RandomData(kN, 4, true);
+  auto dref = dev_->NewBuffer(), dx = dev_->NewBuffer();
+  Upload(*dref, ref);
+  Upload(*dx, x);
+  ASSERT_OK(host_.BeginCompare(3));
+  ASSERT_OK(host_.Compare(ref.data(), x.data(), kN, 0));
+  ASSERT_OK(host_.Compare(x.data(), x.data(), kN, 2));
+  ASSERT_OK(dev_->BeginCompare(3));
+  ASSERT_OK(dev_->Compare(dref->floats(), dx->floats(), kN, 0));
+  ASSERT_OK(dev_->Compare(dx->floats(), dx->floats(), kN, 2));
+  EXPECT_FALSE(dev_->Compare(dref->floats(), dx->floats(), kN, 3).ok());
+  std::vector<kernels::QuantizeStats> h, d;
+  ASSERT_OK(host_.EndCompare(&h));
+  ASSERT_OK(dev_->EndCompare(&d));
+  ASSERT_EQ(d.size(), 3u);
+  for (int i : {0, 2}) {
+    EXPECT_NEAR(d[i].err_sq, h[i].err_sq, 1e-9 * (1 + h[i].err_sq)) << i;
+    EXPECT_NEAR(d[i].x_sq, h[i].x_sq, 1e-9 * h[i].x_sq) << i;
+    EXPECT_NEAR(d[i].xhat_x, h[i].xhat_x, 1e-9 * std::abs(h[i].x_sq)) << i;
+  }
+  EXPECT_EQ(d[1].x_sq, 0.0);    // an unused slot stays zero
+  EXPECT_EQ(d[2].err_sq, 0.0);  // x against itself
+  EXPECT_NEAR(d[0].RelL2(), h[0].RelL2(), 1e-9);
+  EXPECT_NEAR(d[0].Cosine(), h[0].Cosine(), 1e-9);
+}
+
 TEST_F(DeviceBackendTest, RoundPrimitivesMatchHost) {
   constexpr int64_t kN = 65537;
   const kernels::QuantizeSpec spec{kernels::Fp8Format::kE4M3, 1000};
