@@ -49,8 +49,9 @@ ASAN_TARGETS=(
   selector_test factor_builder_test config_test grpc_server_test
   peer_link_test peer_link_sender_test kv_store_test daemon_test
   daemon_shm_test daemon_control_test factor_check_test daemon_limits_test
-  daemon_peer_test metrics_registry_test metrics_http_test
-  metrics_process_test
+  daemon_peer_test metrics_http_test metrics_process_test
+  # libgift.so's public API: the C ABI's bad-input handling above all
+  gift_c_api_test gift_cpp_api_test
   # tools/ and tools/giftctl: the readers of untrusted files and giftctl.
   # Not the gift-fidelity numerics (tools/fidelity/: offline Eigen code whose
   # files take a third of this build under ASan+UBSan); its .npy reader is
@@ -66,7 +67,7 @@ TSAN_TARGETS=(
   shm_protocol_test
   kv_store_test daemon_test daemon_shm_test daemon_peer_test
   peer_link_test peer_link_sender_test grpc_server_test
-  metrics_registry_test metrics_http_test
+  metrics_http_test
 )
 # Tests of those targets left out of the TSan run, as ctest regexes (each
 # with the reason).

@@ -91,6 +91,13 @@
 extern "C" {
 #endif
 
+/* Every enumeration below spans the whole int range (its *_RANGE_MIN_ and
+ * *_RANGE_MAX_ constants are not values to pass): a caller's value outside
+ * the listed ones is then a well-defined value of the type, in C and in
+ * C++, which the library rejects (GIFT_INVALID_ARGUMENT). */
+#define GIFT_ENUM_RANGE_(prefix) \
+  prefix##RANGE_MIN_ = -2147483647 - 1, prefix##RANGE_MAX_ = 2147483647
+
 /* ---- Status -------------------------------------------------------------- */
 
 typedef enum gift_status_t {
@@ -110,7 +117,8 @@ typedef enum gift_status_t {
   GIFT_INTERNAL = 13,
   GIFT_UNAVAILABLE = 14,
   GIFT_DATA_LOSS = 15,
-  GIFT_UNAUTHENTICATED = 16
+  GIFT_UNAUTHENTICATED = 16,
+  GIFT_ENUM_RANGE_(GIFT_STATUS_)
 } gift_status_t;
 
 /* "OK", "INVALID_ARGUMENT", ... ("UNKNOWN" for other values). Static
@@ -128,29 +136,34 @@ GIFT_EXPORT const char* gift_version(void);
 
 typedef enum gift_backend_t {
   GIFT_BACKEND_GLOO = 0, /* CPU, host memory, TCP */
-  GIFT_BACKEND_NCCL = 1  /* GPU, device memory (a libgift built with CUDA) */
+  GIFT_BACKEND_NCCL = 1, /* GPU, device memory (a libgift built with CUDA) */
+  GIFT_ENUM_RANGE_(GIFT_BACKEND_)
 } gift_backend_t;
 
 typedef enum gift_allreduce_mode_t {
-  GIFT_MODE_FP8 = 0,     /* two-phase FP8, GIFT on GIFT layers (default) */
-  GIFT_MODE_FP32 = 1,    /* exact FP32 baseline */
-  GIFT_MODE_BF16 = 2,    /* bfloat16 sum */
-  GIFT_MODE_NCCL_FP8 = 3 /* NCCL's FP8 sum (NCCL backend, sm_90) */
+  GIFT_MODE_FP8 = 0,      /* two-phase FP8, GIFT on GIFT layers (default) */
+  GIFT_MODE_FP32 = 1,     /* exact FP32 baseline */
+  GIFT_MODE_BF16 = 2,     /* bfloat16 sum */
+  GIFT_MODE_NCCL_FP8 = 3, /* NCCL's FP8 sum (NCCL backend, sm_90) */
+  GIFT_ENUM_RANGE_(GIFT_MODE_)
 } gift_allreduce_mode_t;
 
 typedef enum gift_layer_path_t {
   GIFT_PATH_EUCLID = 0, /* FP8 with the layer's scale (default) */
-  GIFT_PATH_GIFT = 1    /* whitened FP8 with error feedback (2-D layers) */
+  GIFT_PATH_GIFT = 1,   /* whitened FP8 with error feedback (2-D layers) */
+  GIFT_ENUM_RANGE_(GIFT_PATH_)
 } gift_layer_path_t;
 
 typedef enum gift_fp8_format_t {
   GIFT_FP8_E4M3 = 0, /* max 448 (default) */
-  GIFT_FP8_E5M2 = 1  /* max 57344 */
+  GIFT_FP8_E5M2 = 1, /* max 57344 */
+  GIFT_ENUM_RANGE_(GIFT_FP8_)
 } gift_fp8_format_t;
 
 typedef enum gift_transform_t {
   GIFT_TRANSFORM_LOW_RANK = 0, /* T = I + U diag(c) U^T (default) */
-  GIFT_TRANSFORM_FULL = 1      /* dense d_in x d_in */
+  GIFT_TRANSFORM_FULL = 1,     /* dense d_in x d_in */
+  GIFT_ENUM_RANGE_(GIFT_TRANSFORM_)
 } gift_transform_t;
 
 /* ---- Opaque handles -------------------------------------------------------*/
