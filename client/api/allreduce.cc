@@ -82,6 +82,20 @@ StepStats ToStats(const client::StepTelemetry& t, double seconds) {
   return s;
 }
 
+// The end of a step (Step, EndStep) with result `s`: fills `stats` and
+// hands a successful step's telemetry to the attachment (nullable).
+Status FinishStep(const absl::Status& s, const client::QuantizedAllReduce& ar,
+                  client::DaemonAttachment* attachment,
+                  const client::StepTelemetry& t, double seconds,
+                  StepStats* stats) {
+  if (stats != nullptr) *stats = ToStats(t, seconds);
+  if (!s.ok()) return api::FromAbsl(s);
+  if (attachment != nullptr) {
+    return api::FromAbsl(attachment->AfterStep(ar, t, seconds));
+  }
+  return Status();
+}
+
 Status CheckOptions(const AllReduceOptions& o) {
   const int mode = static_cast<int>(o.mode);
   if (mode < 0 || mode > 3) {
@@ -201,14 +215,8 @@ Status QuantizedAllReduce::Step(float* bucket, size_t count, StepStats* stats) {
   client::StepTelemetry t;
   const absl::Status s = rep_->ar->Run(bucket, rep_->factors, &t);
   ++rep_->steps;
-  const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
-  if (stats != nullptr) *stats = ToStats(t, seconds);
-  if (!s.ok()) return api::FromAbsl(s);
-  if (rep_->internal_attachment != nullptr) {
-    return api::FromAbsl(
-        rep_->internal_attachment->AfterStep(*rep_->ar, t, seconds));
-  }
-  return Status();
+  return FinishStep(s, *rep_->ar, rep_->internal_attachment, t,
+                    absl::ToDoubleSeconds(absl::Now() - start), stats);
 }
 
 Status QuantizedAllReduce::BeginStep() {
@@ -273,14 +281,8 @@ Status QuantizedAllReduce::EndStep(StepStats* stats) {
   const absl::Status s = rep_->ar->EndStep(&t);
   ++rep_->steps;
   rep_->busy += absl::Now() - start;
-  const double seconds = absl::ToDoubleSeconds(rep_->busy);
-  if (stats != nullptr) *stats = ToStats(t, seconds);
-  if (!s.ok()) return api::FromAbsl(s);
-  if (rep_->internal_attachment != nullptr) {
-    return api::FromAbsl(
-        rep_->internal_attachment->AfterStep(*rep_->ar, t, seconds));
-  }
-  return Status();
+  return FinishStep(s, *rep_->ar, rep_->internal_attachment, t,
+                    absl::ToDoubleSeconds(rep_->busy), stats);
 }
 
 Status QuantizedAllReduce::AddPlan(const BucketPlan& plan) {
