@@ -99,6 +99,11 @@ absl::Status DaemonAttachment::Impl::TakeFactors(VersionedFactors* factors) {
       g.u = std::move(f.u);
       g.c = std::move(f.c);
       g.c_inv = std::move(f.c_inv);
+      if (f.beta_auto) {
+        g.lambda = std::move(f.lambda);
+        g.trace_mean = f.trace_mean;
+        g.beta_auto = true;
+      }
       if (!f.omega.empty()) {
         s.omega = std::move(f.omega);
         s.omega_version = f.version;
@@ -219,6 +224,12 @@ void DaemonAttachment::Impl::WriteTelemetry(const StepTelemetry& t,
       ++c.probes;
       c.probe_euclid_sum += lt.probe_euclid_rel_l2;
       c.probe_gift_sum += lt.probe_gift_rel_l2;
+      if (lt.beta_probed) {
+        ++c.beta_probes;
+        for (int b = 0; b < kBetaGrid; ++b) {
+          c.probe_beta_sum[b] += lt.probe_beta_rel_l2[b];
+        }
+      }
     }
     if (lt.audited) {
       const int p = lt.path == LayerPath::kGift ? 1 : 0;

@@ -514,9 +514,27 @@ absl::Status QuantizedAllReduce::Probe(const Group& g, const float* data,
     }
     ProbeResult p;
     RETURN_IF_ERROR(backend_->Probe(data + l.offset, l, *f, &p));
-    t->layers[j].probed = true;
-    t->layers[j].probe_euclid_rel_l2 = p.euclid_rel_l2;
-    t->layers[j].probe_gift_rel_l2 = p.gift_rel_l2;
+    LayerTelemetry& lt = t->layers[j];
+    lt.probed = true;
+    lt.probe_euclid_rel_l2 = p.euclid_rel_l2;
+    lt.probe_gift_rel_l2 = p.gift_rel_l2;
+    if (!f->beta_auto) continue;
+    // β auto: the same round trip with the factor rebuilt for each grid β.
+    BetaVariants& bv = beta_variants_[l.name];
+    if (bv.version != f->version) {
+      bv.version = kNoVersion;
+      bv.f.clear();
+      for (int b = 0; b < kBetaGrid; ++b) {
+        ASSIGN_OR_RETURN(GiftFactor fb, f->WithBeta(kBetaGridValues[b]));
+        bv.f.push_back(std::move(fb));
+      }
+      bv.version = f->version;
+    }
+    for (int b = 0; b < kBetaGrid; ++b) {
+      RETURN_IF_ERROR(backend_->Probe(data + l.offset, l, bv.f[b], &p));
+      lt.probe_beta_rel_l2[b] = p.gift_rel_l2;
+    }
+    lt.beta_probed = true;
   }
   return absl::OkStatus();
 }

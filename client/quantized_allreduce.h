@@ -294,6 +294,14 @@ class QuantizedAllReduce {
   int64_t current_epoch_;
   int64_t step_ = 0;
   std::map<std::string, GiftState> gift_;
+  // β auto: per layer, the probe's copies of one factor version rebuilt for
+  // each β of kBetaGridValues (kept, so their addresses stay those of the
+  // same coefficients while the device backend caches uploads by address).
+  struct BetaVariants {
+    int64_t version = kNoVersion;
+    std::vector<GiftFactor> f;
+  };
+  std::map<std::string, BetaVariants> beta_variants_;
   // The memory backend (also the control messages' communicator) and the
   // round on it.
   std::unique_ptr<Fp8Backend> backend_;

@@ -14,12 +14,14 @@
 #ifndef GIFT_CLIENT_TELEMETRY_H_
 #define GIFT_CLIENT_TELEMETRY_H_
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "client/agreement.h"
 #include "client/bucket_plan.h"
+#include "common/beta_grid.h"
 #include "kernels/quantize.h"
 
 namespace gift::client {
@@ -43,6 +45,11 @@ struct LayerTelemetry {
   bool probed = false;
   double probe_euclid_rel_l2 = 0;
   double probe_gift_rel_l2 = 0;
+  // β auto (a factor that carries its eigenvalues and GiftFactor::beta_auto):
+  // the same GIFT round trip with the factor rebuilt for each β of
+  // kBetaGridValues (GiftFactor::WithBeta).
+  bool beta_probed = false;
+  std::array<double, kBetaGrid> probe_beta_rel_l2{};
   // Audit steps (QuantizedAllReduceOptions::audit_interval): the gradient
   // this step applies (its result) against the FP32 average of the same
   // local gradients, ‖Ŵ − W̄‖/‖W̄‖ and cosine; and, with drift, the running

@@ -1,6 +1,7 @@
 #include "client/versioned_factors.h"
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -24,12 +25,40 @@ absl::Status GiftFactor::Validate(int64_t layer_d_in) const {
         c_inv.size() != static_cast<size_t>(r)) {
       return bad("low-rank sizes: need u d_in*r, c and c_inv r floats");
     }
+    if (!lambda.empty() && lambda.size() != static_cast<size_t>(r)) {
+      return bad("lambda must be empty or r floats");
+    }
     return absl::OkStatus();
   }
   if (t.size() != d * d || t_inv.size() != d * d) {
     return bad("full transform needs t and t_inv of d_in*d_in floats");
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<GiftFactor> GiftFactor::WithBeta(double beta) const {
+  if (!(beta > 0) || !std::isfinite(beta)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("WithBeta: beta must be finite and > 0 (got ", beta, ")"));
+  }
+  if (kind != GiftTransform::kLowRank || r < 1 ||
+      lambda.size() != static_cast<size_t>(r) || !(trace_mean > 0) ||
+      !std::isfinite(trace_mean)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "WithBeta: factor version ", version,
+        " carries no eigenvalues and trace (not a beta-auto low-rank one)"));
+  }
+  double top = 0;
+  for (float l : lambda) top += l;
+  const double tail = d_in > r ? (trace_mean - top) / (d_in - r) : 0.0;
+  const double sigma2 = std::max(tail, beta * trace_mean / d_in);
+  GiftFactor out = *this;
+  for (int64_t j = 0; j < r; ++j) {
+    const double used = std::max<double>(lambda[j], sigma2);
+    out.c[j] = static_cast<float>(std::sqrt(sigma2 / used) - 1.0);
+    out.c_inv[j] = static_cast<float>(std::sqrt(used / sigma2) - 1.0);
+  }
+  return out;
 }
 
 absl::Status VersionedFactors::Put(const std::string& layer,

@@ -25,6 +25,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "client/bucket_plan.h"
 
 namespace gift::client {
@@ -43,9 +44,21 @@ struct GiftFactor {
   std::vector<float> c_inv;
   std::vector<float> t;  // d_in × d_in (full)
   std::vector<float> t_inv;
+  // β auto (low-rank, optional): the unclipped top-r eigenvalues λ of A and
+  // tr A the coefficients came from, so that WithBeta can rebuild them for
+  // another damping; `beta_auto` asks the probe to try kBetaGridValues.
+  std::vector<float> lambda;
+  double trace_mean = 0;
+  bool beta_auto = false;
 
   // INVALID_ARGUMENT unless the sizes are consistent and d_in matches.
   absl::Status Validate(int64_t layer_d_in) const;
+  // A copy with c, c_inv rebuilt for damping β (DESIGN §2): σ² =
+  // max((tr − Σλ)/(d − r), β·tr/d), λ' = max(λ, σ²), c = √(σ²/λ') − 1,
+  // c_inv = √(λ'/σ²) − 1 (the daemon's linalg::MakeLowRankFactor, clipped).
+  // Its version is the same: it is for probes, never for Put. FAILED_
+  // PRECONDITION without λ and tr A; INVALID_ARGUMENT for β not > 0.
+  absl::StatusOr<GiftFactor> WithBeta(double beta) const;
 };
 
 class VersionedFactors {

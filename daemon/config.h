@@ -57,7 +57,11 @@ struct DaemonConfig {
   // Steps a factor may age before a rank drops the layer to Euclidean.
   // Default: 200. REQUIRES: >= 1.
   int staleness_limit = 200;
-  double beta = 1.0;       // low-rank damping β. REQUIRES: > 0.
+  double beta = 1.0;  // low-rank damping β. REQUIRES: > 0.
+  // `beta: auto`: every low-rank layer without a β of its own starts at
+  // β = 1 and giftd builds its next factors with the β of the grid (0.3, 1,
+  // 3) its probes measured best (DESIGN §2's auto mode). Default: false.
+  bool beta_auto = false;
   double full_beta = 0.3;  // full-transform τ factor. REQUIRES: > 0.
   // Largest d_in allowed the `full` transform. Default: 4096. REQUIRES: >= 1.
   int full_max_d_in = 4096;

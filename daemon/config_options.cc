@@ -285,6 +285,28 @@ std::vector<Option> Peer() {
   };
 }
 
+// beta: a number, or `auto` (beta_auto, starting at β = 1).
+Option BetaOption() {
+  Option o = DoubleRangeOption(
+      GIFT_FIELD(beta), 0, true, kMinBeta, kMaxBeta,
+      "Low-rank damping strength beta, [1e-08, 1e+08], or auto: per layer "
+      "the best of 0.3, 1 and 3 as the probes measure them");
+  o.value = "FLOAT|auto";
+  o.set = [number = o.set](const std::string& text, DaemonConfig& c) {
+    if (text == "auto") {
+      c.beta_auto = true;
+      c.beta = 1.0;
+      return absl::OkStatus();
+    }
+    c.beta_auto = false;
+    return number(text, c);
+  };
+  o.get = [number = o.get](const DaemonConfig& c) {
+    return c.beta_auto ? std::string("auto") : number(c);
+  };
+  return o;
+}
+
 std::vector<Option> Plan() {
   return {
       GIFT_INT_RANGE(refresh_interval, 1, kMaxRefreshInterval,
@@ -299,8 +321,7 @@ std::vector<Option> Plan() {
       GIFT_INT(sketch_rows, 1, "Sampled input rows per layer and step"),
       GIFT_INT(staleness_limit, 1,
                "Steps a factor may age before a rank falls back to Euclidean"),
-      DoubleRangeOption(GIFT_FIELD(beta), 0, true, kMinBeta, kMaxBeta,
-                        "Low-rank damping strength beta, [1e-08, 1e+08]"),
+      BetaOption(),
       DoubleRangeOption(GIFT_FIELD(full_beta), 0, true, kMinBeta, kMaxBeta,
                         "Full-transform damping (tau = full_beta tr A / "
                         "d_in), [1e-08, 1e+08]"),

@@ -109,6 +109,7 @@ void ExpectSameConfig(const DaemonConfig& a, const DaemonConfig& b) {
   EXPECT_EQ(a.sketch_rows, b.sketch_rows);
   EXPECT_EQ(a.staleness_limit, b.staleness_limit);
   EXPECT_EQ(a.beta, b.beta);  // exact: the printer round-trips doubles
+  EXPECT_EQ(a.beta_auto, b.beta_auto);
   EXPECT_EQ(a.full_beta, b.full_beta);
   EXPECT_EQ(a.full_max_d_in, b.full_max_d_in);
   EXPECT_EQ(a.transform, b.transform);
@@ -337,6 +338,29 @@ TEST(ConfigTest, StabilityAndAuditFields) {
   EXPECT_EQ(c->selection.plan_interval_steps, 0);
   EXPECT_EQ(c->selection.audit_window, 5);
   EXPECT_EQ(c->selection.audit_margin, 0.2);
+}
+
+TEST(ConfigTest, BetaTakesANumberOrAuto) {
+  absl::StatusOr<DaemonConfig> c = Load("");
+  ASSERT_OK(c);
+  EXPECT_FALSE(c->beta_auto);
+  c = Load("beta: auto\n");
+  ASSERT_OK(c);
+  EXPECT_TRUE(c->beta_auto);
+  EXPECT_EQ(c->beta, 1.0);  // where auto starts
+  EXPECT_THAT(FormatConfig(*c), HasSubstr("beta: auto\n"));
+  absl::StatusOr<DaemonConfig> back = Load(FormatConfig(*c));
+  ASSERT_OK(back);
+  ExpectSameConfig(*c, *back);
+  c = Load("beta: auto\n", {"--beta=2"});  // the flag wins
+  ASSERT_OK(c);
+  EXPECT_FALSE(c->beta_auto);
+  EXPECT_EQ(c->beta, 2.0);
+  c = Load("", {"--beta=auto"});
+  ASSERT_OK(c);
+  EXPECT_TRUE(c->beta_auto);
+  ExpectError(Load("", {"--beta=automatic"}),
+              "--beta: expected a finite number, got 'automatic'");
 }
 
 // Every check of a value from the file names file:line of its key (issue

@@ -198,7 +198,11 @@ LowRankFactorData FinishLowRank(int64_t d, int r, const double* u,
   out.r = r;
   out.d_in = d;
   out.u = linalg::ToRowMajorFloat(f.u);
-  out.lambda = ToFloat(f.lambda);
+  // λ as estimated, not λ' (the clipped copy is max(λ, σ²)): a client
+  // rebuilding the coefficients for another β needs the eigenvalues the
+  // floor clipped (GiftFactor::WithBeta).
+  out.lambda = ToFloat(e.lambda.cwiseMax(0.0));
+  out.trace_mean = trace_mean;
   out.c = ToFloat(f.c);
   out.c_inv = ToFloat(f.c_inv);
   out.sigma2 = f.sigma2;

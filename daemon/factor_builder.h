@@ -34,10 +34,11 @@ struct LowRankFactorData {
   int r = 0;
   int64_t d_in = 0;
   std::vector<float> u;       // d_in × r, row-major
-  std::vector<float> lambda;  // r, clipped λ'
+  std::vector<float> lambda;  // r: λ, unclipped (raised to >= 0)
   std::vector<float> c;       // r
   std::vector<float> c_inv;   // r
   double sigma2 = 0;
+  double trace_mean = 0;          // tr A the floor was formed from
   std::vector<float> omega_next;  // d_in × k, row-major
 };
 

@@ -98,9 +98,14 @@ TEST(FactorBuilderTest, LowRankMatchesExactTopEigenpairs) {
   const linalg::LowRankFactor exact = linalg::MakeLowRankFactor(
       *exact_pairs, a.trace(), d, linalg::FactorDamping::Clipped(beta));
   EXPECT_NEAR(f->sigma2, exact.sigma2, 1e-3 * exact.sigma2);
+  // λ comes unclipped (for β auto); clipping it gives the exact λ'.
+  EXPECT_NEAR(f->trace_mean, a.trace(), 1e-6 * a.trace());
   const Eigen::VectorXd lambda = ToVector(f->lambda);
   for (int j = 0; j < r; ++j) {
-    EXPECT_NEAR(lambda(j), exact.lambda(j), 1e-3 * exact.lambda(j)) << j;
+    EXPECT_GE(lambda(j), 0) << j;
+    EXPECT_NEAR(std::max(lambda(j), f->sigma2), exact.lambda(j),
+                1e-3 * exact.lambda(j))
+        << j;
     EXPECT_NEAR(f->c[j], exact.c(j), 1e-3) << j;
     EXPECT_NEAR(f->c_inv[j], exact.c_inv(j), 1e-3 * (1 + exact.c_inv(j)));
   }

@@ -63,9 +63,13 @@ absl::Status CheckFactor(const shm::FactorData& f,
   RETURN_IF_ERROR(InRange("c", f.c, -one, kTol));
   RETURN_IF_ERROR(
       InRange("c_inv", f.c_inv, -kTol, 2 * std::sqrt(d / f.beta) + kTol));
-  for (size_t i = 0; i < f.lambda.size(); ++i) {
-    RETURN_IF_ERROR(
-        Positive(absl::StrFormat("lambda[%d]", i).c_str(), f.lambda[i]));
+  // λ unclipped: >= 0 (a rank-deficient A has zero eigenvalues).
+  RETURN_IF_ERROR(InRange("lambda", f.lambda, 0, kFloatMax));
+  if (f.beta_auto || f.trace_mean != 0) {
+    RETURN_IF_ERROR(Positive("trace_mean", f.trace_mean));
+  }
+  if (f.beta_auto && f.kind != 0) {
+    return absl::InvalidArgumentError("beta_auto on a full factor");
   }
   if (f.kind != 1) return absl::OkStatus();
   RETURN_IF_ERROR(InRange("T", f.t, -kFloatMax, kFloatMax));

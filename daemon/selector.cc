@@ -131,6 +131,10 @@ struct LayerSelector::Window {
     sum.probes += sign * s.probes;
     sum.probe_euclid_sum += sign * s.probe_euclid_sum;
     sum.probe_gift_sum += sign * s.probe_gift_sum;
+    sum.beta_probes += sign * s.beta_probes;
+    for (int b = 0; b < kBetaGrid; ++b) {
+      sum.probe_beta_sum[b] += sign * s.probe_beta_sum[b];
+    }
   }
   double Vulnerability() const {
     return sum.n > 0 ? static_cast<double>(sum.upper + sum.lower) / sum.n : 0;
@@ -142,6 +146,18 @@ struct LayerSelector::Window {
   // Mean Euclidean round-trip RelL2 of the probes (NaN without probes).
   double ProbeEuclid() const {
     return sum.probes > 0 ? sum.probe_euclid_sum / sum.probes : kNaN;
+  }
+  // The same of the GIFT path, and of each β of the grid.
+  double ProbeGift() const {
+    return sum.probes > 0 ? sum.probe_gift_sum / sum.probes : kNaN;
+  }
+  int64_t BetaProbeSamples() const {
+    int64_t n = 0;
+    for (const SelectorSample& s : samples) n += s.beta_probes > 0;
+    return n;
+  }
+  double ProbeBeta(int b) const {
+    return sum.beta_probes > 0 ? sum.probe_beta_sum[b] / sum.beta_probes : kNaN;
   }
 };
 
@@ -284,6 +300,18 @@ absl::Status LayerSelector::Observe(const std::string& layer,
       std::isinf(s.probe_euclid_sum) || std::isinf(s.probe_gift_sum)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "selector: probe sums of layer ", layer, " must be finite and >= 0"));
+  }
+  if (s.beta_probes < 0 || s.beta_probes > s.probes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("selector: layer ", layer, " reports ", s.beta_probes,
+                     " beta-grid probes in ", s.probes, " probes"));
+  }
+  for (double sum : s.probe_beta_sum) {
+    if (!(sum >= 0) || std::isinf(sum) || (s.beta_probes == 0 && sum != 0)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("selector: beta-grid probe sums of layer ", layer,
+                       " must be finite, >= 0 and 0 without grid probes"));
+    }
   }
   for (const auto& [count, sum] :
        {std::pair{s.audits_gift, s.audit_gift_rel_l2_sum},
@@ -806,6 +834,12 @@ SelectionDecision LayerSelector::Decide(
     LayerScore& sc = r.score;
     sc.vulnerability = st.window.Vulnerability();
     sc.gain = st.window.Gain();
+    sc.probe_gift_rel_l2 = st.window.ProbeGift();
+    sc.beta_probes = st.window.sum.beta_probes;
+    sc.beta_probe_samples = st.window.BetaProbeSamples();
+    for (int b = 0; b < kBetaGrid; ++b) {
+      sc.beta_rel_l2[b] = st.window.ProbeBeta(b);
+    }
     r.gaining =
         r.was_selected && r.settings.pin == PinState::kAuto && sc.gain >= stay;
     // The audit window and the Euclidean reference.
@@ -903,6 +937,29 @@ SelectionDecision LayerSelector::Decide(
   last_candidates_ = d.candidates;
   last_selected_ = d.selected;
   return d;
+}
+
+int BetaIndex(double beta) {
+  for (int b = 0; b < kBetaGrid; ++b) {
+    if (kBetaGridValues[b] == beta) return b;
+  }
+  return 0;
+}
+
+double ChooseBeta(const LayerScore& score, double current, double margin) {
+  if (score.beta_probe_samples < kMinBetaProbes ||
+      !(score.probe_gift_rel_l2 > 0)) {
+    return current;
+  }
+  int best = -1;
+  for (int b = 0; b < kBetaGrid; ++b) {
+    const double v = score.beta_rel_l2[b];
+    if (v >= 0 && (best < 0 || v < score.beta_rel_l2[best])) best = b;
+  }
+  if (best < 0 || kBetaGridValues[best] == current) return current;
+  return score.beta_rel_l2[best] < (1 - margin) * score.probe_gift_rel_l2
+             ? kBetaGridValues[best]
+             : current;
 }
 
 }  // namespace gift::daemon

@@ -76,6 +76,7 @@
 #ifndef GIFT_DAEMON_SELECTOR_H_
 #define GIFT_DAEMON_SELECTOR_H_
 
+#include <array>
 #include <cstdint>
 #include <limits>
 #include <map>
@@ -85,6 +86,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/beta_grid.h"
 
 namespace gift::daemon {
 
@@ -166,6 +168,10 @@ struct SelectorSample {
   int64_t probes = 0;
   double probe_euclid_sum = 0;
   double probe_gift_sum = 0;
+  // β auto: probes that also tried the β grid, and per grid value Σ the
+  // GIFT round-trip RelL2 with the factor rebuilt for it (kBetaGridValues).
+  int64_t beta_probes = 0;
+  std::array<double, kBetaGrid> probe_beta_sum{};
   int64_t factor_version = -1;  // newest version the daemon published
   // Audit steps (libgift's every-audit_interval FP32 allreduce of the same
   // local gradients beside the quantized one), summed over the ranks' audits
@@ -221,7 +227,35 @@ struct LayerScore {
   double audit_probe_scale = std::numeric_limits<double>::quiet_NaN();
   int64_t audit_removals = 0;  // times the audit rule took it off GIFT
   bool audit_barred = false;   // kept off the GIFT path by the audit rule
+  // Over the step window: the probes' mean GIFT round-trip RelL2 with the
+  // factors used (NaN without probes), and the β grid's (NaN each without
+  // grid probes; beta_probes counts them).
+  double probe_gift_rel_l2 = std::numeric_limits<double>::quiet_NaN();
+  int64_t beta_probes = 0;
+  // Observations in the window that brought grid probes (about one per
+  // probe step: the ranks' reports of one step are summed into one).
+  int64_t beta_probe_samples = 0;
+  std::array<double, kBetaGrid> beta_rel_l2{
+      std::numeric_limits<double>::quiet_NaN(),
+      std::numeric_limits<double>::quiet_NaN(),
+      std::numeric_limits<double>::quiet_NaN()};
 };
+
+// Observations with grid probes (LayerScore::beta_probe_samples) ChooseBeta
+// needs in the window before it moves β: one probe step's figures are too
+// noisy (the demo model flipped β back and forth on them).
+inline constexpr int64_t kMinBetaProbes = 3;
+
+// β auto (DESIGN §2): the damping for a layer's next factor. The grid β
+// whose windowed probe RelL2 is lowest when it beats the probes of the
+// factors in use (built with `current`) by more than `margin` (relative),
+// else `current`: a small, noisy difference never moves β. `current` also
+// while the window holds fewer than kMinBetaProbes observations with grid
+// probes.
+double ChooseBeta(const LayerScore& score, double current,
+                  double margin = 0.05);
+// The index of β in kBetaGridValues (0 when it is not a grid value).
+int BetaIndex(double beta);
 
 struct SelectionDecision {
   std::vector<std::string> candidates;  // in layer order

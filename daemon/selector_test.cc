@@ -158,6 +158,19 @@ TEST_F(SelectorTest, ObserveRejectsBadInput) {
   s.audit_gift_rel_l2_sum = 0.1;  // a sum without audits
   EXPECT_THAT(selector_->Observe("l0", s),
               StatusIs(absl::StatusCode::kInvalidArgument));
+  s = Sample(0.1, 10, 1, 0.5);
+  s.beta_probes = 2;  // more grid probes than probes
+  EXPECT_THAT(selector_->Observe("l0", s),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  s = Sample(0.1, 10, 1, 0.5);
+  s.beta_probes = 1;
+  s.probe_beta_sum = {0.01, NAN, 0.02};
+  EXPECT_THAT(selector_->Observe("l0", s),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  s = Sample(0.1, 10, 1, 0.5);
+  s.probe_beta_sum = {0.01, 0, 0};  // a sum without grid probes
+  EXPECT_THAT(selector_->Observe("l0", s),
+              StatusIs(absl::StatusCode::kInvalidArgument));
   // Nothing was recorded.
   EXPECT_EQ(Decide().scores["l0"].vulnerability, 0);
 }
@@ -992,6 +1005,42 @@ TEST_F(SelectorTest, NoisyFlatTailChangesThePlanRarely) {
       EXPECT_GT(after_warmup, 20);  // the test would catch the old rules
     }
   }
+}
+
+// β auto: the window's grid probes are averaged into the score, and
+// ChooseBeta moves β only to a grid value that clearly beats the factors in
+// use, with enough probes.
+TEST_F(SelectorTest, BetaGridProbesAreWindowedAndChooseBetaNeedsAClearWin) {
+  Make(Classic(), 1);
+  SelectorSample s = Sample(0.1, 10, 2, 0.5);  // probe GIFT RelL2 0.025
+  s.beta_probes = 2;
+  s.probe_beta_sum = {2 * 0.030, 2 * 0.025, 2 * 0.020};
+  ASSERT_OK(selector_->Observe("l0", s));
+  SelectionDecision d = selector_->Decide({});
+  LayerScore sc = d.scores.at("l0");
+  EXPECT_EQ(sc.beta_probes, 2);
+  EXPECT_EQ(sc.beta_probe_samples, 1);
+  EXPECT_NEAR(sc.probe_gift_rel_l2, 0.025, 1e-12);
+  EXPECT_NEAR(sc.beta_rel_l2[0], 0.030, 1e-12);
+  EXPECT_NEAR(sc.beta_rel_l2[2], 0.020, 1e-12);
+  // One or two probe steps are not enough evidence, however many ranks.
+  EXPECT_EQ(ChooseBeta(sc, 1.0), 1.0);
+  ASSERT_OK(selector_->Observe("l0", s));
+  ASSERT_OK(selector_->Observe("l0", Sample(0.1, 10)));  // no probe
+  sc = selector_->Decide({}).scores.at("l0");
+  EXPECT_EQ(sc.beta_probe_samples, 2);
+  EXPECT_EQ(ChooseBeta(sc, 1.0), 1.0);
+  ASSERT_OK(selector_->Observe("l0", s));
+  sc = selector_->Decide({}).scores.at("l0");
+  EXPECT_EQ(sc.beta_probes, 6);
+  EXPECT_EQ(sc.beta_probe_samples, 3);
+  EXPECT_EQ(ChooseBeta(sc, 1.0), 3.0);  // 0.020 < 0.95 · 0.025
+  EXPECT_EQ(ChooseBeta(sc, 3.0), 3.0);
+  // Within the margin: no move.
+  EXPECT_EQ(ChooseBeta(sc, 1.0, /*margin=*/0.5), 1.0);
+  // Without grid probes (a fixed-β layer): the current β.
+  LayerScore none;
+  EXPECT_EQ(ChooseBeta(none, 0.7), 0.7);
 }
 
 }  // namespace

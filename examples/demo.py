@@ -456,6 +456,37 @@ def removal_change(rm, gi_aud):
     return mean(diffs)
 
 
+def number(x):
+    """A float from giftctl --json (protobuf writes NaN as "NaN")."""
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return float("nan")
+
+
+def beta_of(layer):
+    """The β a layer's newest factor was built with (giftd --beta=auto
+    picks it from the probes), and the probes' mean GIFT round-trip RelL2 of
+    each grid β over the selector's window."""
+    s = layer.get("settings", {})
+    grid = [number(b) for b in layer.get("beta_grid", [])]
+    rel = [number(x) for x in layer.get("beta_grid_rel_l2", [])]
+    return {"beta": number(layer.get("factor_beta", 0)) or
+            number(s.get("beta", 0)),
+            "beta_auto": bool(s.get("beta_auto", False)),
+            "beta_probes": int(number(layer.get("beta_probes", 0)) or 0),
+            "beta_grid": dict(zip(grid, rel))}
+
+
+def beta_text(r):
+    if not r.get("beta"):
+        return "β —"
+    grid = ", ".join(f"{b:g}: {fmt(x)}" for b, x in r["beta_grid"].items())
+    mode = "auto" if r.get("beta_auto") else "fixed"
+    return (f"β {r['beta']:g} ({mode}; probe RelL2 by β over "
+            f"{r['beta_probes']} grid probes: {grid or '—'})")
+
+
 def analyse(args, ref, eu, gi, rs, es, gs, daemon_layers, changes):
     names = list(gi[-1].get("layers", {}))
     protected = [n for n in names
@@ -473,6 +504,7 @@ def analyse(args, ref, eu, gi, rs, es, gs, daemon_layers, changes):
         d = by_name.get(r["name"], {})
         r["reason"] = d.get("reason", "")
         r["selected"] = bool(d.get("selected", False))
+        r.update(beta_of(d))
         r["removed_by_audit"] = r["name"] in removed
         # Stays on the GIFT path: on it at the end of the run (a layer that
         # left it, for the audit or the policy, is judged only per window).
@@ -715,6 +747,7 @@ def print_summary(args, runs, rows, model, rm, cost, daemon, out_png):
           f"at some step ({len(sel)} at the end); its reasons at the end:")
     for r in rows:
         print(f"    {r['name']}: {r['reason']}")
+        print(f"      {beta_text(r)}")
     print()
     print("  Live, while a job runs beside giftd:")
     print(f"    {args.ctl} --address {args.control} watch     "
@@ -825,11 +858,12 @@ def train_all(args, env, pkg):
         if args.report_only:
             return ref, eu
         daemon = Giftd(args.giftd_path, args.ctl, run_dir,
-                       [f"--audit-interval={args.audit_interval}"])
+                       [f"--audit-interval={args.audit_interval}",
+                        "--beta=auto"])
         moved = (f" (default {' and '.join(daemon.moved)} busy: moved)"
                  if daemon.moved else "")
         print(f"demo: [3/3] GIFT run beside giftd (default configuration, "
-              f"audit interval {args.audit_interval}): control "
+              f"audit interval {args.audit_interval}, beta auto): control "
               f"{daemon.control}, metrics http://{daemon.metrics}/metrics"
               f"{moved}", flush=True)
         poller = LayerPoller(daemon)

@@ -48,11 +48,14 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "common/beta_grid.h"
+
 namespace gift::shm {
 
 inline constexpr uint64_t kMagic = 0x3130'4D48'5354'4947ULL;  // "GIFTSHM01"
 inline constexpr uint32_t kLayoutVersion =
-    2;  // bump on any change (2: audit counters and interval)
+    3;  // bump on any change (2: audit counters and interval; 3: β auto)
+
 // Sketch oversampling p (DESIGN §2): k = r + p columns.
 inline constexpr int kOversample = 16;
 // Largest d_in of a layer (2^24): a full region's d_in × d_in floats and
@@ -153,6 +156,12 @@ struct FactorSlot {
   double sigma2;
   double beta;
   int64_t window;  // the sketch window it was computed from
+  // Low-rank: tr A (per sampled row) the floor was formed from; with the
+  // unclipped λ in the data region it lets a client rebuild c, c_inv for
+  // another β (0: not given).
+  double trace_mean;
+  int32_t beta_auto;  // 1: probe the β grid with this factor
+  int32_t reserved;
 };
 
 // What the client wrote into a sketch buffer (filled before window_closed).
@@ -191,6 +200,10 @@ struct LayerCounters {
   double audit_cosine_sum[2];
   int64_t drift_audits[2];
   double audit_drift_sum[2];
+  // β auto (kBetaGrid): probe steps that probed the grid, and per grid value
+  // Σ the GIFT-path round-trip RelL2 with the factor rebuilt for that β.
+  int64_t beta_probes;
+  double probe_beta_sum[kBetaGrid];
 };
 
 struct LayerEntry {
@@ -249,7 +262,7 @@ struct LayerRegionLayout {
     uint64_t u;
     uint64_t c;       // r_cap: T = I + U diag(c) Uᵀ
     uint64_t c_inv;   // r_cap
-    uint64_t lambda;  // r_cap (clipped eigenvalues, for reporting)
+    uint64_t lambda;  // r_cap: the top-r eigenvalues of A, unclipped (>= 0)
     uint64_t omega;   // d_in × k_cap: Ω for the next windows
   };
   struct Sketch {

@@ -1,6 +1,7 @@
 #include "shm/protocol.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -96,6 +97,12 @@ absl::Status ValidateFactor(const LayerEntry& e, const LayerGeometry& g,
   if (f.kind != 0 && f.kind != 1) {
     return absl::InvalidArgumentError(absl::StrCat("factor kind ", f.kind));
   }
+  if (!(f.trace_mean >= 0) || !std::isfinite(f.trace_mean) ||
+      (f.beta_auto && (f.kind != 0 || !(f.trace_mean > 0)))) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("factor trace_mean ", f.trace_mean, " with beta_auto ",
+                     f.beta_auto, " (needs a low-rank factor and tr A > 0)"));
+  }
   RETURN_IF_ERROR(ValidateLowRank(g, region, f));
   if (f.kind == 0) return absl::OkStatus();
   if (full == nullptr) {
@@ -134,6 +141,8 @@ absl::Status CopySlot(const LayerEntry& e, const LayerGeometry& g, int i,
   f->sigma2 = s.sigma2;
   f->beta = s.beta;
   f->window = s.window;
+  f->trace_mean = s.trace_mean;
+  f->beta_auto = s.beta_auto != 0;
   if ((f->kind != 0 && f->kind != 1) || f->r < 0 || f->r > g.r_cap) {
     return absl::DataLossError(absl::StrCat("factor slot ", i, " holds kind ",
                                             f->kind, " rank ", f->r));
@@ -334,6 +343,8 @@ absl::Status PublishFactor(LayerEntry* entry, const LayerGeometry& geometry,
   s.sigma2 = f.sigma2;
   s.beta = f.beta;
   s.window = f.window;
+  s.trace_mean = f.trace_mean;
+  s.beta_auto = f.beta_auto ? 1 : 0;
   SeqlockWriteEnd(&s.lock);
   return written;
 }

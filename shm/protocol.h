@@ -103,7 +103,13 @@ struct FactorData {
   double sigma2 = 0;
   double beta = 0;
   int64_t window = -1;
-  // Low-rank (data region): u d_in × r (row-major), c/c_inv/lambda r, omega
+  // Low-rank: tr A per sampled row (FactorSlot::trace_mean; 0: not given)
+  // and whether ranks probe the β grid with it. REQUIRES: finite, >= 0;
+  // beta_auto only for kind 0 with trace_mean > 0.
+  double trace_mean = 0;
+  bool beta_auto = false;
+  // Low-rank (data region): u d_in × r (row-major), c/c_inv/lambda r (λ
+  // unclipped: the eigenvalues of A the floor clips), omega
   // d_in × k_cap (Ω of this version, for the sketch windows that follow).
   // REQUIRES: 1 <= r <= r_cap for kind 0, 0 <= r <= r_cap for kind 1 (a
   // full factor may carry a low-rank part too); omega is required for both

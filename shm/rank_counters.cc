@@ -100,6 +100,13 @@ absl::StatusOr<LayerCounters> CountersSince(const LayerCounters& was,
   }
   RETURN_IF_ERROR(
       NotAbove("audits", d.audits[0] + d.audits[1], "steps", d.steps));
+  RETURN_IF_ERROR(
+      Count("beta_probes", was.beta_probes, now.beta_probes, &d.beta_probes));
+  RETURN_IF_ERROR(NotAbove("beta_probes", d.beta_probes, "probes", d.probes));
+  for (int b = 0; b < kBetaGrid; ++b) {
+    RETURN_IF_ERROR(Sum("probe_beta_sum", was.probe_beta_sum[b],
+                        now.probe_beta_sum[b], &d.probe_beta_sum[b]));
+  }
   d.factor_version = now.factor_version;
   return d;
 }

@@ -46,7 +46,7 @@ const char kUsage[] =
     "  pin LAYER                  always on the GIFT path\n"
     "  unpin LAYER                let the selector decide\n"
     "  pin-out LAYER              never on the GIFT path\n"
-    "  layer LAYER [--transform lowrank|full] [--rank R] [--beta B]\n"
+    "  layer LAYER [--transform lowrank|full] [--rank R] [--beta B|auto]\n"
     "              [--format e4m3|e5m2]\n"
     "                             change (or show) one layer's settings\n"
     "  policy [--kind top-k|elbow|threshold] [--top-k N] [--threshold X]\n"
@@ -238,6 +238,12 @@ absl::Status ParseLayer(CommandArgs& a, Invocation& inv) {
   double beta = 0;
   bool given;
   RETURN_IF_ERROR(OptKeepField(a, "rank", kAtLeastOne, &rank, &given));
+  // --beta auto: giftd picks the layer's β from the probes (low-rank).
+  if (auto it = a.options.find("beta");
+      it != a.options.end() && it->second == "auto") {
+    a.options.erase(it);
+    s->set_beta_auto(true);
+  }
   RETURN_IF_ERROR(OptKeepField(a, "beta", kBeta, &beta, &given));
   s->set_rank(rank);
   s->set_beta(beta);

@@ -79,7 +79,13 @@ TEST(ParseTest, Commands) {
   EXPECT_EQ(s.transform(), gift::v1::TRANSFORM_FULL);
   EXPECT_EQ(s.rank(), 8);
   EXPECT_EQ(s.beta(), 0.5);
+  EXPECT_FALSE(s.beta_auto());
   EXPECT_EQ(s.format(), gift::v1::FP8_FORMAT_E5M2);
+  absl::StatusOr<Invocation> automatic =
+      Parse({"layer", "fc1", "--beta", "auto"});
+  ASSERT_OK(automatic);
+  EXPECT_TRUE(automatic->set_layer_policy.settings().beta_auto());
+  EXPECT_EQ(automatic->set_layer_policy.settings().beta(), 0);
   EXPECT_EQ(Parse({"refresh"})->refresh.layer(), "");
   EXPECT_EQ(Parse({"refresh", "fc2"})->refresh.layer(), "fc2");
   absl::StatusOr<Invocation> watch =

@@ -49,7 +49,9 @@ std::vector<std::string> LayerRow(const gift::v1::LayerStatus& l) {
           PinName(s.pin()),
           TransformName(s.transform()),
           s.rank() > 0 ? absl::StrCat(s.rank()) : "-",
-          s.beta() > 0 ? absl::StrFormat("%g", s.beta()) : "-",
+          s.beta_auto()  ? absl::StrFormat("auto:%g", s.beta())
+          : s.beta() > 0 ? absl::StrFormat("%g", s.beta())
+                         : "-",
           FormatName(s.format()),
           Fixed(l.vulnerability(), 4),
           Fixed(l.gain(), 3),

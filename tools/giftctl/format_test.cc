@@ -78,6 +78,10 @@ TEST(FormatLayersTest, OneAlignedRowPerLayer) {
               HasSubstr("0.0123  -      -       -    -            -            "
                         "gain unmeasured"));
   EXPECT_THAT(t, Not(HasSubstr("nan")));
+  // β auto shows the β in use.
+  r.mutable_layers(0)->mutable_settings()->set_beta_auto(true);
+  r.mutable_layers(0)->mutable_settings()->set_beta(0.3);
+  EXPECT_THAT(FormatLayers(r.layers()), HasSubstr("32  auto:0.3  e4m3"));
 }
 
 TEST(FormatStatusTest, KeyValueLines) {
