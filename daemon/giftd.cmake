@@ -1,41 +1,49 @@
-# giftd's core (daemon.h) and the binary. Included from daemon/CMakeLists.txt.
+# giftd's core (core/daemon.h: the Daemon façade and its components) and the
+# binary. Included from daemon/CMakeLists.txt, so that the binary stays at
+# build/daemon/giftd.
 add_library(gift_daemon
-  kv_store.cc
-  request_limits.cc
+  core/kv_store.cc
+  core/request_limits.cc
   factor_check.cc
-  session.cc
+  core/session.cc
+  core/session_table.cc
+  core/window_collector.cc
+  core/factor_store.cc
   refresher.cc
-  daemon_metrics.cc
-  daemon.cc
-  daemon_poll.cc
-  daemon_control.cc
-  daemon_peer.cc
-  daemon_peer_windows.cc
+  core/daemon.cc
+  core/daemon_poll.cc
+  core/daemon_control.cc
+  core/daemon_peer.cc
+  core/daemon_peer_windows.cc
 )
 target_link_libraries(gift_daemon
   PUBLIC gift_log gift_proto gift_shm gift_selector gift_factor_builder
-         gift_daemon_config gift_metrics gift_kernels gift_peer_link
-         absl::synchronization absl::time absl::str_format Threads::Threads)
+         gift_daemon_config gift_metrics gift_daemon_metrics gift_kernels
+         gift_peer_link absl::synchronization absl::time absl::str_format
+         Threads::Threads)
 
 add_executable(giftd giftd_main.cc thread_stack_floor.cc)
 target_link_libraries(giftd PRIVATE gift_daemon gift_grpc_server gift_metrics_process
   gift_metrics_http gift_kernels ${CMAKE_DL_LIBS})
 
 if(GIFT_BUILD_TESTS)
-  gift_add_test(kv_store_test SOURCES kv_store_test.cc LIBS gift_daemon)
-  gift_add_test(daemon_test SOURCES daemon_test.cc LIBS gift_daemon)
-  gift_add_test(daemon_shm_test SOURCES daemon_shm_test.cc LIBS gift_daemon)
-  gift_add_test(daemon_control_test SOURCES daemon_control_test.cc
+  gift_add_test(kv_store_test SOURCES core/kv_store_test.cc LIBS gift_daemon)
+  # The core's components, each without a Daemon.
+  gift_add_test(session_table_test SOURCES core/session_table_test.cc
+    LIBS gift_daemon)
+  gift_add_test(window_collector_test SOURCES core/window_collector_test.cc
+    LIBS gift_daemon)
+  gift_add_test(factor_store_test SOURCES core/factor_store_test.cc
+    LIBS gift_daemon)
+  gift_add_test(daemon_test SOURCES core/daemon_test.cc LIBS gift_daemon)
+  gift_add_test(daemon_shm_test SOURCES core/daemon_shm_test.cc
+    LIBS gift_daemon)
+  gift_add_test(daemon_control_test SOURCES core/daemon_control_test.cc
     LIBS gift_daemon)
   gift_add_test(factor_check_test SOURCES factor_check_test.cc
     LIBS gift_daemon gift_linalg Eigen3::Eigen)
-  gift_add_test(daemon_limits_test SOURCES daemon_limits_test.cc
+  gift_add_test(daemon_limits_test SOURCES core/daemon_limits_test.cc
     LIBS gift_daemon)
-  # An in-process PeerLink for the daemon's multi-node tests (no gRPC).
-  add_library(gift_fake_peer_link fake_peer_link.cc)
-  target_link_libraries(gift_fake_peer_link PUBLIC gift_proto gift_common
-    absl::status absl::statusor absl::synchronization absl::time
-    PRIVATE absl::str_format)
-  gift_add_test(daemon_peer_test SOURCES daemon_peer_test.cc
+  gift_add_test(daemon_peer_test SOURCES core/daemon_peer_test.cc
     LIBS gift_daemon gift_fake_peer_link)
 endif()

@@ -5,8 +5,8 @@
 #include <iostream>
 
 #include "daemon/config.h"
-#include "daemon/daemon.h"
-#include "daemon/grpc_server.h"
+#include "daemon/core/daemon.h"
+#include "daemon/grpc/grpc_server.h"
 #include "daemon/log.h"
 #include "daemon/metrics/http_exposer.h"
 #include "daemon/metrics/metrics.h"

@@ -1,13 +1,13 @@
 // libFuzzer target: what a rank (Agent), an operator (Control) or another
 // daemon of the job (Peer) can send giftd, from the bytes on the wire to the
 // daemon's validation: bytes → ParseFromString → the request checks of
-// daemon/request_limits.h → the DaemonCore / PeerHandler method the gRPC
-// service calls (daemon/grpc_services.cc, daemon/peer_link_server.cc), on a
-// real Daemon: the leader of job "job" on an in-process peer network
-// (daemon/fake_peer_link.h), with one registered rank and small limits, so
-// that an accepted request stays cheap. The Peer service's own admission
-// (token, job id, leader-only, layout version) is applied as the service
-// applies it.
+// daemon/core/request_limits.h → the DaemonCore / PeerHandler method the gRPC
+// service calls (daemon/grpc/grpc_services.cc,
+// daemon/peer/peer_link_server.cc), on a real Daemon: the leader of job "job"
+// on an in-process peer network (daemon/peer/fake_peer_link.h), with one
+// registered rank and small limits, so that an accepted request stays cheap.
+// The Peer service's own admission (token, job id, leader-only, layout version)
+// is applied as the service applies it.
 //
 // Input: one byte choosing the request kind (kKinds below, modulo), then
 // the serialized request. In a Heartbeat or Deregister, the session id "S"
@@ -31,10 +31,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "daemon/config.h"
-#include "daemon/daemon.h"
-#include "daemon/fake_peer_link.h"
+#include "daemon/core/daemon.h"
+#include "daemon/core/request_limits.h"
 #include "daemon/metrics/metrics.h"
-#include "daemon/request_limits.h"
+#include "daemon/peer/fake_peer_link.h"
 #include "gift/v1/agent.pb.h"
 #include "gift/v1/control.pb.h"
 #include "gift/v1/peer.pb.h"

@@ -22,6 +22,8 @@ PACKAGES=(
   clang-14 libclang-rt-14-dev dpkg-dev
   # deploy_gift_srun_slurm_test: a one-host Slurm cluster the test starts
   slurm-wlm munge
+  # daemon/coord: libcurl for etcd's HTTP/JSON gateway; its tests start a real etcd 3.4
+  libcurl4-openssl-dev etcd-server etcd-client
 )
 
 missing=()

@@ -4,8 +4,8 @@
 // types giftd uses and adds what the library lacks: the text of a registry
 // (tests, the fuzzer) and dropping a series by its labels.
 //
-// One module (daemon/daemon_metrics.h) creates every family; components hold
-// the returned family handles (stable references; a metric name is never
+// One module (daemon/metrics/daemon_metrics.h) creates every family; components
+// hold the returned family handles (stable references; a metric name is never
 // looked up on a hot path) and pick a series by its labels:
 //
 //   metrics::Registry registry;
