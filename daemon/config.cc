@@ -26,6 +26,7 @@
 #include "absl/types/optional.h"
 #include "common/status_macros.h"
 #include "daemon/config_options.h"
+#include "daemon/coord/etcd_client.h"
 // GCC 12 reports false dangling-pointer warnings inside yaml-cpp 0.7.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wdangling-pointer"
@@ -340,6 +341,48 @@ absl::Status CheckTokenFile(const std::string& path) {
   return absl::OkStatus();
 }
 
+// The coordinator's URI and files; with it the leader is elected, so
+// leader_address must be empty and peer_address set.
+absl::Status CheckCoordinator(const DaemonConfig& c) {
+  const bool any_file =
+      !c.coordinator_user.empty() || !c.coordinator_password_file.empty() ||
+      !c.coordinator_ca_file.empty() || !c.coordinator_cert_file.empty() ||
+      !c.coordinator_key_file.empty();
+  if (c.coordinator.empty()) {
+    if (!any_file) return absl::OkStatus();
+    return Invalid("coordinator_* options need coordinator",
+                   {"coordinator", "coordinator_user"});
+  }
+  if (absl::Status s = coord::ParseCoordinator(c.coordinator).status();
+      !s.ok()) {
+    return Invalid(std::string(s.message()), {"coordinator"});
+  }
+  if (c.peer_address.empty()) {
+    return Invalid(
+        "coordinator needs peer_address (the daemons of a job "
+        "elect their leader among themselves)",
+        {"coordinator", "peer_address"});
+  }
+  if (!c.leader_address.empty()) {
+    return Invalid(
+        absl::StrFormat("leader_address '%s' and coordinator together: with "
+                        "a coordinator the leader is elected",
+                        c.leader_address),
+        {"leader_address", "coordinator"});
+  }
+  if (c.coordinator_user.empty() != c.coordinator_password_file.empty()) {
+    return Invalid(
+        "coordinator_user and coordinator_password_file must be set together",
+        {"coordinator_user", "coordinator_password_file"});
+  }
+  if (c.coordinator_cert_file.empty() != c.coordinator_key_file.empty()) {
+    return Invalid(
+        "coordinator_cert_file and coordinator_key_file must be set together",
+        {"coordinator_cert_file", "coordinator_key_file"});
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckPeerTls(const DaemonConfig& c) {
   if (c.peer_tls_cert_file.empty() != c.peer_tls_key_file.empty()) {
     return Invalid(
@@ -367,19 +410,23 @@ absl::Status CheckPeer(const DaemonConfig& c) {
         {"peer_timeout_ms", "poll_interval_ms"});
   }
   RETURN_IF_ERROR(CheckPeerTls(c));
+  RETURN_IF_ERROR(CheckCoordinator(c));
   if (c.peer_address.empty()) return absl::OkStatus();
   RETURN_IF_ERROR(CheckAddress("peer_address", c.peer_address));
+  const bool elected = !c.coordinator.empty();
   const std::pair<const char*, const std::string*> required[] = {
       {"job_id", &c.job_id},
-      {"leader_address", &c.leader_address},
+      {elected ? "" : "leader_address", &c.leader_address},
       {"job_token_file", &c.job_token_file}};
   for (const auto& [name, value] : required) {
-    if (value->empty()) {
+    if (*name != '\0' && value->empty()) {
       return Invalid(absl::StrFormat("%s is required with peer_address", name),
                      {name, "peer_address"});
     }
   }
-  RETURN_IF_ERROR(CheckAddress("leader_address", c.leader_address));
+  if (!elected) {
+    RETURN_IF_ERROR(CheckAddress("leader_address", c.leader_address));
+  }
   if (!c.peer_advertise_address.empty()) {
     RETURN_IF_ERROR(
         CheckAddress("peer_advertise_address", c.peer_advertise_address));

@@ -91,6 +91,21 @@ struct DaemonConfig {
   // A follower silent this long is dropped by the leader. Default: 10000.
   // REQUIRES: > poll_interval_ms.
   int peer_timeout_ms = 10000;
+  // Leader election (issue 16): "etcd://host:port[,host:port...]" (etcds://
+  // for HTTPS). With it the job's daemons campaign for the leader key of
+  // job_id on etcd and follow whoever holds it; leader_address must then be
+  // empty. Default: "" (the static leader_address).
+  std::string coordinator;
+  // The election lease, seconds: a leader whose keepalives fail this long
+  // steps down. Default: 5. REQUIRES: [2, 3600].
+  int coordinator_ttl_s = 5;
+  // etcd authentication (user and a file holding the password) and TLS
+  // (CA bundle; client certificate and key, both or neither).
+  std::string coordinator_user;
+  std::string coordinator_password_file;
+  std::string coordinator_ca_file;
+  std::string coordinator_cert_file;
+  std::string coordinator_key_file;
 
   // ---- daemon
   int refresh_threads = 2;  // REQUIRES: >= 1.

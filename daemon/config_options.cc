@@ -282,6 +282,21 @@ std::vector<Option> Peer() {
       GIFT_INT(peer_timeout_ms, 1,
                "The leader drops a follower silent this long, ms (> "
                "poll_interval_ms)"),
+      GIFT_STRING(coordinator, "URI",
+                  "Leader election on etcd: etcd://host:port[,host:port] "
+                  "(etcds:// for TLS); replaces leader_address"),
+      GIFT_INT_RANGE(coordinator_ttl_s, 2, 3600,
+                     "Election lease, s: a leader cut off from etcd this "
+                     "long steps down"),
+      GIFT_STRING(coordinator_user, "NAME", "etcd user (with a password file)"),
+      GIFT_STRING(coordinator_password_file, "PATH",
+                  "File holding the etcd user's password"),
+      GIFT_STRING(coordinator_ca_file, "PATH",
+                  "CA bundle etcd's certificate is verified with"),
+      GIFT_STRING(coordinator_cert_file, "PATH",
+                  "Client certificate for etcd (with coordinator_key_file)"),
+      GIFT_STRING(coordinator_key_file, "PATH",
+                  "Client key for etcd (with coordinator_cert_file)"),
   };
 }
 

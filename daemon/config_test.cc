@@ -340,6 +340,39 @@ TEST(ConfigTest, StabilityAndAuditFields) {
   EXPECT_EQ(c->selection.audit_margin, 0.2);
 }
 
+TEST(ConfigTest, CoordinatorReplacesTheLeaderAddress) {
+  const std::string token = ::testing::TempDir() + "/coord-token";
+  std::ofstream(token) << "t\n";
+  const std::vector<std::string> peer = {
+      "--job-id=j", "--peer-address=127.0.0.1:1", "--job-token-file=" + token};
+  auto with = [&](std::vector<std::string> more) {
+    std::vector<std::string> args = peer;
+    args.insert(args.end(), more.begin(), more.end());
+    return Load("", args);
+  };
+  absl::StatusOr<DaemonConfig> c = with(
+      {"--coordinator=etcd://127.0.0.1:2379,h2:2379", "--coordinator-ttl-s=2"});
+  ASSERT_OK(c);
+  EXPECT_EQ(c->coordinator_ttl_s, 2);
+  EXPECT_TRUE(c->leader_address.empty());
+  ExpectError(with({"--coordinator=etcd://h:1", "--leader-address=h:2"}),
+              "--leader-address: leader_address 'h:2' and coordinator "
+              "together: with a coordinator the leader is elected");
+  EXPECT_THAT(with({"--coordinator=http://h:1"}),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(with({"--coordinator=etcd://h:1", "--coordinator-ttl-s=1"}),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(with({"--coordinator=etcd://h:1", "--coordinator-user=root"}),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(Load("", {"--coordinator-user=root"}),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(Load("", {"--coordinator=etcd://h:1"}),  // no peer_address
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  // Without a coordinator the static leader is still required.
+  ExpectError(with({}),
+              "--peer-address: leader_address is required with peer_address");
+}
+
 TEST(ConfigTest, BetaTakesANumberOrAuto) {
   absl::StatusOr<DaemonConfig> c = Load("");
   ASSERT_OK(c);

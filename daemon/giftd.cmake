@@ -15,11 +15,12 @@ add_library(gift_daemon
   core/daemon_control.cc
   core/daemon_peer.cc
   core/daemon_peer_windows.cc
+  core/daemon_coord.cc
 )
 target_link_libraries(gift_daemon
   PUBLIC gift_log gift_proto gift_shm gift_selector gift_factor_builder
          gift_daemon_config gift_metrics gift_daemon_metrics gift_kernels
-         gift_peer_link absl::synchronization absl::time absl::str_format
+         gift_peer_link gift_coord absl::synchronization absl::time absl::str_format
          Threads::Threads)
 
 add_executable(giftd giftd_main.cc thread_stack_floor.cc)

@@ -4,6 +4,7 @@
 
 #include <iostream>
 
+#include "absl/strings/match.h"
 #include "daemon/config.h"
 #include "daemon/core/daemon.h"
 #include "daemon/grpc/grpc_server.h"
@@ -63,7 +64,9 @@ int Run(int argc, char** argv) {
       Daemon::Create(*config, registry.get());
   if (!daemon.ok()) {
     LOG_ERROR("cannot start: %s", daemon.status().ToString());
-    return 1;
+    // The coordinator refused or did not answer: a configuration error
+    // (credentials, endpoints), like a bad flag.
+    return absl::StartsWith(daemon.status().message(), "coordinator ") ? 2 : 1;
   }
   if (const std::string role = (*daemon)->PeerRole(); !role.empty()) {
     LOG_INFO("peer: %s", role);

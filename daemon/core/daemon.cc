@@ -36,7 +36,8 @@ Daemon::Daemon(const DaemonConfig& config, metrics::Registry* registry)
       audit_interval_(config.audit_interval),
       rank_r_(config.rank),
       selector_(config.selection),
-      peered_(!config.peer_address.empty()) {}
+      peered_(!config.peer_address.empty()),
+      coordinated_(!config.coordinator.empty()) {}
 
 absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(
     const DaemonConfig& config, metrics::Registry* registry,
@@ -88,10 +89,13 @@ void Daemon::Stop() {
     stopped_ = true;
   }
   stop_.Notify();
+  // A graceful handover: the lease is revoked, another daemon leads at once.
+  if (election_ != nullptr) election_->Stop();
   store_.Close();  // wakes Gets, including peers' (the link waits for them)
   if (poll_thread_.joinable()) poll_thread_.join();
   // No handler runs after this (they answer UNAVAILABLE once stopped_).
   if (link_owner_ != nullptr) link_owner_->Stop();
+  retired_links_.clear();  // stopped when they were replaced
   refresher_.reset();
   absl::MutexLock lock(&mu_);
   while (!sessions_.empty()) {
@@ -102,7 +106,10 @@ void Daemon::Stop() {
 
 void Daemon::PollLoop() {
   const absl::Duration period = absl::Milliseconds(config_.poll_interval_ms);
-  while (!stop_.WaitForNotificationWithTimeout(period)) PollOnce();
+  while (!stop_.WaitForNotificationWithTimeout(period)) {
+    if (coordinated_) ApplyElection();  // outside mu_: may rebuild the link
+    PollOnce();
+  }
 }
 
 metrics::Labels Daemon::Labels(

@@ -47,6 +47,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -56,6 +57,7 @@
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "daemon/config.h"
+#include "daemon/coord/election.h"
 #include "daemon/core/core.h"
 #include "daemon/core/factor_store.h"
 #include "daemon/core/kv_store.h"
@@ -292,8 +294,11 @@ class Daemon : public DaemonCore, public PeerHandler {
 
   // ---- daemon_peer.cc
   PeerLink* link() const { return link_.load(std::memory_order_acquire); }
-  // With peers and not the leader: the leader decides.
+  // With peers and not the leader: the leader decides. With a coordinator,
+  // the leader is the election's winner once its link leads (a daemon that
+  // lost or cannot confirm its lease decides nothing).
   bool IsFollower() const {
+    if (coordinated_) return !coord_leader_.load(std::memory_order_acquire);
     PeerLink* l = link();
     return l != nullptr && !l->is_leader();
   }
@@ -302,6 +307,25 @@ class Daemon : public DaemonCore, public PeerHandler {
   absl::StatusOr<v1::ForwardControlResponse> Forward(
       v1::ForwardControlRequest r) const;  // outside mu_
   absl::Status StartPeerLink(PeerLinkFactory factory);
+
+  // ---- daemon_coord.cc: leader election (config.coordinator)
+  // Connects to etcd (a clear error for bad credentials or no answer),
+  // starts campaigning and waits up to ttl + 5 s for a leader; builds the
+  // first link to it.
+  absl::Status StartElection();
+  // The election's callback (its thread): steps down at once when the lease
+  // is lost, remembers the newest term and leaves the rest to the poll.
+  void OnElection(const coord::ElectionState& s);
+  // Poll thread, outside mu_: a new leader (or this daemon elected) rebuilds
+  // the Peer link to follow it (or to lead). False when the link could not
+  // be built (retried at the next poll).
+  bool ApplyElection();
+  absl::Status RebuildLink(const coord::ElectionState& s);
+  // Fencing: FAILED_PRECONDITION (counted) for a message of a term older
+  // than the newest this daemon has seen; a newer one raises it.
+  absl::Status CheckTerm(int64_t term, const char* kind)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RaiseTerm(int64_t term);
   v1::PeerPlan PlanLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Follower: the plan's K, r, world size and layer flags (by name).
   void ApplyPlanLocked(const v1::PeerPlan& plan)
@@ -378,6 +402,21 @@ class Daemon : public DaemonCore, public PeerHandler {
   int64_t joins_seen_ ABSL_GUARDED_BY(mu_) = 0;  // follower: link joins
   std::unique_ptr<PeerLink> link_owner_;
   std::atomic<PeerLink*> link_{nullptr};
+  PeerLinkOptions link_options_;  // as first built (coordinated: rebuilt)
+  PeerLinkFactory link_factory_;
+
+  // ---- leader election (config.coordinator; daemon_coord.cc)
+  const bool coordinated_;
+  std::unique_ptr<coord::Election> election_;
+  absl::Mutex coord_mu_;
+  std::optional<coord::ElectionState> coord_pending_ ABSL_GUARDED_BY(coord_mu_);
+  // The poll thread's: links replaced by a rebuild, stopped, freed at Stop
+  // (a handler or a caller may still hold their pointer until then).
+  std::vector<std::unique_ptr<PeerLink>> retired_links_;
+  std::string link_leader_;  // the leader address the current link follows
+  std::atomic<bool> coord_leader_{false};
+  std::atomic<int64_t> term_{0};
+  std::atomic<int64_t> leader_changes_{0};
   // Follower: the newest leader plan applied (JoinState sends it back).
   v1::PeerPlan last_plan_ ABSL_GUARDED_BY(mu_);
   bool have_plan_ ABSL_GUARDED_BY(mu_) = false;

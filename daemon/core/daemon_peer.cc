@@ -76,10 +76,11 @@ absl::Status Daemon::CheckPeerJob(const std::string& job_id) const {
 
 absl::Status Daemon::StartPeerLink(PeerLinkFactory factory) {
   const DaemonConfig& c = config_;
-  if (c.job_id.empty() || c.leader_address.empty() ||
+  if (c.job_id.empty() || (c.leader_address.empty() && !coordinated_) ||
       c.job_token_file.empty()) {
     return absl::InvalidArgumentError(
-        "peer_address needs job_id, leader_address and job_token_file");
+        "peer_address needs job_id, leader_address (or a coordinator) and "
+        "job_token_file");
   }
   PeerLinkOptions o;
   o.job_id = c.job_id;
@@ -101,6 +102,9 @@ absl::Status Daemon::StartPeerLink(PeerLinkFactory factory) {
     plan_epoch_ = 0;
   }
   if (!factory) factory = PeerLink::Create;
+  link_options_ = o;
+  link_factory_ = factory;
+  if (coordinated_) return StartElection();  // it builds the link
   ASSIGN_OR_RETURN(link_owner_, factory(o, this));
   link_.store(link_owner_.get(), std::memory_order_release);
   absl::MutexLock lock(&mu_);
@@ -115,23 +119,32 @@ std::string Daemon::PeerRole() const {
     return absl::StrFormat("leader of job %s at %s", config_.job_id,
                            link->bound_address());
   }
-  return absl::StrFormat("follower of %s in job %s (peer server at %s)",
-                         config_.leader_address, config_.job_id,
-                         link->bound_address());
+  return absl::StrFormat("follower of %s in job %s (peer server at %s)%s",
+                         link_options_.leader_address, config_.job_id,
+                         link->bound_address(),
+                         coordinated_ ? ", elected on the coordinator" : "");
 }
 
 v1::PeerStatus Daemon::PeerStatusNow() const {
   v1::PeerStatus p;
   PeerLink* link = this->link();
+  p.set_term(term_.load());
+  p.set_coordinator(config_.coordinator);
+  p.set_leader_changes(leader_changes_.load());
   if (link == nullptr) {
-    p.set_role(v1::PEER_ROLE_STANDALONE);
+    p.set_role(coordinated_ ? v1::PEER_ROLE_FOLLOWER
+                            : v1::PEER_ROLE_STANDALONE);
+    p.set_job_id(config_.job_id);
     return p;
   }
-  const bool leader = link->is_leader();
+  const bool leader = link->is_leader() && !IsFollower();
   const PeerLinkStats stats = link->stats();
   p.set_role(leader ? v1::PEER_ROLE_LEADER : v1::PEER_ROLE_FOLLOWER);
   p.set_job_id(config_.job_id);
-  p.set_leader_address(config_.leader_address);
+  p.set_leader_address(link_options_.leader_address);
+  if (coordinated_ && !leader && link->is_leader()) {
+    p.set_leader_address("");  // stepped down; no new leader known yet
+  }
   p.set_leader_instance(leader ? instance_ : stats.leader_instance);
   p.set_bound_address(link->bound_address());
   p.set_connected(leader || stats.connected);
@@ -174,6 +187,7 @@ v1::PeerPlan Daemon::PlanLocked() const {
     for (const v1::Member& m : link->members()) *p.add_members() = m;
   }
   p.set_leader_instance(instance_);
+  p.set_term(term_.load());
   return p;
 }
 
@@ -202,10 +216,14 @@ absl::Status Daemon::OnPlan(const v1::PeerPlan& plan) {
   PeerLink* link = this->link();
   absl::MutexLock lock(&mu_);
   if (stopped_) return absl::UnavailableError("giftd is stopping");
-  if (link != nullptr && link->is_leader()) {
+  if (link != nullptr && link->is_leader() && !IsFollower()) {
     return absl::FailedPreconditionError("this giftd is the job's leader");
   }
-  if (have_plan_ && plan.plan_epoch() <= last_plan_.plan_epoch()) {
+  RETURN_IF_ERROR(CheckTerm(plan.term(), "plan"));
+  // A newer term's leader continues the epochs above what the job holds;
+  // its first plan may repeat an epoch of the deposed leader's.
+  const bool new_term = have_plan_ && plan.term() > last_plan_.term();
+  if (have_plan_ && !new_term && plan.plan_epoch() <= last_plan_.plan_epoch()) {
     return absl::OkStatus();  // a late or repeated plan
   }
   last_plan_ = plan;
@@ -241,6 +259,12 @@ absl::StatusOr<v1::PeerPlan> Daemon::OnJoin(const v1::JoinRequest& r) {
   if (stopped_) return absl::UnavailableError("giftd is stopping");
   if (IsFollower()) {
     return absl::FailedPreconditionError("this giftd is not the job's leader");
+  }
+  if (r.term() > term_.load()) {
+    metrics_.peer_refused->Add(Labels({{"kind", "join"}})).Increment();
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "this giftd leads term %d; %s has seen term %d: a newer leader exists",
+        term_.load(), r.self().node(), r.term()));
   }
   if (!r.layers().empty()) {
     // As a rank's layer list.
@@ -313,6 +337,7 @@ v1::JoinRequest Daemon::JoinState() {
   }
   j.set_plan_epoch(std::max(plan_epoch_, rank_epoch_floor_));
   if (have_plan_) *j.mutable_plan() = last_plan_;
+  j.set_term(term_.load());
   return j;
 }
 
@@ -434,7 +459,13 @@ absl::StatusOr<v1::ForwardControlResponse> Daemon::Forward(
     v1::ForwardControlRequest r) const {
   r.set_job_id(config_.job_id);
   const int want = static_cast<int>(r.request_case());
-  ASSIGN_OR_RETURN(v1::ForwardControlResponse out, link()->ForwardControl(r));
+  PeerLink* link = this->link();
+  if (link == nullptr || (coordinated_ && link->is_leader())) {
+    return absl::UnavailableError(
+        "no leader of the job is known yet (the election on the coordinator "
+        "has not settled); retry");
+  }
+  ASSIGN_OR_RETURN(v1::ForwardControlResponse out, link->ForwardControl(r));
   if (static_cast<int>(out.response_case()) != want) {
     return absl::InternalError(
         "the leader answered a forwarded Control request with another kind");

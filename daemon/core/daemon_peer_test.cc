@@ -366,5 +366,46 @@ TEST_F(DaemonPeerTest, RankOfAnotherJobIsRefused) {
                        AllOf(HasSubstr("'job'"), HasSubstr("'other'"))));
 }
 
+// Fencing (issue 16): a plan or a factor of a leader term older than the
+// newest a daemon has seen is refused and counted, whatever its epoch or
+// version; the newer term's plan is applied. (With a static leader every
+// term is 0, so nothing is ever refused.)
+TEST_F(DaemonPeerTest, PlansAndFactorsOfAnOlderTermAreRefused) {
+  v1::PeerPlan plan;
+  plan.set_job_id("job");
+  plan.set_plan_epoch(Epoch(0) + 10);
+  plan.set_refresh_interval(50);
+  plan.set_term(5);
+  ASSERT_OK(daemons_[1]->OnPlan(plan));
+  EXPECT_EQ(Epoch(1), plan.plan_epoch());
+  plan.set_plan_epoch(plan.plan_epoch() + 10);
+  plan.set_term(3);  // a deposed leader's, with a higher epoch
+  EXPECT_THAT(daemons_[1]->OnPlan(plan),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("plan of leader term 3 refused: this giftd "
+                                 "has seen term 5")));
+  EXPECT_EQ(Epoch(1), plan.plan_epoch() - 10);
+  v1::PublishFactorRequest f;
+  f.set_job_id("job");
+  f.set_term(4);
+  f.mutable_factor()->set_layer("fc2");
+  f.mutable_factor()->set_version(99);
+  EXPECT_THAT(daemons_[1]->OnFactor(f),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("factor of leader term 4 refused")));
+  auto status = daemons_[1]->GetStatus({});
+  ASSERT_OK(status);
+  EXPECT_EQ(status->peer().term(), 5);
+  const std::string text = metrics::Serialize(registry_[1]);
+  EXPECT_THAT(text, HasSubstr("gift_peer_refused_total{job_id=\"job\",kind="
+                              "\"plan\",node=\"n1\"} 1"));
+  EXPECT_THAT(text, HasSubstr("gift_peer_refused_total{job_id=\"job\",kind="
+                              "\"factor\",node=\"n1\"} 1"));
+  // The newer term's next plan is taken.
+  plan.set_term(6);
+  ASSERT_OK(daemons_[1]->OnPlan(plan));
+  EXPECT_EQ(Epoch(1), plan.plan_epoch());
+}
+
 }  // namespace
 }  // namespace gift::daemon

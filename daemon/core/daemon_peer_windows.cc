@@ -111,6 +111,7 @@ v1::PublishFactorRequest Daemon::FactorMessage(const Layer& l,
   v1::PublishFactorRequest m;
   m.set_job_id(config_.job_id);
   m.set_owner(config_.node);
+  m.set_term(term_.load());
   v1::PeerFactor* x = m.mutable_factor();
   x->set_layer(l.name);
   x->set_version(f.version);
@@ -136,6 +137,7 @@ absl::Status Daemon::OnFactor(const v1::PublishFactorRequest& r) {
   RETURN_IF_ERROR(CheckPeerJob(r.job_id()));
   absl::MutexLock lock(&mu_);
   if (stopped_) return absl::UnavailableError("giftd is stopping");
+  RETURN_IF_ERROR(CheckTerm(r.term(), "factor"));
   if (layers_.empty()) {
     // No local rank has declared the job's layers yet (a restarted
     // follower): keep the newest of each layer for AdoptJob, so that its

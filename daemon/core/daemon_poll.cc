@@ -551,6 +551,13 @@ void Daemon::UpdateGauges() {
     metrics_.heartbeat_age->Add(Labels({{"rank", absl::StrCat(s->rank())}}))
         .Set(absl::ToDoubleSeconds(now - s->last_seen));
   }
+  metrics_.peer_term->Add(Labels({})).Set(static_cast<double>(term_.load()));
+  metrics_.peer_coordinated->Add(Labels({})).Set(coordinated_ ? 1 : 0);
+  if (peered_) {
+    PeerLink* l = link();
+    metrics_.peer_leader->Add(Labels({}))
+        .Set(l != nullptr && l->is_leader() && !IsFollower() ? 1 : 0);
+  }
   if (PeerLink* l = link(); l != nullptr) {
     const PeerLinkStats st = l->stats();
     if (!l->is_leader()) {

@@ -157,6 +157,22 @@ DaemonMetrics::DaemonMetrics(metrics::Registry* r)
       r, "gift_peer_connected",
       "1 while this follower giftd is joined to its job's leader, 0 while "
       "detached (followers only).");
+  peer_term = AddGauge(r, "gift_peer_term",
+                       "The newest leader term this giftd has seen (the "
+                       "election key's etcd revision; 0 with a static "
+                       "leader).");
+  peer_leader = AddGauge(r, "gift_peer_leader",
+                         "1 while this giftd leads its job, else 0.");
+  peer_coordinated = AddGauge(
+      r, "gift_peer_coordinated",
+      "1 when this giftd's leader is elected on a coordinator (etcd).");
+  peer_leader_changes = AddCounter(
+      r, "gift_peer_leader_changes_total",
+      "Times the leader this giftd follows (or it being the leader) changed.");
+  peer_refused = AddCounter(
+      r, "gift_peer_refused_total",
+      "Peer plans and factors refused for carrying an older leader term, by "
+      "kind (plan, factor, join).");
   peer_bytes = AddCounter(
       r, "gift_peer_bytes_total",
       "Serialized bytes of Peer messages between daemons, by direction "

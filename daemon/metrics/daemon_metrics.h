@@ -81,6 +81,12 @@ struct DaemonMetrics {
   metrics::Family<metrics::Gauge>* heartbeat_age;
   metrics::Family<metrics::Gauge>* staleness_limit;
   metrics::Family<metrics::Gauge>* peer_connected;  // followers only
+  // Leader election (with a coordinator; term also with a static leader).
+  metrics::Family<metrics::Gauge>* peer_term;
+  metrics::Family<metrics::Gauge>* peer_leader;
+  metrics::Family<metrics::Gauge>* peer_coordinated;
+  metrics::Family<metrics::Counter>* peer_leader_changes;
+  metrics::Family<metrics::Counter>* peer_refused;  // {kind}: plan, factor
   // {job_id, node, direction, kind}
   metrics::Family<metrics::Counter>* peer_bytes;
 

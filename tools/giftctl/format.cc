@@ -150,12 +150,25 @@ std::string FormatPolicy(const gift::v1::SelectionPolicy& p) {
       p.audit_window(), p.audit_margin());
 }
 
-std::string FormatPeer(const gift::v1::PeerStatus& p) {
+// With an elected leader: the term, the coordinator and the changes seen.
+static std::string FormatElection(const gift::v1::PeerStatus& p) {
+  if (p.coordinator().empty()) {
+    return p.term() > 0 ? absl::StrFormat(", term %d", p.term()) : "";
+  }
+  return absl::StrFormat(", term %d (elected on %s; %d leader changes seen)",
+                         p.term(), p.coordinator(), p.leader_changes());
+}
+
+static std::string FormatPeerRole(const gift::v1::PeerStatus& p) {
   switch (p.role()) {
     case gift::v1::PEER_ROLE_LEADER:
       return absl::StrFormat("leader of job %s at %s", p.job_id(),
                              p.leader_address());
     case gift::v1::PEER_ROLE_FOLLOWER: {
+      if (p.leader_address().empty()) {
+        return absl::StrFormat("follower in job %s, no leader known",
+                               p.job_id());
+      }
       std::string out = absl::StrFormat("follower of %s in job %s, ",
                                         p.leader_address(), p.job_id());
       if (!p.connected()) {
@@ -177,6 +190,11 @@ std::string FormatPeer(const gift::v1::PeerStatus& p) {
     default:
       return "-";
   }
+}
+
+std::string FormatPeer(const gift::v1::PeerStatus& p) {
+  if (p.role() == gift::v1::PEER_ROLE_STANDALONE) return FormatPeerRole(p);
+  return FormatPeerRole(p) + FormatElection(p);
 }
 
 std::string FormatMember(const gift::v1::PeerMemberStatus& m) {
