@@ -170,8 +170,15 @@ std::string PeerCluster::PeerAddress(int node) const {
 std::vector<std::string> PeerCluster::PeerFlags(
     int slot, const std::string& job, const std::string& token_file) const {
   std::vector<std::string> f = {"--job-id=" + job,
-                                "--peer-address=" + ListenAddress(slot),
-                                "--leader-address=" + ListenAddress(0)};
+                                "--peer-address=" + ListenAddress(slot)};
+  if (options_.coordinator_flags) {
+    // The election decides who leads: giftd refuses --leader-address too.
+    for (std::string& c : options_.coordinator_flags(slot)) {
+      f.push_back(std::move(c));
+    }
+  } else {
+    f.push_back("--leader-address=" + ListenAddress(0));
+  }
   if (!token_file.empty()) f.push_back("--job-token-file=" + token_file);
   return f;
 }
@@ -199,6 +206,14 @@ absl::Status PeerCluster::StartDaemons() {
     daemons_.push_back(std::move(d));
   }
   return absl::OkStatus();
+}
+
+absl::Status PeerCluster::ReplaceDaemon(int node) {
+  if (node < 0 || node >= static_cast<int>(daemons_.size())) {
+    return absl::InvalidArgumentError("no such node");
+  }
+  // Same config file, flags and command prefix: the node's slot again.
+  return daemons_[node]->Restart();
 }
 
 absl::StatusOr<std::unique_ptr<Giftd>> PeerCluster::ExtraDaemon(

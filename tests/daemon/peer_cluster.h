@@ -56,6 +56,13 @@ struct PeerClusterOptions {
   GiftdConfig giftd;                   // every daemon's base config
   int step_sleep_ms = 10;              // rank_worker --step-sleep-ms
   std::vector<std::string> rank_args;  // more rank_worker flags
+  // Leader election on a coordinator (issue 16): when set, the flags that
+  // put the daemon at `slot` on it, e.g. {"--coordinator=etcd://127.0.0.1:
+  // 2379", "--coordinator-ttl-s=2"} (a function, so that each daemon may get
+  // a coordinator address of its own). PeerFlags then leaves out
+  // --leader-address and no node is assumed to lead. Default: none (a
+  // static leader, node 0).
+  std::function<std::vector<std::string>(int slot)> coordinator_flags;
 };
 
 class PeerCluster {
@@ -77,16 +84,22 @@ class PeerCluster {
   int world_size() const { return options_.nodes * options_.ranks_per_node; }
   const std::string& token_file() const { return token_file_; }
 
-  // Node i's daemon: node 0 (the leader) first, each waiting until serving.
+  // Node i's daemon, node 0 first, each waiting until serving. Without a
+  // coordinator node 0 is the leader; with one the election decides.
   absl::Status StartDaemons();
   Giftd& daemon(int node) { return *daemons_[node]; }
+  // A replacement daemon on `node` after its daemon ended (Kill): a new
+  // giftd at the same slot with the same config and flags (agent socket,
+  // Peer address, coordinator), waiting until it serves.
+  absl::Status ReplaceDaemon(int node);
   // What runs a command at `slot` (a node, or nodes() + k for the k-th
   // spare): netns.sh exec in its namespace, or nothing in loopback mode.
   std::vector<std::string> CommandPrefix(int slot) const;
   // Node i's Peer address (host:port), as the others reach it.
   std::string PeerAddress(int node) const;
   // The peer flags of a daemon at `slot` (a node, or nodes() + k for the
-  // k-th spare) of `job` with `token_file` ("" leaves the flag out).
+  // k-th spare) of `job` with `token_file` ("" leaves the flag out): with
+  // options.coordinator_flags those flags instead of --leader-address.
   std::vector<std::string> PeerFlags(int slot, const std::string& job,
                                      const std::string& token_file) const;
   // A daemon at slot nodes() + spare, outside the job's nodes, started with
