@@ -9,6 +9,7 @@ add_library(gift_daemon
   core/session_table.cc
   core/window_collector.cc
   core/factor_store.cc
+  core/planner.cc
   refresher.cc
   core/daemon.cc
   core/daemon_poll.cc
@@ -36,6 +37,7 @@ if(GIFT_BUILD_TESTS)
     LIBS gift_daemon)
   gift_add_test(factor_store_test SOURCES core/factor_store_test.cc
     LIBS gift_daemon)
+  gift_add_test(planner_test SOURCES core/planner_test.cc LIBS gift_daemon)
   gift_add_test(daemon_test SOURCES core/daemon_test.cc LIBS gift_daemon)
   gift_add_test(daemon_shm_test SOURCES core/daemon_shm_test.cc
     LIBS gift_daemon)

@@ -50,8 +50,8 @@ ASAN_TARGETS=(
   peer_link_test peer_link_sender_test kv_store_test daemon_test
   daemon_shm_test daemon_control_test factor_check_test daemon_limits_test
   daemon_peer_test metrics_http_test metrics_process_test
-  session_table_test window_collector_test factor_store_test beta_grid_test
-  etcd_client_test election_test
+  session_table_test window_collector_test factor_store_test planner_test
+  beta_grid_test etcd_client_test election_test
   # libgift.so's public API: the C ABI's bad-input handling above all
   gift_c_api_test gift_cpp_api_test
   # tools/ and tools/giftctl: the readers of untrusted files and giftctl.
@@ -62,6 +62,7 @@ ASAN_TARGETS=(
   giftctl_commands_test giftctl_health_test
   # integration: giftd end to end, the Peer cluster, ranks in namespaces
   giftd_integration_test peer_integration_test netns_allreduce_test
+  peer_election_test
 )
 TSAN_TARGETS=(
   store_test gloo_communicator_test gloo_store_adapter_test agreement_test
@@ -69,7 +70,7 @@ TSAN_TARGETS=(
   shm_protocol_test
   kv_store_test daemon_test daemon_shm_test daemon_peer_test
   peer_link_test peer_link_sender_test grpc_server_test
-  session_table_test window_collector_test factor_store_test
+  session_table_test window_collector_test factor_store_test planner_test
   # Not metrics_http_test: /metrics is prometheus-cpp's Exposer over
   # civetweb, Debian's builds without TSan (core, pull, civetweb-cpp); their
   # locks and the endpoints they hand to civetweb's threads are invisible

@@ -32,10 +32,9 @@ Daemon::Daemon(const DaemonConfig& config, metrics::Registry* registry)
       store_(StoreLimits{config.limits.max_store_value_bytes,
                          config.limits.max_store_job_bytes,
                          config.limits.max_store_jobs}),
-      refresh_interval_(config.refresh_interval),
-      audit_interval_(config.audit_interval),
-      rank_r_(config.rank),
-      selector_(config.selection),
+      planner_(PlannerOptions{config.refresh_interval, config.audit_interval,
+                              config.rank, config.selection, config.beta,
+                              !config.peer_address.empty()}),
       peered_(!config.peer_address.empty()),
       coordinated_(!config.coordinator.empty()) {}
 
@@ -216,7 +215,7 @@ absl::Status Daemon::AdoptJob(const v1::RegisterRequest& r) {
     // ranks come and go (the other nodes go on).
     if (!layers_.empty()) return absl::OkStatus();
     RETURN_IF_ERROR(AdoptLayers(r.job_id(), r.world_size(), r.layers()));
-    if (have_plan_) ApplyPlanLocked(last_plan_);
+    planner_.ApplyHeldPlan(&world_size_, PlanLayers());
     InstallPendingFactors();
     return absl::OkStatus();
   }
@@ -232,7 +231,7 @@ absl::Status Daemon::AdoptLayers(
   store_.KeepJob(job_id_);
   world_size_ = world_size;
   layers_.clear();
-  selector_ = LayerSelector(selector_.policy());
+  planner_.ResetSelector();
   for (const v1::LayerShape& s : layers) {
     Layer l;
     l.name = s.name();
@@ -252,7 +251,7 @@ absl::Status Daemon::AdoptLayers(
                              l.settings.transform() != v1::TRANSFORM_FULL);
     l.factors = FactorStore({l.d_in, l.r_cap, l.k_cap});
     l.omega0 = InitialOmega(l.d_in, l.k_cap, config_.omega_seed);
-    RETURN_IF_ERROR(selector_.AddLayer({l.name, l.d_out, l.d_in}));
+    RETURN_IF_ERROR(planner_.selector().AddLayer({l.name, l.d_out, l.d_in}));
     // Counters exist from the start (0), so rates and alerts see them.
     metrics_.refresh_failures->Add(Labels({{"layer", l.name}}));
     layers_.push_back(std::move(l));
@@ -305,7 +304,7 @@ absl::StatusOr<v1::RegisterResponse> Daemon::Register(
   const std::vector<std::string> resumed(r.resumed_gift_layers().begin(),
                                          r.resumed_gift_layers().end());
   for (const std::string& name : resumed) {
-    if (!selector_.HasLayer(name)) {
+    if (!planner_.selector().HasLayer(name)) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "resumed GIFT layer '%s' is not a declared layer", Clip(name)));
     }
@@ -372,19 +371,18 @@ absl::StatusOr<bool> Daemon::ContinueAbove(const v1::RegisterRequest& r) {
   if (IsFollower()) {
     // The leader decides epochs: it learns this floor from the next
     // telemetry report (and JoinState) and continues above it.
-    rank_epoch_floor_ = std::max(rank_epoch_floor_, r.last_plan_epoch());
+    planner_.NoteRankEpoch(r.last_plan_epoch());
     return false;
   }
   // A re-attaching rank holds epochs and versions of an earlier giftd:
   // continue above them so that its switch logic keeps working.
-  bool raise = r.last_plan_epoch() >= plan_epoch_;
-  plan_epoch_ = std::max(plan_epoch_, r.last_plan_epoch() + 1);
+  bool raise = planner_.ContinueAbove(r.last_plan_epoch());
   if (!resumed.empty()) {
     // A job resumed from a checkpoint holds factors of these layers: keep
     // them on the GIFT path; a changed selection is a new epoch.
-    RETURN_IF_ERROR(selector_.Resume(resumed));
+    RETURN_IF_ERROR(planner_.selector().Resume(resumed));
     if (ApplySelection(/*publish=*/false) && !raise) {
-      ++plan_epoch_;
+      planner_.NextEpoch();
       raise = true;
     }
     LOG_INFO("rank %d resumed with %d GIFT layers (%s)", r.rank(),
@@ -403,7 +401,7 @@ absl::StatusOr<v1::HeartbeatResponse> Daemon::Heartbeat(
         Clip(r.session_id())));
   }
   v1::HeartbeatResponse out;
-  out.set_plan_epoch(plan_epoch_);
+  out.set_plan_epoch(planner_.epoch());
   return out;
 }
 
@@ -464,10 +462,10 @@ void Daemon::Reap(const std::string& id, const std::string& why) {
 
 void Daemon::PublishPlanTo(RankSession& s) {
   shm::PlanView plan;
-  plan.plan_epoch = plan_epoch_;
-  plan.refresh_interval = refresh_interval_;
+  plan.plan_epoch = planner_.epoch();
+  plan.refresh_interval = planner_.refresh_interval();
   plan.probe_interval = config_.probe_interval;
-  plan.audit_interval = audit_interval_;
+  plan.audit_interval = planner_.audit_interval();
   plan.staleness_limit = config_.staleness_limit;
   plan.omega_seed = config_.omega_seed;
   plan.sketch_rows = config_.sketch_rows;
@@ -477,8 +475,7 @@ void Daemon::PublishPlanTo(RankSession& s) {
     p.transform = l.settings.transform() == v1::TRANSFORM_FULL ? 1 : 0;
     p.format = l.settings.format() == v1::FP8_FORMAT_E5M2 ? 1 : 0;
     p.candidate = l.candidate ? 1 : 0;
-    p.rank = std::min<int32_t>(
-        l.r_cap, l.settings.rank() > 0 ? l.settings.rank() : rank_r_);
+    p.rank = std::min<int32_t>(l.r_cap, planner_.RankOf(l.settings));
     p.refresh_seq = l.refresh_seq;
     plan.layers.push_back(p);
   }
@@ -489,16 +486,30 @@ void Daemon::PublishPlanToAll() {
   for (auto& [id, s] : sessions_) PublishPlanTo(*s);
   PeerLink* link = this->link();
   if (link != nullptr && link->is_leader()) link->BroadcastPlan(PlanLocked());
-  metrics_.plan_epoch->Add(Labels({})).Set(plan_epoch_);
-  metrics_.refresh_interval->Add(Labels({})).Set(refresh_interval_);
+  metrics_.plan_epoch->Add(Labels({})).Set(planner_.epoch());
+  metrics_.refresh_interval->Add(Labels({})).Set(planner_.refresh_interval());
 }
 
 void Daemon::NewEpoch(const std::string& why) {
-  ++plan_epoch_;
+  planner_.NextEpoch();
   absl::Status st = EnsureFullRegions();
   if (!st.ok()) LOG_ERROR("creating full-transform regions: %s", st.ToString());
   PublishPlanToAll();
-  LOG_INFO("plan epoch %d: %s", plan_epoch_, why);
+  LOG_INFO("plan epoch %d: %s", planner_.epoch(), why);
+}
+
+std::vector<PlanLayer*> Daemon::PlanLayers() {
+  std::vector<PlanLayer*> out;
+  out.reserve(layers_.size());
+  for (Layer& l : layers_) out.push_back(&l);
+  return out;
+}
+
+std::vector<const PlanLayer*> Daemon::PlanLayers() const {
+  std::vector<const PlanLayer*> out;
+  out.reserve(layers_.size());
+  for (const Layer& l : layers_) out.push_back(&l);
+  return out;
 }
 
 absl::Status Daemon::EnsureFullRegions() {

@@ -27,10 +27,12 @@
 // register, heartbeat, reap, shared memory), and per layer a
 // WindowCollector (closed sketch windows → refresh requests) and a
 // FactorStore (factor versions; published into the sessions' slots);
-// KvStore (the rendezvous store, its own lock), LayerSelector (selector.h)
-// and Refresher (refresher.h). What is still the façade's own: the plan
-// (epoch, K, audit interval, rank r, selection → PlanLocked /
-// ApplyPlanLocked), telemetry accumulation, Control and the peer handlers.
+// the Planner (the plan: epochs, K, audit interval, rank r, the
+// LayerSelector, each layer's plan state, the leader's or the follower's
+// plan rules); KvStore (the rendezvous store, its own lock) and Refresher
+// (refresher.h). What is still the façade's own: publishing the plan (to
+// the sessions and the peers), telemetry accumulation, Control and the peer
+// handlers.
 //
 //   ASSIGN_OR_RETURN(auto d, Daemon::Create(config, &registry));
 //   ... GrpcServer::Start(options, d.get()) ...
@@ -61,6 +63,7 @@
 #include "daemon/core/core.h"
 #include "daemon/core/factor_store.h"
 #include "daemon/core/kv_store.h"
+#include "daemon/core/planner.h"
 #include "daemon/core/session.h"
 #include "daemon/core/session_table.h"
 #include "daemon/core/window_collector.h"
@@ -152,14 +155,12 @@ class Daemon : public DaemonCore, public PeerHandler {
   v1::JoinRequest JoinState() override;
 
  private:
-  // One job layer (a 2-D weight the ranks declared).
-  struct Layer {
-    std::string name;
+  // One job layer (a 2-D weight the ranks declared): its plan state
+  // (PlanLayer: name, settings, candidate, selected, refresh_seq, score;
+  // the Planner's) and the rest.
+  struct Layer : PlanLayer {
     int64_t d_out = 0, d_in = 0;
     int32_t r_cap = 0, k_cap = 0;
-    v1::LayerSettings settings;  // effective (pin, transform, r, β, format)
-    bool candidate = false, selected = false;
-    int64_t refresh_seq = 0;
     std::vector<float> omega0;
     // Factor versions: the next to assign, the newest installed (for late
     // joiners) and the Ω of recent ones (to read their windows).
@@ -170,7 +171,6 @@ class Daemon : public DaemonCore, public PeerHandler {
     WindowCollector windows;
     // Windowed local round trip for operators.
     double rel_l2 = 0, cosine = 0;
-    LayerScore score;
     // The last audit on each path ([0] Euclidean, [1] GIFT) of the gradient
     // applied against the FP32 average (NaN: none yet); `audit_path` is the
     // path of the newest one (-1: none).
@@ -289,7 +289,11 @@ class Daemon : public DaemonCore, public PeerHandler {
                                      double seconds)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void UpdateGauges() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  std::map<std::string, SelectorSettings> SelectorSettingsByLayer() const
+  // Peers: term, leader, coordinated (every poll, with or without ranks).
+  void UpdatePeerGauges() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The layers' plan state, for the Planner.
+  std::vector<PlanLayer*> PlanLayers() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::vector<const PlanLayer*> PlanLayers() const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // ---- daemon_peer.cc
@@ -326,10 +330,8 @@ class Daemon : public DaemonCore, public PeerHandler {
   absl::Status CheckTerm(int64_t term, const char* kind)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void RaiseTerm(int64_t term);
+  // The Planner's plan with the members, this leader's instance and term.
   v1::PeerPlan PlanLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Follower: the plan's K, r, world size and layer flags (by name).
-  void ApplyPlanLocked(const v1::PeerPlan& plan)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SendTelemetryReport(const std::vector<SelectorSample>& samples,
                            const std::vector<double>& err,
                            const std::vector<double>& xsq,
@@ -382,11 +384,9 @@ class Daemon : public DaemonCore, public PeerHandler {
   // The node's ranks (and the dropped device sessions kept while their
   // process lives).
   SessionTable sessions_ ABSL_GUARDED_BY(mu_);
-  int64_t plan_epoch_ ABSL_GUARDED_BY(mu_) = 1;
-  int refresh_interval_ ABSL_GUARDED_BY(mu_);
-  int audit_interval_ ABSL_GUARDED_BY(mu_);
-  int rank_r_ ABSL_GUARDED_BY(mu_);
-  LayerSelector selector_ ABSL_GUARDED_BY(mu_);
+  // The plan: epoch, K, audit interval, r, the selector, the follower's
+  // held plan.
+  Planner planner_ ABSL_GUARDED_BY(mu_);
   int64_t refreshes_total_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t reaped_total_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopped_ ABSL_GUARDED_BY(mu_) = false;
@@ -417,11 +417,6 @@ class Daemon : public DaemonCore, public PeerHandler {
   std::atomic<bool> coord_leader_{false};
   std::atomic<int64_t> term_{0};
   std::atomic<int64_t> leader_changes_{0};
-  // Follower: the newest leader plan applied (JoinState sends it back).
-  v1::PeerPlan last_plan_ ABSL_GUARDED_BY(mu_);
-  bool have_plan_ ABSL_GUARDED_BY(mu_) = false;
-  // Follower: the newest epoch a local rank held when it registered.
-  int64_t rank_epoch_floor_ ABSL_GUARDED_BY(mu_) = 0;
   // Leader: followers' telemetry since the last poll, by layer.
   std::map<std::string, v1::LayerSample> remote_samples_ ABSL_GUARDED_BY(mu_);
 

@@ -112,8 +112,8 @@ v1::LayerStatus Daemon::LayerStatusOf(const Layer& l) const {
   s.set_d_out(l.d_out);
   s.set_d_in(l.d_in);
   *s.mutable_settings() = l.settings;
-  s.mutable_settings()->set_rank(std::min<int32_t>(
-      l.r_cap, l.settings.rank() > 0 ? l.settings.rank() : rank_r_));
+  s.mutable_settings()->set_rank(
+      std::min<int32_t>(l.r_cap, planner_.RankOf(l.settings)));
   if (l.settings.beta() <= 0) {
     s.mutable_settings()->set_beta(l.settings.transform() == v1::TRANSFORM_FULL
                                        ? config_.full_beta
@@ -171,11 +171,11 @@ v1::GetStatusResponse Daemon::StatusLocked() const {
   s.set_job_id(job_id_);
   s.set_ranks_registered(static_cast<int>(sessions_.size()));
   s.set_world_size(world_size_);
-  s.set_plan_epoch(plan_epoch_);
-  s.set_refresh_interval(refresh_interval_);
-  s.set_audit_interval(audit_interval_);
-  s.set_rank(rank_r_);
-  *s.mutable_policy() = ToProto(selector_.policy());
+  s.set_plan_epoch(planner_.epoch());
+  s.set_refresh_interval(planner_.refresh_interval());
+  s.set_audit_interval(planner_.audit_interval());
+  s.set_rank(planner_.rank());
+  *s.mutable_policy() = ToProto(planner_.selector().policy());
   s.set_step(sessions_.empty() ? 0 : sessions_.SlowestStep());
   s.set_layers(static_cast<int>(layers_.size()));
   int selected = 0;
@@ -302,7 +302,7 @@ absl::StatusOr<v1::SetLayerPolicyResponse> Daemon::SetLayerPolicy(
   }
   v1::SetLayerPolicyResponse out;
   *out.mutable_layer() = LayerStatusOf(*l);
-  out.set_plan_epoch(plan_epoch_);
+  out.set_plan_epoch(planner_.epoch());
   return out;
 }
 
@@ -320,12 +320,13 @@ absl::StatusOr<v1::SetRefreshIntervalResponse> Daemon::SetRefreshInterval(
                         kMaxRefreshInterval, r.steps()));
   }
   absl::MutexLock lock(&mu_);
-  if (r.steps() != refresh_interval_) {
-    refresh_interval_ = r.steps();
-    NewEpoch(absl::StrFormat("refresh interval K = %d", refresh_interval_));
+  if (r.steps() != planner_.refresh_interval()) {
+    planner_.set_refresh_interval(r.steps());
+    NewEpoch(absl::StrFormat("refresh interval K = %d",
+                             planner_.refresh_interval()));
   }
   v1::SetRefreshIntervalResponse out;
-  out.set_plan_epoch(plan_epoch_);
+  out.set_plan_epoch(planner_.epoch());
   return out;
 }
 
@@ -343,14 +344,14 @@ absl::StatusOr<v1::SetAuditIntervalResponse> Daemon::SetAuditInterval(
                         kMaxAuditInterval, r.steps()));
   }
   absl::MutexLock lock(&mu_);
-  if (r.steps() != audit_interval_) {
-    audit_interval_ = r.steps();
+  if (r.steps() != planner_.audit_interval()) {
+    planner_.set_audit_interval(r.steps());
     // A new epoch carries it to the followers; ranks pick it up at once
     // (the per-step agreement makes that safe at any step).
-    NewEpoch(absl::StrFormat("audit interval = %d", audit_interval_));
+    NewEpoch(absl::StrFormat("audit interval = %d", planner_.audit_interval()));
   }
   v1::SetAuditIntervalResponse out;
-  out.set_plan_epoch(plan_epoch_);
+  out.set_plan_epoch(planner_.epoch());
   return out;
 }
 
@@ -375,15 +376,12 @@ absl::StatusOr<v1::SetRankResponse> Daemon::SetRank(
           "rank %d exceeds d_in %d of layer %s", r.rank(), l.d_in, l.name));
     }
   }
-  if (r.rank() != rank_r_) {
-    rank_r_ = r.rank();
-    for (Layer& l : layers_) {
-      if (l.settings.rank() == 0) ++l.refresh_seq;
-    }
-    NewEpoch(absl::StrFormat("rank r = %d", rank_r_));
+  if (r.rank() != planner_.rank()) {
+    planner_.SetRank(r.rank(), PlanLayers());
+    NewEpoch(absl::StrFormat("rank r = %d", planner_.rank()));
   }
   v1::SetRankResponse out;
-  out.set_plan_epoch(plan_epoch_);
+  out.set_plan_epoch(planner_.epoch());
   return out;
 }
 
@@ -396,13 +394,14 @@ absl::StatusOr<v1::SetSelectionPolicyResponse> Daemon::SetSelectionPolicy(
     return out.set_selection_policy();
   }
   absl::MutexLock lock(&mu_);
-  ASSIGN_OR_RETURN(SelectorPolicy p, Merge(selector_.policy(), r.policy()));
-  RETURN_IF_ERROR(selector_.SetPolicy(p));
+  ASSIGN_OR_RETURN(SelectorPolicy p,
+                   Merge(planner_.selector().policy(), r.policy()));
+  RETURN_IF_ERROR(planner_.selector().SetPolicy(p));
   LOG_INFO("selection policy: %s", ToProto(p).ShortDebugString());
   ApplySelection();
   v1::SetSelectionPolicyResponse out;
   *out.mutable_policy() = ToProto(p);
-  out.set_plan_epoch(plan_epoch_);
+  out.set_plan_epoch(planner_.epoch());
   return out;
 }
 

@@ -163,13 +163,7 @@ absl::Status Daemon::RebuildLink(const coord::ElectionState& s) {
   if (s.leader) {
     // Continue above every epoch the job has seen, from the plan in use:
     // the followers' joins raise it further (OnJoin).
-    plan_epoch_ = std::max({plan_epoch_, int64_t{1}, rank_epoch_floor_,
-                            have_plan_ ? last_plan_.plan_epoch() : 0});
-    std::vector<std::string> selected;
-    for (const Layer& l : layers_) {
-      if (l.selected) selected.push_back(l.name);
-    }
-    absl::Status st = selector_.Resume(selected);
+    absl::Status st = planner_.TakeLead(PlanLayers());
     if (!st.ok()) LOG_WARNING("resuming the plan in use: %s", st.ToString());
     coord_leader_.store(true, std::memory_order_release);
     NewEpoch(absl::StrFormat("elected leader of job %s (term %d)",

@@ -99,7 +99,7 @@ absl::Status Daemon::StartPeerLink(PeerLinkFactory factory) {
     // first plan: every epoch its ranks see is the leader's.
     absl::MutexLock lock(&mu_);
     job_id_ = c.job_id;
-    plan_epoch_ = 0;
+    planner_.set_epoch(0);
   }
   if (!factory) factory = PeerLink::Create;
   link_options_ = o;
@@ -108,7 +108,7 @@ absl::Status Daemon::StartPeerLink(PeerLinkFactory factory) {
   ASSIGN_OR_RETURN(link_owner_, factory(o, this));
   link_.store(link_owner_.get(), std::memory_order_release);
   absl::MutexLock lock(&mu_);
-  if (link_owner_->is_leader()) plan_epoch_ = std::max<int64_t>(plan_epoch_, 1);
+  if (link_owner_->is_leader()) planner_.RaiseEpoch(1);
   return absl::OkStatus();
 }
 
@@ -166,49 +166,14 @@ v1::PeerStatus Daemon::PeerStatusNow() const {
 // ---- plans ----------------------------------------------------------------
 
 v1::PeerPlan Daemon::PlanLocked() const {
-  v1::PeerPlan p;
-  p.set_job_id(config_.job_id);
-  p.set_plan_epoch(plan_epoch_);
-  p.set_refresh_interval(refresh_interval_);
-  p.set_audit_interval(audit_interval_);
-  p.set_rank(rank_r_);
-  p.set_world_size(world_size_);
-  for (const Layer& l : layers_) {
-    v1::PeerLayerPlan* x = p.add_layers();
-    x->set_name(l.name);
-    x->set_candidate(l.candidate);
-    x->set_selected(l.selected);
-    // As the leader holds them (rank 0 = the plan's rank), so that a
-    // follower's PublishPlanTo writes exactly the leader's plan view.
-    *x->mutable_settings() = l.settings;
-    x->set_refresh_seq(l.refresh_seq);
-  }
+  v1::PeerPlan p =
+      planner_.BuildPlan(config_.job_id, world_size_, PlanLayers());
   if (PeerLink* link = this->link(); link != nullptr) {
     for (const v1::Member& m : link->members()) *p.add_members() = m;
   }
   p.set_leader_instance(instance_);
   p.set_term(term_.load());
   return p;
-}
-
-void Daemon::ApplyPlanLocked(const v1::PeerPlan& plan) {
-  plan_epoch_ = plan.plan_epoch();
-  if (plan.refresh_interval() >= 1) refresh_interval_ = plan.refresh_interval();
-  if (plan.has_audit_interval() && plan.audit_interval() >= 0 &&
-      plan.audit_interval() <= kMaxAuditInterval) {
-    audit_interval_ = plan.audit_interval();
-  }
-  if (plan.rank() >= 1) rank_r_ = plan.rank();
-  if (world_size_ == 0) world_size_ = plan.world_size();
-  for (const v1::PeerLayerPlan& x : plan.layers()) {
-    for (Layer& l : layers_) {
-      if (l.name != x.name()) continue;
-      l.candidate = x.candidate();
-      l.selected = x.selected();
-      l.settings = x.settings();
-      l.refresh_seq = x.refresh_seq();
-    }
-  }
 }
 
 absl::Status Daemon::OnPlan(const v1::PeerPlan& plan) {
@@ -220,20 +185,14 @@ absl::Status Daemon::OnPlan(const v1::PeerPlan& plan) {
     return absl::FailedPreconditionError("this giftd is the job's leader");
   }
   RETURN_IF_ERROR(CheckTerm(plan.term(), "plan"));
-  // A newer term's leader continues the epochs above what the job holds;
-  // its first plan may repeat an epoch of the deposed leader's.
-  const bool new_term = have_plan_ && plan.term() > last_plan_.term();
-  if (have_plan_ && !new_term && plan.plan_epoch() <= last_plan_.plan_epoch()) {
-    return absl::OkStatus();  // a late or repeated plan
-  }
-  last_plan_ = plan;
-  have_plan_ = true;
+  // A late or repeated plan is ignored (a newer term's may repeat an epoch).
+  if (!planner_.HoldLeaderPlan(plan)) return absl::OkStatus();
   if (link != nullptr) link->SetPlan(plan);
-  ApplyPlanLocked(plan);
+  planner_.ApplyPlan(plan, &world_size_, PlanLayers());
   absl::Status st = EnsureFullRegions();
   if (!st.ok()) LOG_ERROR("creating full-transform regions: %s", st.ToString());
   PublishPlanToAll();
-  LOG_INFO("plan epoch %d from the leader", plan_epoch_);
+  LOG_INFO("plan epoch %d from the leader", planner_.epoch());
   return absl::OkStatus();
 }
 
@@ -283,14 +242,9 @@ absl::StatusOr<v1::PeerPlan> Daemon::OnJoin(const v1::JoinRequest& r) {
   }
   // The follower's plan is newer than anything here: this leader restarted
   // and rebuilds from it.
-  if (r.has_plan() && r.plan().plan_epoch() >= plan_epoch_ &&
-      !layers_.empty()) {
-    ApplyPlanLocked(r.plan());
-    std::vector<std::string> selected;
-    for (const Layer& l : layers_) {
-      if (l.selected) selected.push_back(l.name);
-    }
-    absl::Status st = selector_.Resume(selected);
+  if (r.has_plan() && !layers_.empty()) {
+    absl::Status st =
+        planner_.TakeOverFollowerPlan(r.plan(), &world_size_, PlanLayers());
     if (!st.ok()) {
       LOG_WARNING("resuming the follower's plan: %s", st.ToString());
     }
@@ -302,8 +256,7 @@ absl::StatusOr<v1::PeerPlan> Daemon::OnJoin(const v1::JoinRequest& r) {
       if (l.name == name) l.factors.ContinueAbove(version);
     }
   }
-  if (held >= plan_epoch_) {
-    plan_epoch_ = held;
+  if (planner_.JoinerHolds(held)) {
     NewEpoch(
         absl::StrFormat("%s joined holding epoch %d", r.self().node(), held));
   }
@@ -335,8 +288,8 @@ v1::JoinRequest Daemon::JoinState() {
       if (v > 0) (*j.mutable_factor_version())[l.name] = v;
     }
   }
-  j.set_plan_epoch(std::max(plan_epoch_, rank_epoch_floor_));
-  if (have_plan_) *j.mutable_plan() = last_plan_;
+  j.set_plan_epoch(planner_.HeldEpoch());
+  if (planner_.have_plan()) *j.mutable_plan() = planner_.last_plan();
   j.set_term(term_.load());
   return j;
 }
@@ -351,7 +304,7 @@ void Daemon::SendTelemetryReport(const std::vector<SelectorSample>& samples,
   r.set_job_id(config_.job_id);
   r.mutable_self()->set_node(config_.node);
   r.mutable_self()->set_instance(instance_);
-  r.set_plan_epoch(std::max(plan_epoch_, rank_epoch_floor_));
+  r.set_plan_epoch(planner_.HeldEpoch());
   r.set_local_ranks(static_cast<int>(sessions_.size()));
   r.set_slowest_step(sessions_.SlowestStep());
   for (size_t i = 0; i < layers_.size(); ++i) {
@@ -403,12 +356,11 @@ absl::Status Daemon::OnTelemetry(const v1::ReportTelemetryRequest& r) {
     }
   }
   for (const v1::LayerSample& s : r.layers()) {
-    if (!selector_.HasLayer(s.name())) continue;  // not adopted yet
+    if (!planner_.selector().HasLayer(s.name())) continue;  // not adopted yet
     MergeSample(s, &remote_samples_[s.name()]);
   }
-  if (r.plan_epoch() > plan_epoch_) {
+  if (planner_.ReporterHolds(r.plan_epoch())) {
     // A follower's ranks hold an epoch of an earlier leader: go above it.
-    plan_epoch_ = r.plan_epoch();
     NewEpoch(
         absl::StrFormat("%s holds epoch %d", r.self().node(), r.plan_epoch()));
   }

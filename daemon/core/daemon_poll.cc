@@ -21,7 +21,11 @@ void Daemon::PollOnce() {
   ReapDead();
   // A member of a multi-node job goes on without local ranks: the leader
   // decides from the followers' telemetry, an owner refreshes their windows.
-  if (sessions_.empty() && (!peered_ || layers_.empty())) return;
+  if (sessions_.empty() && (!peered_ || layers_.empty())) {
+    // The election's gauges also before any rank (GiftJobWithoutLeader).
+    if (peered_) UpdatePeerGauges();
+    return;
+  }
   ReadTelemetry();
   if (!IsFollower()) ApplySelection();
   CollectWindows();
@@ -244,7 +248,7 @@ void Daemon::ReadTelemetry() {
     samples[i].round_trip_x_sq = xsq[i];
     samples[i].step = sessions_.SlowestStep();
     if (!follower) {
-      absl::Status st = selector_.Observe(l.name, samples[i]);
+      absl::Status st = planner_.selector().Observe(l.name, samples[i]);
       if (!st.ok()) LOG_WARNING("selector: %s", st.ToString());
     }
     if (xsq[i] > 0) RoundTrip(err[i], xsq[i], xhx[i], &l.rel_l2, &l.cosine);
@@ -260,73 +264,13 @@ void Daemon::ReadTelemetry() {
   }
 }
 
-std::map<std::string, SelectorSettings> Daemon::SelectorSettingsByLayer()
-    const {
-  std::map<std::string, SelectorSettings> out;
-  for (const Layer& l : layers_) {
-    SelectorSettings s;
-    s.pin = l.settings.pin() == v1::PIN_IN    ? PinState::kIn
-            : l.settings.pin() == v1::PIN_OUT ? PinState::kOut
-                                              : PinState::kAuto;
-    s.full = l.settings.transform() == v1::TRANSFORM_FULL;
-    s.rank = l.settings.rank() > 0 ? l.settings.rank() : rank_r_;
-    out[l.name] = s;
-  }
-  return out;
-}
-
 bool Daemon::ApplySelection(bool publish) {
-  SelectionDecision d = selector_.Decide(SelectorSettingsByLayer());
-  bool changed = false;
-  std::vector<std::string> moves;
-  for (Layer& l : layers_) {
-    l.score = d.scores[l.name];
-    const bool cand = l.score.candidate, sel = l.score.selected;
-    if (cand != l.candidate || sel != l.selected) {
-      moves.push_back(absl::StrFormat("%s %s", l.name,
-                                      sel    ? "selected"
-                                      : cand ? "candidate"
-                                             : "dropped"));
-      changed = true;
-    }
-    l.candidate = cand;
-    l.selected = sel;
-    // β auto: the β of the layer's next factor, from the probes' β grid
-    // (a factor switch applies it on every rank at once; the plan carries
-    // it to the other nodes' owners).
-    if (l.settings.beta_auto() &&
-        l.settings.transform() != v1::TRANSFORM_FULL) {
-      const double now =
-          l.settings.beta() > 0 ? l.settings.beta() : config_.beta;
-      const double next = ChooseBeta(l.score, now);
-      if (next != now) {
-        l.settings.set_beta(next);
-        const std::string why = absl::StrFormat(
-            "%s beta %g -> %g for its next factor (probe RelL2 %.4g with the "
-            "factors in use, %.4g with beta %g, over %d grid probes in %d "
-            "reports)",
-            l.name, now, next, l.score.probe_gift_rel_l2,
-            l.score.beta_rel_l2[BetaIndex(next)], next, l.score.beta_probes,
-            l.score.beta_probe_samples);
-        Log(LogLevel::kInfo, "%s", why);
-        // Followers learn it from the plan; ranks from the factor.
-        if (peered_) {
-          moves.push_back(why);
-          changed = true;
-        }
-      }
-    }
+  Planner::Selection d = planner_.ApplySelection(PlanLayers());
+  for (const std::string& why : d.beta_changes) {
+    Log(LogLevel::kInfo, "%s", why);
   }
-  for (const std::string& name : d.early_refresh) {
-    for (Layer& l : layers_) {
-      if (l.name != name) continue;
-      ++l.refresh_seq;
-      changed = true;
-      moves.push_back(name + " early refresh (gain decayed)");
-    }
-  }
-  if (changed && publish) NewEpoch(absl::StrJoin(moves, ", "));
-  return changed;
+  if (d.changed && publish) NewEpoch(absl::StrJoin(d.moves, ", "));
+  return d.changed;
 }
 
 void Daemon::TakeWindows(int i, RankSession& s) {
@@ -427,8 +371,7 @@ void Daemon::SubmitRefresh(Layer& l, WindowSum& p) {
   job.k = l.k_cap;
   job.y = std::move(p.sum.y);
   job.omega = *omega;
-  job.r = std::min<int>(l.r_cap,
-                        l.settings.rank() > 0 ? l.settings.rank() : rank_r_);
+  job.r = std::min<int>(l.r_cap, planner_.RankOf(l.settings));
   job.k_next = l.k_cap;
   job.seed = config_.omega_seed + static_cast<uint64_t>(job.version);
   job.a = std::move(p.sum.a);
@@ -542,8 +485,8 @@ void Daemon::UpdateGauges() {
         .Set(factor_step < 0 ? 0 : std::max<int64_t>(0, step - factor_step));
   }
   metrics_.selected_layers->Add(Labels({})).Set(selected);
-  metrics_.plan_epoch->Add(Labels({})).Set(plan_epoch_);
-  metrics_.refresh_interval->Add(Labels({})).Set(refresh_interval_);
+  metrics_.plan_epoch->Add(Labels({})).Set(planner_.epoch());
+  metrics_.refresh_interval->Add(Labels({})).Set(planner_.refresh_interval());
   metrics_.ranks_registered->Add(Labels({})).Set(sessions_.size());
   metrics_.staleness_limit->Add(Labels({})).Set(config_.staleness_limit);
   const absl::Time now = absl::Now();
@@ -551,13 +494,7 @@ void Daemon::UpdateGauges() {
     metrics_.heartbeat_age->Add(Labels({{"rank", absl::StrCat(s->rank())}}))
         .Set(absl::ToDoubleSeconds(now - s->last_seen));
   }
-  metrics_.peer_term->Add(Labels({})).Set(static_cast<double>(term_.load()));
-  metrics_.peer_coordinated->Add(Labels({})).Set(coordinated_ ? 1 : 0);
-  if (peered_) {
-    PeerLink* l = link();
-    metrics_.peer_leader->Add(Labels({}))
-        .Set(l != nullptr && l->is_leader() && !IsFollower() ? 1 : 0);
-  }
+  if (peered_) UpdatePeerGauges();
   if (PeerLink* l = link(); l != nullptr) {
     const PeerLinkStats st = l->stats();
     if (!l->is_leader()) {
@@ -590,6 +527,14 @@ void Daemon::UpdateGauges() {
       }
     }
   }
+}
+
+void Daemon::UpdatePeerGauges() {
+  metrics_.peer_term->Add(Labels({})).Set(static_cast<double>(term_.load()));
+  metrics_.peer_coordinated->Add(Labels({})).Set(coordinated_ ? 1 : 0);
+  PeerLink* l = link();
+  metrics_.peer_leader->Add(Labels({}))
+      .Set(l != nullptr && l->is_leader() && !IsFollower() ? 1 : 0);
 }
 
 }  // namespace gift::daemon

@@ -1,0 +1,199 @@
+#include "daemon/core/planner.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_format.h"
+#include "daemon/limits.h"
+
+namespace gift::daemon {
+
+Planner::Planner(const PlannerOptions& options)
+    : beta_(options.beta),
+      peered_(options.peered),
+      refresh_interval_(options.refresh_interval),
+      audit_interval_(options.audit_interval),
+      rank_(options.rank),
+      selector_(options.selection) {}
+
+void Planner::SetRank(int rank, const std::vector<PlanLayer*>& layers) {
+  rank_ = rank;
+  for (PlanLayer* l : layers) {
+    if (l->settings.rank() == 0) ++l->refresh_seq;
+  }
+}
+
+// ---- leader -----------------------------------------------------------------
+
+std::map<std::string, SelectorSettings> Planner::SelectorSettingsByLayer(
+    const std::vector<const PlanLayer*>& layers) const {
+  std::map<std::string, SelectorSettings> out;
+  for (const PlanLayer* l : layers) {
+    SelectorSettings s;
+    s.pin = l->settings.pin() == v1::PIN_IN    ? PinState::kIn
+            : l->settings.pin() == v1::PIN_OUT ? PinState::kOut
+                                               : PinState::kAuto;
+    s.full = l->settings.transform() == v1::TRANSFORM_FULL;
+    s.rank = RankOf(l->settings);
+    out[l->name] = s;
+  }
+  return out;
+}
+
+Planner::Selection Planner::ApplySelection(
+    const std::vector<PlanLayer*>& layers) {
+  SelectionDecision d = selector_.Decide(SelectorSettingsByLayer(
+      std::vector<const PlanLayer*>(layers.begin(), layers.end())));
+  Selection out;
+  for (PlanLayer* lp : layers) {
+    PlanLayer& l = *lp;
+    l.score = d.scores[l.name];
+    const bool cand = l.score.candidate, sel = l.score.selected;
+    if (cand != l.candidate || sel != l.selected) {
+      out.moves.push_back(absl::StrFormat("%s %s", l.name,
+                                          sel    ? "selected"
+                                          : cand ? "candidate"
+                                                 : "dropped"));
+      out.changed = true;
+    }
+    l.candidate = cand;
+    l.selected = sel;
+    // β auto: the β of the layer's next factor, from the probes' β grid
+    // (a factor switch applies it on every rank at once; the plan carries
+    // it to the other nodes' owners).
+    if (l.settings.beta_auto() &&
+        l.settings.transform() != v1::TRANSFORM_FULL) {
+      const double now = l.settings.beta() > 0 ? l.settings.beta() : beta_;
+      const double next = ChooseBeta(l.score, now);
+      if (next != now) {
+        l.settings.set_beta(next);
+        const std::string why = absl::StrFormat(
+            "%s beta %g -> %g for its next factor (probe RelL2 %.4g with the "
+            "factors in use, %.4g with beta %g, over %d grid probes in %d "
+            "reports)",
+            l.name, now, next, l.score.probe_gift_rel_l2,
+            l.score.beta_rel_l2[BetaIndex(next)], next, l.score.beta_probes,
+            l.score.beta_probe_samples);
+        out.beta_changes.push_back(why);
+        // Followers learn it from the plan; ranks from the factor.
+        if (peered_) {
+          out.moves.push_back(why);
+          out.changed = true;
+        }
+      }
+    }
+  }
+  for (const std::string& name : d.early_refresh) {
+    for (PlanLayer* l : layers) {
+      if (l->name != name) continue;
+      ++l->refresh_seq;
+      out.changed = true;
+      out.moves.push_back(name + " early refresh (gain decayed)");
+    }
+  }
+  return out;
+}
+
+v1::PeerPlan Planner::BuildPlan(
+    const std::string& job_id, int world_size,
+    const std::vector<const PlanLayer*>& layers) const {
+  v1::PeerPlan p;
+  p.set_job_id(job_id);
+  p.set_plan_epoch(epoch_);
+  p.set_refresh_interval(refresh_interval_);
+  p.set_audit_interval(audit_interval_);
+  p.set_rank(rank_);
+  p.set_world_size(world_size);
+  for (const PlanLayer* l : layers) {
+    v1::PeerLayerPlan* x = p.add_layers();
+    x->set_name(l->name);
+    x->set_candidate(l->candidate);
+    x->set_selected(l->selected);
+    // As the leader holds them (rank 0 = the plan's rank), so that a
+    // follower's plan view is exactly the leader's.
+    *x->mutable_settings() = l->settings;
+    x->set_refresh_seq(l->refresh_seq);
+  }
+  return p;
+}
+
+bool Planner::ContinueAbove(int64_t epoch) {
+  const bool raise = epoch >= epoch_;
+  epoch_ = std::max(epoch_, epoch + 1);
+  return raise;
+}
+
+bool Planner::JoinerHolds(int64_t epoch) {
+  if (epoch < epoch_) return false;
+  epoch_ = epoch;
+  return true;
+}
+
+bool Planner::ReporterHolds(int64_t epoch) {
+  if (epoch <= epoch_) return false;
+  epoch_ = epoch;
+  return true;
+}
+
+absl::Status Planner::TakeOverFollowerPlan(
+    const v1::PeerPlan& plan, int* world_size,
+    const std::vector<PlanLayer*>& layers) {
+  if (plan.plan_epoch() < epoch_) return absl::OkStatus();
+  ApplyPlan(plan, world_size, layers);
+  std::vector<std::string> selected;
+  for (const PlanLayer* l : layers) {
+    if (l->selected) selected.push_back(l->name);
+  }
+  return selector_.Resume(selected);
+}
+
+absl::Status Planner::TakeLead(const std::vector<PlanLayer*>& layers) {
+  epoch_ = std::max({epoch_, int64_t{1}, rank_epoch_floor_,
+                     have_plan_ ? last_plan_.plan_epoch() : 0});
+  std::vector<std::string> selected;
+  for (const PlanLayer* l : layers) {
+    if (l->selected) selected.push_back(l->name);
+  }
+  return selector_.Resume(selected);
+}
+
+// ---- follower ---------------------------------------------------------------
+
+bool Planner::HoldLeaderPlan(const v1::PeerPlan& plan) {
+  // A newer term's leader continues the epochs above what the job holds;
+  // its first plan may repeat an epoch of the deposed leader's.
+  const bool new_term = have_plan_ && plan.term() > last_plan_.term();
+  if (have_plan_ && !new_term && plan.plan_epoch() <= last_plan_.plan_epoch()) {
+    return false;  // a late or repeated plan
+  }
+  last_plan_ = plan;
+  have_plan_ = true;
+  return true;
+}
+
+void Planner::ApplyPlan(const v1::PeerPlan& plan, int* world_size,
+                        const std::vector<PlanLayer*>& layers) {
+  epoch_ = plan.plan_epoch();
+  if (plan.refresh_interval() >= 1) refresh_interval_ = plan.refresh_interval();
+  if (plan.has_audit_interval() && plan.audit_interval() >= 0 &&
+      plan.audit_interval() <= kMaxAuditInterval) {
+    audit_interval_ = plan.audit_interval();
+  }
+  if (plan.rank() >= 1) rank_ = plan.rank();
+  if (*world_size == 0) *world_size = plan.world_size();
+  for (const v1::PeerLayerPlan& x : plan.layers()) {
+    for (PlanLayer* l : layers) {
+      if (l->name != x.name()) continue;
+      l->candidate = x.candidate();
+      l->selected = x.selected();
+      l->settings = x.settings();
+      l->refresh_seq = x.refresh_seq();
+    }
+  }
+}
+
+void Planner::ApplyHeldPlan(int* world_size,
+                            const std::vector<PlanLayer*>& layers) {
+  if (have_plan_) ApplyPlan(last_plan_, world_size, layers);
+}
+
+}  // namespace gift::daemon
