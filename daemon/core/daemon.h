@@ -408,12 +408,18 @@ class Daemon : public DaemonCore, public PeerHandler {
   // ---- leader election (config.coordinator; daemon_coord.cc)
   const bool coordinated_;
   std::unique_ptr<coord::Election> election_;
-  absl::Mutex coord_mu_;
+  mutable absl::Mutex coord_mu_;
   std::optional<coord::ElectionState> coord_pending_ ABSL_GUARDED_BY(coord_mu_);
   // The poll thread's: links replaced by a rebuild, stopped, freed at Stop
   // (a handler or a caller may still hold their pointer until then).
   std::vector<std::unique_ptr<PeerLink>> retired_links_;
   std::string link_leader_;  // the leader address the current link follows
+  // The same for readers on other threads (PeerStatusNow, PeerRole).
+  std::string leader_address_ ABSL_GUARDED_BY(coord_mu_);
+  std::string LeaderAddress() const {
+    absl::MutexLock lock(&coord_mu_);
+    return leader_address_;
+  }
   std::atomic<bool> coord_leader_{false};
   std::atomic<int64_t> term_{0};
   std::atomic<int64_t> leader_changes_{0};

@@ -153,7 +153,10 @@ absl::Status Daemon::RebuildLink(const coord::ElectionState& s) {
   RaiseTerm(s.term);
   absl::MutexLock lock(&mu_);
   link_owner_ = *std::move(fresh);
-  link_options_.leader_address = o.leader_address;
+  {
+    absl::MutexLock coord(&coord_mu_);  // read by PeerStatusNow without mu_
+    leader_address_ = o.leader_address;
+  }
   link_leader_ = o.leader_address;
   peer_bytes_seen_.clear();  // the new link counts from 0
   joins_seen_ = 0;

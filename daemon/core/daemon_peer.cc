@@ -104,6 +104,10 @@ absl::Status Daemon::StartPeerLink(PeerLinkFactory factory) {
   if (!factory) factory = PeerLink::Create;
   link_options_ = o;
   link_factory_ = factory;
+  {
+    absl::MutexLock coord(&coord_mu_);
+    leader_address_ = o.leader_address;
+  }
   if (coordinated_) return StartElection();  // it builds the link
   ASSIGN_OR_RETURN(link_owner_, factory(o, this));
   link_.store(link_owner_.get(), std::memory_order_release);
@@ -120,8 +124,7 @@ std::string Daemon::PeerRole() const {
                            link->bound_address());
   }
   return absl::StrFormat("follower of %s in job %s (peer server at %s)%s",
-                         link_options_.leader_address, config_.job_id,
-                         link->bound_address(),
+                         LeaderAddress(), config_.job_id, link->bound_address(),
                          coordinated_ ? ", elected on the coordinator" : "");
 }
 
@@ -141,7 +144,7 @@ v1::PeerStatus Daemon::PeerStatusNow() const {
   const PeerLinkStats stats = link->stats();
   p.set_role(leader ? v1::PEER_ROLE_LEADER : v1::PEER_ROLE_FOLLOWER);
   p.set_job_id(config_.job_id);
-  p.set_leader_address(link_options_.leader_address);
+  p.set_leader_address(LeaderAddress());
   if (coordinated_ && !leader && link->is_leader()) {
     p.set_leader_address("");  // stepped down; no new leader known yet
   }
