@@ -157,6 +157,23 @@ class PeerCluster {
   bool keep_dir_ = false;
 };
 
+// The factor version `layer` ran with on the GIFT path in a rank's report
+// line (-1: not on it).
+inline int64_t GiftVersion(const nlohmann::json& line,
+                           const std::string& layer) {
+  const nlohmann::json& l = line["layers"][layer];
+  if (l["path"] != "gift") return -1;
+  return l["version"].get<int64_t>();
+}
+
+// Every real layer (kRealLayers) ran on the GIFT path in this line.
+inline bool AllRealLayersOnGift(const nlohmann::json& line) {
+  for (const std::string& l : kRealLayers) {
+    if (GiftVersion(line, l) < 0) return false;
+  }
+  return true;
+}
+
 // Runs `cmd` with sh (20 s bound); stdout and stderr together in `output`.
 struct ShellResult {
   int exit_code = -1;

@@ -66,20 +66,6 @@ std::vector<std::string> CoordinatorFlags(const std::string& uri) {
   return {"--coordinator=" + uri, absl::StrCat("--coordinator-ttl-s=", kTtlS)};
 }
 
-// The highest factor version `layer` ran with on the GIFT path (-1: none).
-int64_t GiftVersion(const json& line, const std::string& layer) {
-  const json& l = line["layers"][layer];
-  if (l["path"] != "gift") return -1;
-  return l["version"].get<int64_t>();
-}
-
-bool AllRealLayersOnGift(const json& line) {
-  for (const std::string& l : kRealLayers) {
-    if (GiftVersion(line, l) < 0) return false;
-  }
-  return true;
-}
-
 // The sum of every series of `name` in a Prometheus text exposition; NaN
 // when there is none.
 double MetricSum(const std::string& text, const std::string& name) {

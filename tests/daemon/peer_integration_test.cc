@@ -36,21 +36,6 @@ using json = nlohmann::json;
 
 constexpr char kJob[] = "peerjob";
 
-// The highest factor version any real layer of `line` ran with on the GIFT
-// path (-1: none).
-int64_t GiftVersion(const json& line, const std::string& layer) {
-  const json& l = line["layers"][layer];
-  if (l["path"] != "gift") return -1;
-  return l["version"].get<int64_t>();
-}
-
-bool AllRealLayersOnGift(const json& line) {
-  for (const std::string& l : kRealLayers) {
-    if (GiftVersion(line, l) < 0) return false;
-  }
-  return true;
-}
-
 class PeerIntegrationTest : public ::testing::Test {
  protected:
   void SetUp() override {
