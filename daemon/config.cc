@@ -330,8 +330,7 @@ absl::Status CheckPaths(const DaemonConfig& c) {
 // The job token must be there at start, not at the first peer call; giftd
 // reads it again when it builds the link (PeerLinkOptions::token).
 absl::Status CheckTokenFile(const std::string& path) {
-  absl::StatusOr<std::string> token =
-      ReadFile(path, "job_token_file", kMaxTokenBytes);
+  absl::StatusOr<std::string> token = ReadSecretFile(path, "job_token_file");
   if (!token.ok()) return About(token.status(), {"job_token_file"});
   // Stripped like giftd strips it when it reads the token.
   if (absl::StripAsciiWhitespace(*token).empty()) {
@@ -499,6 +498,11 @@ absl::Status ValidateKeyed(const DaemonConfig& config) {
 }
 
 }  // namespace
+
+absl::StatusOr<std::string> ReadSecretFile(const std::string& path,
+                                           const char* option) {
+  return ReadFile(path, option, kMaxTokenBytes);
+}
 
 absl::Status ValidateConfig(const DaemonConfig& config) {
   return Locate(ValidateKeyed(config), Sources());

@@ -141,6 +141,12 @@ absl::StatusOr<DaemonConfig> LoadConfigFromString(
 absl::Status ValidateConfig(const DaemonConfig& config);
 // YAML, every option, with its help as a comment.
 std::string FormatConfig(const DaemonConfig& config);
+// The contents of a file an option names for a secret (job_token_file,
+// coordinator_password_file): a regular file of at most 64 KiB, opened
+// without blocking (a FIFO or /dev/zero is refused before any read).
+// INVALID_ARGUMENT naming the option and the path otherwise.
+absl::StatusOr<std::string> ReadSecretFile(const std::string& path,
+                                           const char* option);
 // --help text: every option, default and help.
 std::string ConfigHelp();
 // Markdown table (option, default, meaning) for the README.

@@ -8,32 +8,20 @@
 // newest it has seen, so a deposed or partitioned leader cannot split the
 // job; the ranks' in-band agreement still decides what every rank uses.
 #include <algorithm>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
+#include "daemon/config.h"
 #include "daemon/core/daemon.h"
 #include "daemon/log.h"
 
 namespace gift::daemon {
 namespace {
 
-absl::StatusOr<std::string> ReadPassword(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("coordinator_password_file '%s' cannot be read", path));
-  }
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return std::string(absl::StripTrailingAsciiWhitespace(ss.str()));
-}
-
+// This daemon leads, or another daemon's address holds the key.
 bool KnowsLeader(const coord::ElectionState& s, const std::string& self) {
-  return s.leader ? true
-                  : !s.leader_address.empty() && s.leader_address != self;
+  return s.leader || (!s.leader_address.empty() && s.leader_address != self);
 }
 
 }  // namespace
@@ -44,7 +32,10 @@ absl::Status Daemon::StartElection() {
   ASSIGN_OR_RETURN(eo.endpoints, coord::ParseCoordinator(c.coordinator));
   eo.user = c.coordinator_user;
   if (!c.coordinator_password_file.empty()) {
-    ASSIGN_OR_RETURN(eo.password, ReadPassword(c.coordinator_password_file));
+    ASSIGN_OR_RETURN(eo.password, ReadSecretFile(c.coordinator_password_file,
+                                                 "coordinator_password_file"));
+    // The newline an editor leaves; the rest is the password.
+    eo.password = std::string(absl::StripTrailingAsciiWhitespace(eo.password));
   }
   eo.ca_file = c.coordinator_ca_file;
   eo.cert_file = c.coordinator_cert_file;
@@ -100,9 +91,7 @@ void Daemon::OnElection(const coord::ElectionState& s) {
                 s.coordinator_reachable ? "another daemon holds the key"
                                         : "the coordinator is unreachable");
   }
-  int64_t t = term_.load();
-  while (s.term > t && !term_.compare_exchange_weak(t, s.term)) {
-  }
+  RaiseTerm(s.term);
   absl::MutexLock lock(&coord_mu_);
   coord_pending_ = s;
 }

@@ -5,12 +5,11 @@
 // broadcasts the factor, which every member installs with InstallFactor.
 #include <algorithm>
 #include <cmath>
-#include <fstream>
-#include <sstream>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
+#include "daemon/config.h"
 #include "daemon/core/daemon.h"
 #include "daemon/core/request_limits.h"
 #include "daemon/limits.h"
@@ -19,17 +18,10 @@
 namespace gift::daemon {
 namespace {
 
+// Stripped as the config check strips it (CheckTokenFile).
 absl::StatusOr<std::string> ReadToken(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "job_token_file '%s' cannot be read: the job's peer token is required "
-        "with peer_address",
-        path));
-  }
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string token(absl::StripAsciiWhitespace(ss.str()));
+  ASSIGN_OR_RETURN(std::string text, ReadSecretFile(path, "job_token_file"));
+  std::string token(absl::StripAsciiWhitespace(text));
   if (token.empty()) {
     return absl::InvalidArgumentError(
         absl::StrFormat("job_token_file '%s' is empty", path));
