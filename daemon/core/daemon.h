@@ -182,6 +182,9 @@ class Daemon : public DaemonCore, public PeerHandler {
     Audit audit[2];
     int audit_path = -1;
     int64_t audits = 0;
+    // Owner: per lagging node, the factor version last sent to it again and
+    // how many times (the first may have crossed the broadcast: debug).
+    std::map<std::string, std::pair<int64_t, int>> resent;
   };
 
   Daemon(const DaemonConfig& config, metrics::Registry* registry);
@@ -353,6 +356,11 @@ class Daemon : public DaemonCore, public PeerHandler {
   // one is refreshed.
   void AddOwned(Layer& l, const std::string& node, int contributors,
                 shm::SketchData data) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Owner: sends the newest factor again to the `lagging` nodes, whose
+  // windows are in an older basis than `basis` (they lack its factor).
+  void ResendFactor(Layer& l,
+                    const std::vector<std::pair<std::string, int64_t>>& lagging,
+                    int64_t basis) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // ---- daemon_control.cc
   absl::StatusOr<Layer*> FindLayer(const std::string& name)

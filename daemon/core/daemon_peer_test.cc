@@ -48,13 +48,23 @@ struct PeerRank : FakeRank {
     EXPECT_TRUE(shm::ReadPlan(control->data(), &p));
     return p;
   }
-  // Closes sketch window 0 of layer i (ending at step 50, basis Ω₀) with
-  // this rank's share of Y = count · A Ω₀, A = diag(0.7^j).
-  void CloseWindow(int i) {
+  // Closes sketch window w of layer i (ending at step 50 (w + 1)) with this
+  // rank's share of Y = count · A Ω, A = diag(0.7^j), in the basis Ω of the
+  // newest factor in its slot (Ω₀ without one), as a rank does.
+  void CloseWindow(int i, int64_t w = 0) {
     shm::LayerEntry* e = entry(i);
     const int64_t d = e->d_in, k = e->k_cap, count = 1000 / kWorld;
     std::vector<float> omega;
-    ASSERT_OK(shm::ReadOmega0(*e, *data[i], &omega));
+    int64_t omega_version = -1;
+    if (shm::NewestFactorVersion(*e) >= 1) {
+      shm::FactorData f;
+      ASSERT_OK(shm::ReadNewestFactor(*e, *data[i], nullptr, &f));
+      omega = f.omega;
+      omega_version = f.version;
+    } else {
+      ASSERT_OK(shm::ReadOmega0(*e, *data[i], &omega));
+    }
+    ASSERT_EQ(omega.size(), static_cast<size_t>(d * k));
     std::vector<float> y(d * k);
     double trace = 0;
     for (int64_t r = 0; r < d; ++r) {
@@ -64,18 +74,20 @@ struct PeerRank : FakeRank {
         y[r * k + j] = static_cast<float>(count * lambda * omega[r * k + j]);
       }
     }
-    auto began = shm::BeginWindow(e, data[i].get(), nullptr, 0, false);
+    auto began = shm::BeginWindow(e, data[i].get(), nullptr, w, false);
     ASSERT_OK(began);
     ASSERT_TRUE(*began);
     const auto layout = shm::LayerRegionLayout::Compute(d, e->r_cap, k);
-    ASSERT_OK(data[i]->Write(layout.sketch[0].y, y.data(), y.size() * 4));
-    ASSERT_OK(data[i]->Write(layout.sketch[0].trace, &trace, 8));
-    ASSERT_OK(data[i]->Write(layout.sketch[0].count, &count, 8));
+    const auto& buffer = layout.sketch[w % 2];
+    ASSERT_OK(data[i]->Write(buffer.y, y.data(), y.size() * 4));
+    ASSERT_OK(data[i]->Write(buffer.trace, &trace, 8));
+    ASSERT_OK(data[i]->Write(buffer.count, &count, 8));
     shm::SketchMeta meta{};
-    meta.window = 0;
-    meta.omega_version = -1;
+    meta.window = w;
+    meta.omega_version = omega_version;
     meta.k = static_cast<int32_t>(k);
-    meta.end_step = 50;
+    meta.start_step = 50 * w;
+    meta.end_step = 50 * (w + 1);
     shm::CloseWindow(e, meta);
   }
 };
@@ -311,6 +323,47 @@ TEST_F(DaemonPeerTest, AWindowMissingOnOneNodePublishesNothing) {
     }
     return true;
   }));
+}
+
+// The owner's broadcast of a factor is lost to one node (cut off just
+// then): the other nodes sketch their next window in that factor's basis,
+// the node in the old one, so no window of the layer could complete again.
+// The owner sees the bases differ, sends the node the factor again, and
+// the next window lines up: a new version everywhere.
+TEST_F(DaemonPeerTest, AFactorBroadcastLostToANodeIsSentAgain) {
+  Pin(0);
+  auto versions_at_least = [&](int64_t v, int ranks) {
+    for (int rank = 0; rank < ranks; ++rank) {
+      if (shm::NewestFactorVersion(*ranks_[rank].entry(kFc2)) < v) {
+        return false;
+      }
+    }
+    return true;
+  };
+  // n2 (rank 3) contributes window 0, then is cut off before the factor.
+  ranks_[3].CloseWindow(kFc2);
+  daemons_[2]->PollOnce();
+  ASSERT_TRUE(net_.Drain());
+  net_.SetReachable(Address(2), false);
+  for (int rank = 0; rank < 3; ++rank) ranks_[rank].CloseWindow(kFc2);
+  ASSERT_TRUE(PollUntil([&] { return versions_at_least(1, 3); }));
+  net_.SetReachable(Address(2), true);
+  for (int i = 0; i < 5; ++i) PollAll();
+  ASSERT_EQ(shm::NewestFactorVersion(*ranks_[3].entry(kFc2)), -1);
+
+  // Window 1: ranks 0-2 in v1's basis, rank 3 in Ω₀.
+  for (PeerRank& r : ranks_) r.CloseWindow(kFc2, 1);
+  ASSERT_TRUE(PollUntil([&] { return versions_at_least(1, kWorld); }))
+      << "the factor never reached the node that lacked it";
+  EXPECT_EQ(shm::NewestFactorVersion(*ranks_[0].entry(kFc2)), 1)
+      << "window 1 is in two bases: it cannot make a factor";
+  // Window 2, every rank in v1's basis: v2 everywhere.
+  for (PeerRank& r : ranks_) r.CloseWindow(kFc2, 2);
+  ASSERT_TRUE(PollUntil([&] { return versions_at_least(2, kWorld); }));
+  shm::FactorData f;
+  ASSERT_OK(shm::ReadNewestFactor(*ranks_[3].entry(kFc2), *ranks_[3].data[kFc2],
+                                  nullptr, &f));
+  EXPECT_EQ(f.window, 150);
 }
 
 TEST_F(DaemonPeerTest, FollowerWithoutItsLeaderKeepsItsPlan) {

@@ -6,6 +6,7 @@
 // every rank's slot on every node.
 #include <algorithm>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
@@ -72,6 +73,45 @@ void Daemon::AddOwned(Layer& l, const std::string& node, int contributors,
     metrics_.sketch_windows
         ->Add(Labels({{"layer", l.name}, {"result", "incomplete"}}))
         .Increment(dropped);
+  }
+  if (!o.lagging.empty()) ResendFactor(l, o.lagging, o.basis);
+}
+
+void Daemon::ResendFactor(
+    Layer& l, const std::vector<std::pair<std::string, int64_t>>& lagging,
+    int64_t basis) {
+  const shm::FactorData* f = l.factors.newest();
+  // Without the factor of the newer basis (a restarted owner) there is
+  // nothing to send: that window is lost, later ones line up again.
+  if (f == nullptr || f->version < basis) return;
+  PeerLink* link = this->link();
+  const std::vector<v1::Member> members = link->members();
+  for (const auto& [node, old_basis] : lagging) {
+    auto m =
+        std::find_if(members.begin(), members.end(),
+                     [&](const v1::Member& x) { return x.node() == node; });
+    if (m == members.end() || link->IsSelf(*m)) continue;
+    auto& [version, times] = l.resent[node];
+    if (version != f->version) {
+      version = f->version;
+      times = 0;
+    }
+    ++times;
+    // A window that opened while the broadcast was on its way lags once;
+    // a lost broadcast lags until the factor is sent again.
+    const std::string what = absl::StrFormat(
+        "%s: node %s sketches in the basis %s, the others in that of v%d (it "
+        "lacks that factor): sending it v%d again",
+        l.name, Clip(node),
+        old_basis < 0 ? std::string("Ω₀") : absl::StrCat("of v", old_basis),
+        basis, f->version);
+    if (times == 2) {
+      LOG_INFO("%s", what);
+    } else {
+      LOG_DEBUG("%s", what);
+    }
+    link->SendFactor(*m,
+                     FactorMessage(l, *f, l.factors.last_refresh_seconds()));
   }
 }
 

@@ -1,5 +1,7 @@
 #include "daemon/core/window_collector.h"
 
+#include <cstdint>
+
 namespace gift::daemon {
 
 bool AddSketch(WindowSum& p, shm::SketchData data) {
@@ -50,6 +52,23 @@ std::optional<WindowSum> WindowCollector::TakeLocal(int live, int* dropped) {
   return out;
 }
 
+void WindowCollector::NameLagging(int64_t end_step, Owned& out) {
+  const auto first = owned_.lower_bound({end_step, INT64_MIN});
+  auto newest = first;
+  for (auto it = first; it != owned_.end() && it->first.first == end_step;
+       ++it) {
+    newest = it;
+  }
+  out.basis = newest->first.second;
+  for (auto it = first; it != newest; ++it) {
+    WindowSum& stale = it->second;
+    for (; stale.lagging_named < stale.sources.size(); ++stale.lagging_named) {
+      out.lagging.emplace_back(stale.sources[stale.lagging_named],
+                               it->first.second);
+    }
+  }
+}
+
 WindowCollector::Owned WindowCollector::AddOwned(const std::string& node,
                                                  int contributors,
                                                  shm::SketchData data,
@@ -63,6 +82,7 @@ WindowCollector::Owned WindowCollector::AddOwned(const std::string& node,
   }
   o.contributors += contributors;
   o.sources.push_back(node);
+  NameLagging(key.first, out);
   if (world_size > 0 && o.contributors >= world_size) {
     if (o.contributors == world_size) {
       out.result = Owned::kComplete;

@@ -5,7 +5,10 @@
 // newest such window is taken (for the refresher, or with peers for the
 // layer's owner); older ones can no longer complete and are dropped. On the
 // layer's owner it also sums the nodes' windows until they cover the job's
-// world size ("owned" windows).
+// world size ("owned" windows), and names the nodes whose window is in an
+// older basis than another node's window of the same step: they lack the
+// factor that basis came with (its broadcast was lost, e.g. in a partition),
+// and without it no window of the layer can complete again.
 //
 //   WindowCollector w;
 //   if (!w.AddLocal(std::move(window))) { /* does not add up: dropped */ }
@@ -42,8 +45,10 @@ inline constexpr size_t kOwnedWindows = 4;
 struct WindowSum {
   shm::SketchData sum;
   int contributors = 0;
-  // Owned windows: the nodes that contributed (for logs).
+  // Owned windows: the nodes that contributed (for logs), and how many of
+  // them have been named lagging (Owned::lagging).
   std::vector<std::string> sources;
+  size_t lagging_named = 0;
 };
 
 // Adds `data` to `p` (the first one is taken as it is); false (nothing
@@ -81,6 +86,12 @@ class WindowCollector {
     // kTooMany: the window's contributors and sources, for the log.
     int contributors = 0;
     std::vector<std::string> sources;
+    // Nodes whose sum of this window's step is in an older basis than
+    // another node's, with that older basis (a factor version; -1: Ω₀);
+    // each node once per window. `basis`: the newest basis of the step. Any
+    // result.
+    std::vector<std::pair<std::string, int64_t>> lagging;
+    int64_t basis = -1;
   };
   // One node's sum of a window (`contributors` ranks). With world_size > 0,
   // a window reaching it ends the collection of it and of every window not
@@ -91,6 +102,10 @@ class WindowCollector {
   size_t owned_windows() const { return owned_.size(); }
 
  private:
+  // Fills out.lagging and out.basis for the owned windows ending at
+  // `end_step` (at least one).
+  void NameLagging(int64_t end_step, Owned& out);
+
   std::map<Key, WindowSum> pending_;
   std::map<Key, WindowSum> owned_;
 };

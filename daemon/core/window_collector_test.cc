@@ -2,6 +2,7 @@
 
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -154,6 +155,42 @@ TEST(WindowCollectorTest, OwnerKeepsOnlyRecentWindows) {
   // completes.
   EXPECT_EQ(w.AddOwned("b", 5, Window(60, 1, 1.0f), 0, &dropped).result,
             WindowCollector::Owned::kWaiting);
+}
+
+// A node whose ranks sketch a step in an older basis than another node's
+// lacks that basis's factor: it is named (once per window), with its basis,
+// whether it comes first or last; windows in one basis name nobody.
+TEST(WindowCollectorTest, OwnerNamesTheNodesSketchingInAnOlderBasis) {
+  using Lag = std::pair<std::string, int64_t>;
+  WindowCollector w;
+  int dropped = 0;
+  WindowCollector::Owned o =
+      w.AddOwned("a", 2, Window(100, 3, 1.0f), 6, &dropped);
+  EXPECT_THAT(o.lagging, ::testing::IsEmpty());
+  EXPECT_EQ(o.basis, 3);
+  o = w.AddOwned("b", 2, Window(100, 3, 1.0f), 6, &dropped);
+  EXPECT_THAT(o.lagging, ::testing::IsEmpty());
+  // c is behind, and comes last.
+  o = w.AddOwned("c", 2, Window(100, 2, 1.0f), 6, &dropped);
+  EXPECT_EQ(o.result, WindowCollector::Owned::kWaiting);
+  EXPECT_THAT(o.lagging, ElementsAre(Lag{"c", 2}));
+  EXPECT_EQ(o.basis, 3);
+
+  // The next window: c first, then a newer basis names it, then nobody.
+  o = w.AddOwned("c", 2, Window(105, -1, 1.0f), 6, &dropped);
+  EXPECT_THAT(o.lagging, ::testing::IsEmpty());
+  EXPECT_EQ(o.basis, -1);
+  o = w.AddOwned("a", 2, Window(105, 3, 1.0f), 6, &dropped);
+  EXPECT_THAT(o.lagging, ElementsAre(Lag{"c", -1}));
+  o = w.AddOwned("b", 2, Window(105, 3, 1.0f), 6, &dropped);
+  EXPECT_THAT(o.lagging, ::testing::IsEmpty());
+
+  // Once c has caught up the window completes, naming nobody.
+  w.AddOwned("a", 2, Window(110, 4, 1.0f), 6, &dropped);
+  w.AddOwned("c", 2, Window(110, 4, 1.0f), 6, &dropped);
+  o = w.AddOwned("b", 2, Window(110, 4, 1.0f), 6, &dropped);
+  EXPECT_EQ(o.result, WindowCollector::Owned::kComplete);
+  EXPECT_THAT(o.lagging, ::testing::IsEmpty());
 }
 
 }  // namespace

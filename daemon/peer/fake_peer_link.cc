@@ -71,12 +71,13 @@ class FakePeerLink : public PeerLink {
     });
   }
   void BroadcastFactor(v1::PublishFactorRequest r) override {
-    for (const v1::Member& m : members()) {
-      if (IsSelf(m)) continue;
-      Send(m.address(), [r](FakePeerNetwork::Endpoint& e) {
-        return e.handler->OnFactor(r);
-      });
-    }
+    for (const v1::Member& m : members()) SendFactor(m, r);
+  }
+  void SendFactor(const v1::Member& to, v1::PublishFactorRequest r) override {
+    if (IsSelf(to)) return;
+    Send(to.address(), [r = std::move(r)](FakePeerNetwork::Endpoint& e) {
+      return e.handler->OnFactor(r);
+    });
   }
 
   absl::StatusOr<v1::ForwardControlResponse> ForwardControl(

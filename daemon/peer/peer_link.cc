@@ -309,17 +309,32 @@ void PeerLinkImpl::SendSketch(const v1::Member& owner,
 }
 
 void PeerLinkImpl::BroadcastFactor(v1::PublishFactorRequest r) {
+  const auto request = FactorRequest(std::move(r));
+  for (const v1::Member& m : members()) {
+    if (!IsSelf(m)) EnqueueFactor(m.address(), request);
+  }
+}
+
+void PeerLinkImpl::SendFactor(const v1::Member& to,
+                              v1::PublishFactorRequest r) {
+  if (!IsSelf(to)) EnqueueFactor(to.address(), FactorRequest(std::move(r)));
+}
+
+std::shared_ptr<const v1::PublishFactorRequest> PeerLinkImpl::FactorRequest(
+    v1::PublishFactorRequest r) const {
   if (r.job_id().empty()) r.set_job_id(options_.job_id);
   if (r.owner().empty()) r.set_owner(options_.node);
-  auto request = std::make_shared<v1::PublishFactorRequest>(std::move(r));
-  for (const v1::Member& m : members()) {
-    if (IsSelf(m)) continue;
-    Enqueue(m.address(), [this, address = m.address(), request] {
-      v1::PublishFactorResponse reply;
-      return Call(address, "factor", &v1::Peer::Stub::PublishFactor, *request,
-                  &reply, options_.rpc_timeout);
-    });
-  }
+  return std::make_shared<const v1::PublishFactorRequest>(std::move(r));
+}
+
+void PeerLinkImpl::EnqueueFactor(
+    const std::string& address,
+    std::shared_ptr<const v1::PublishFactorRequest> request) {
+  Enqueue(address, [this, address, request] {
+    v1::PublishFactorResponse reply;
+    return Call(address, "factor", &v1::Peer::Stub::PublishFactor, *request,
+                &reply, options_.rpc_timeout);
+  });
 }
 
 // ---- blocking calls to the leader (the leader serves itself directly)

@@ -174,6 +174,8 @@ class PeerLink {
   virtual void BroadcastPlan(v1::PeerPlan plan) = 0;             // leader
   virtual void SendSketch(const v1::Member& owner, v1::PushSketchRequest r) = 0;
   virtual void BroadcastFactor(v1::PublishFactorRequest r) = 0;  // owner
+  // Owner: to one member (again: its broadcast was lost).
+  virtual void SendFactor(const v1::Member& to, v1::PublishFactorRequest r) = 0;
 
   // ---- blocking (follower → leader; never under the daemon's lock)
   virtual absl::StatusOr<v1::ForwardControlResponse> ForwardControl(

@@ -56,6 +56,7 @@ class PeerLinkImpl final : public PeerLink, public PeerServerBackend {
   void BroadcastPlan(v1::PeerPlan plan) override;
   void SendSketch(const v1::Member& owner, v1::PushSketchRequest r) override;
   void BroadcastFactor(v1::PublishFactorRequest r) override;
+  void SendFactor(const v1::Member& to, v1::PublishFactorRequest r) override;
 
   absl::StatusOr<v1::ForwardControlResponse> ForwardControl(
       const v1::ForwardControlRequest& r) override;
@@ -87,6 +88,11 @@ class PeerLinkImpl final : public PeerLink, public PeerServerBackend {
   std::shared_ptr<grpc::Channel> ChannelTo(const std::string& address);
   // Queues `task` for `key` (an address, or kSelfKey for local delivery).
   void Enqueue(const std::string& key, PeerSender::Task task);
+  // A factor with the job and owner filled in, and its send to `address`.
+  std::shared_ptr<const v1::PublishFactorRequest> FactorRequest(
+      v1::PublishFactorRequest r) const;
+  void EnqueueFactor(const std::string& address,
+                     std::shared_ptr<const v1::PublishFactorRequest> request);
 
   // ---- membership (peer_link_members.cc)
   // Leader: the members with `self` in place; true when the list changed.
