@@ -87,9 +87,11 @@ void Daemon::ResendFactor(
   PeerLink* link = this->link();
   const std::vector<v1::Member> members = link->members();
   for (const auto& [node, old_basis] : lagging) {
+    // (A structured binding cannot be captured before C++20.)
+    const std::string& name = node;
     auto m =
         std::find_if(members.begin(), members.end(),
-                     [&](const v1::Member& x) { return x.node() == node; });
+                     [&](const v1::Member& x) { return x.node() == name; });
     if (m == members.end() || link->IsSelf(*m)) continue;
     auto& [version, times] = l.resent[node];
     if (version != f->version) {
