@@ -58,15 +58,8 @@ bool WaitFor(const std::function<bool()>& done, absl::Duration limit) {
   return done();
 }
 
-class ElectionTest : public ::testing::Test {
+class ElectionTest : public TestEtcdTest {
  protected:
-  void SetUp() override {
-    if (!TestEtcd::Available()) GTEST_SKIP() << TestEtcd::kMissing;
-    auto etcd = TestEtcd::Start();
-    ASSERT_OK(etcd);
-    etcd_ = std::move(*etcd);
-  }
-
   std::unique_ptr<Election> Make(const std::string& instance,
                                  const std::string& endpoint = "") {
     EtcdOptions eo;
@@ -110,7 +103,6 @@ class ElectionTest : public ::testing::Test {
     return leader;
   }
 
-  std::unique_ptr<TestEtcd> etcd_;
   Events events_;
 };
 

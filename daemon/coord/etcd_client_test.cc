@@ -70,14 +70,8 @@ TEST(EtcdClientTest, UnreachableNamesTheEndpoints) {
                AllOf(HasSubstr(o.endpoints[0]), HasSubstr(o.endpoints[1]))));
 }
 
-class RealEtcdTest : public ::testing::Test {
+class RealEtcdTest : public TestEtcdTest {
  protected:
-  void SetUp() override {
-    if (!TestEtcd::Available()) GTEST_SKIP() << TestEtcd::kMissing;
-    auto etcd = TestEtcd::Start();
-    ASSERT_OK(etcd);
-    etcd_ = std::move(*etcd);
-  }
   std::unique_ptr<EtcdClient> Client(const std::string& user = "",
                                      const std::string& password = "") {
     EtcdOptions o;
@@ -88,7 +82,6 @@ class RealEtcdTest : public ::testing::Test {
     EXPECT_OK(c);
     return c.ok() ? std::move(*c) : nullptr;
   }
-  std::unique_ptr<TestEtcd> etcd_;
 };
 
 TEST_F(RealEtcdTest, PutGetPrefixDelete) {

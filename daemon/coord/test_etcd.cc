@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "common/status_matchers.h"
 #include "daemon/coord/http_post.h"
 
 namespace gift::daemon::coord {
@@ -186,6 +187,13 @@ absl::Status TestEtcd::Etcdctl(const std::vector<std::string>& args) {
   argv.insert(argv.end(), args.begin(), args.end());
   setenv("ETCDCTL_API", "3", 1);
   return RunProgram(argv);
+}
+
+void TestEtcdTest::SetUp() {
+  if (!TestEtcd::Available()) GTEST_SKIP() << TestEtcd::kMissing;
+  absl::StatusOr<std::unique_ptr<TestEtcd>> etcd = TestEtcd::Start();
+  ASSERT_OK(etcd);
+  etcd_ = *std::move(etcd);
 }
 
 }  // namespace gift::daemon::coord

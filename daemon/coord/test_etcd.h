@@ -4,13 +4,15 @@
 //    when the test fails or the test process dies: PR_SET_PDEATHSIG).
 //  * Child: another program started by the test, SIGKILLed at the end.
 //  * FreePort: a loopback TCP port nobody listens on right now.
+//  * TestEtcdTest: a gtest fixture with a TestEtcd of its own (etcd_),
+//    skipped where etcd is not installed.
 //
-//   if (!TestEtcd::Available()) GTEST_SKIP() << TestEtcd::kMissing;
-//   auto etcd = TestEtcd::Start();
-//   ASSERT_OK(etcd);
-//   EtcdOptions o;
-//   o.endpoints = {(*etcd)->endpoint()};
-//   (*etcd)->Stop(); (*etcd)->Restart();  // same data dir
+//   class MyTest : public TestEtcdTest {};
+//   TEST_F(MyTest, X) {
+//     EtcdOptions o;
+//     o.endpoints = {etcd_->endpoint()};
+//     etcd_->Stop(); ASSERT_OK(etcd_->Restart());  // same data dir
+//   }
 //
 // Thread safety: not thread-safe; one test thread drives each object.
 #ifndef GIFT_DAEMON_COORD_TEST_ETCD_H_
@@ -24,6 +26,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "gtest/gtest.h"
 
 namespace gift::daemon::coord {
 
@@ -80,6 +83,16 @@ class TestEtcd {
   int client_port_ = 0;
   int peer_port_ = 0;
   std::unique_ptr<Child> process_;
+};
+
+class TestEtcdTest : public ::testing::Test {
+ protected:
+  // Skips the test without etcd; else starts it (a fatal failure when it
+  // does not answer). A fixture's own SetUp calls this first and returns
+  // when IsSkipped() or HasFatalFailure().
+  void SetUp() override;
+
+  std::unique_ptr<TestEtcd> etcd_;
 };
 
 }  // namespace gift::daemon::coord

@@ -25,26 +25,9 @@ using ::gift::testing::StatusIs;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
-DaemonConfig Config() {
-  DaemonConfig c;
-  c.node = "test";
-  c.shm_prefix = absl::StrCat("/gift-ctest", ::getpid());
-  c.poll_interval_ms = 5000;  // the test polls itself
-  c.refresh_threads = 1;
-  c.metrics_address = "";
-  return c;
-}
-
-class DaemonControlTest : public ::testing::Test {
+class DaemonControlTest : public OneRankDaemonTest {
  protected:
-  void SetUp() override {
-    auto d = Daemon::Create(Config(), &registry_);
-    ASSERT_OK(d);
-    daemon_ = *std::move(d);
-    auto resp = daemon_->Register(Request(0, /*world=*/1));
-    ASSERT_OK(resp);
-    rank_ = FakeRank::Map(*resp);
-  }
+  DaemonControlTest() : OneRankDaemonTest("ctest") {}
 
   // Everything an operator can change, as giftctl would show it.
   std::string State() {
@@ -89,10 +72,6 @@ class DaemonControlTest : public ::testing::Test {
     return at == std::string::npos ? 0
                                    : std::stod(text.substr(at + series.size()));
   }
-
-  metrics::Registry registry_;
-  std::unique_ptr<Daemon> daemon_;
-  FakeRank rank_;
 };
 
 // Issue 13: β = 1e308 (and 5e-324) was accepted and made every factor NaN.

@@ -27,15 +27,7 @@ using ::testing::HasSubstr;
 
 const std::string kMegabyte(1 << 20, 'x');
 
-DaemonConfig Config() {
-  DaemonConfig c;
-  c.node = "test";
-  c.shm_prefix = absl::StrCat("/gift-ltest", ::getpid());
-  c.poll_interval_ms = 5000;
-  c.refresh_threads = 1;
-  c.metrics_address = "";
-  return c;
-}
+DaemonConfig Config() { return TestDaemonConfig("ltest"); }
 
 class DaemonLimitsTest : public ::testing::Test {
  protected:
@@ -47,11 +39,7 @@ class DaemonLimitsTest : public ::testing::Test {
     ASSERT_OK(d);
     daemon_ = *std::move(d);
   }
-  size_t ShmObjects() {
-    auto names = shm::ListPosixObjects(Config().shm_prefix + "-");
-    EXPECT_OK(names);
-    return names.ok() ? names->size() : 0;
-  }
+  size_t ShmObjects() { return daemon::ShmObjects(Config()); }
   // Refused with `code`, a message naming `what`, and nothing allocated.
   void ExpectRefused(const v1::RegisterRequest& r, absl::StatusCode code,
                      const std::string& what) {

@@ -146,6 +146,15 @@ class DaemonPeerTest : public ::testing::Test {
     }
     return true;
   }
+  // Ranks 0..ranks-1 hold an fc2 factor of `version` or newer.
+  bool RanksHoldFc2(int64_t version, int ranks = kWorld) {
+    for (int rank = 0; rank < ranks; ++rank) {
+      if (shm::NewestFactorVersion(*ranks_[rank].entry(kFc2)) < version) {
+        return false;
+      }
+    }
+    return true;
+  }
   int64_t Epoch(int node) {
     auto s = daemons_[node]->GetStatus({});
     EXPECT_OK(s);
@@ -268,12 +277,7 @@ TEST_F(DaemonPeerTest, FollowerTelemetryReachesTheLeadersSelector) {
 TEST_F(DaemonPeerTest, WindowsOfEveryNodeMakeOneFactorEverywhere) {
   Pin(0);
   for (PeerRank& r : ranks_) r.CloseWindow(kFc2);
-  ASSERT_TRUE(PollUntil([&] {
-    for (PeerRank& r : ranks_) {
-      if (shm::NewestFactorVersion(*r.entry(kFc2)) < 1) return false;
-    }
-    return true;
-  }));
+  ASSERT_TRUE(PollUntil([&] { return RanksHoldFc2(1); }));
   shm::FactorData first;
   ASSERT_OK(shm::ReadNewestFactor(*ranks_[0].entry(kFc2), *ranks_[0].data[kFc2],
                                   nullptr, &first));
@@ -317,12 +321,7 @@ TEST_F(DaemonPeerTest, AWindowMissingOnOneNodePublishesNothing) {
   }
   // The last node's window completes the sum.
   ranks_[3].CloseWindow(kFc2);
-  EXPECT_TRUE(PollUntil([&] {
-    for (PeerRank& r : ranks_) {
-      if (shm::NewestFactorVersion(*r.entry(kFc2)) < 1) return false;
-    }
-    return true;
-  }));
+  EXPECT_TRUE(PollUntil([&] { return RanksHoldFc2(1); }));
 }
 
 // The owner's broadcast of a factor is lost to one node (cut off just
@@ -332,34 +331,26 @@ TEST_F(DaemonPeerTest, AWindowMissingOnOneNodePublishesNothing) {
 // the next window lines up: a new version everywhere.
 TEST_F(DaemonPeerTest, AFactorBroadcastLostToANodeIsSentAgain) {
   Pin(0);
-  auto versions_at_least = [&](int64_t v, int ranks) {
-    for (int rank = 0; rank < ranks; ++rank) {
-      if (shm::NewestFactorVersion(*ranks_[rank].entry(kFc2)) < v) {
-        return false;
-      }
-    }
-    return true;
-  };
   // n2 (rank 3) contributes window 0, then is cut off before the factor.
   ranks_[3].CloseWindow(kFc2);
   daemons_[2]->PollOnce();
   ASSERT_TRUE(net_.Drain());
   net_.SetReachable(Address(2), false);
   for (int rank = 0; rank < 3; ++rank) ranks_[rank].CloseWindow(kFc2);
-  ASSERT_TRUE(PollUntil([&] { return versions_at_least(1, 3); }));
+  ASSERT_TRUE(PollUntil([&] { return RanksHoldFc2(1, 3); }));
   net_.SetReachable(Address(2), true);
   for (int i = 0; i < 5; ++i) PollAll();
   ASSERT_EQ(shm::NewestFactorVersion(*ranks_[3].entry(kFc2)), -1);
 
   // Window 1: ranks 0-2 in v1's basis, rank 3 in Ω₀.
   for (PeerRank& r : ranks_) r.CloseWindow(kFc2, 1);
-  ASSERT_TRUE(PollUntil([&] { return versions_at_least(1, kWorld); }))
+  ASSERT_TRUE(PollUntil([&] { return RanksHoldFc2(1); }))
       << "the factor never reached the node that lacked it";
   EXPECT_EQ(shm::NewestFactorVersion(*ranks_[0].entry(kFc2)), 1)
       << "window 1 is in two bases: it cannot make a factor";
   // Window 2, every rank in v1's basis: v2 everywhere.
   for (PeerRank& r : ranks_) r.CloseWindow(kFc2, 2);
-  ASSERT_TRUE(PollUntil([&] { return versions_at_least(2, kWorld); }));
+  ASSERT_TRUE(PollUntil([&] { return RanksHoldFc2(2); }));
   shm::FactorData f;
   ASSERT_OK(shm::ReadNewestFactor(*ranks_[3].entry(kFc2), *ranks_[3].data[kFc2],
                                   nullptr, &f));

@@ -69,27 +69,9 @@ void ReturnsWithin(absl::Duration limit, const std::string& what,
   std::_Exit(1);
 }
 
-DaemonConfig Config() {
-  DaemonConfig c;
-  c.node = "test";
-  c.shm_prefix = absl::StrCat("/gift-stest", ::getpid());
-  // The test polls itself; the poll thread's first turn comes after it.
-  c.poll_interval_ms = 5000;
-  c.refresh_threads = 1;
-  c.metrics_address = "";
-  return c;
-}
-
-class DaemonShmTest : public ::testing::Test {
+class DaemonShmTest : public OneRankDaemonTest {
  protected:
-  void SetUp() override {
-    auto d = Daemon::Create(Config(), &registry_);
-    ASSERT_OK(d);
-    daemon_ = *std::move(d);
-    auto resp = daemon_->Register(Request(0, /*world=*/1));
-    ASSERT_OK(resp);
-    rank_ = FakeRank::Map(*resp);
-  }
+  DaemonShmTest() : OneRankDaemonTest("stest") {}
 
   // One poll, which must return.
   void Poll() {
@@ -179,10 +161,6 @@ class DaemonShmTest : public ::testing::Test {
       std::memcpy(p + at, &word, 8);
     }
   }
-
-  metrics::Registry registry_;
-  std::unique_ptr<Daemon> daemon_;
-  FakeRank rank_;
 };
 
 // The garbage of issue 13: INT64_MAX hung the poll thread (and with it
@@ -366,7 +344,7 @@ TEST_F(DaemonShmTest, ARankThatKeepsWritingGarbageIsDisconnected) {
   EXPECT_EQ(s.ranks_registered(), 0);
   EXPECT_EQ(s.ranks_reaped(), 1);
   // Its shared memory went with its session (as a reap's does).
-  auto names = shm::ListPosixObjects(Config().shm_prefix + "-");
+  auto names = shm::ListPosixObjects(config().shm_prefix + "-");
   ASSERT_OK(names);
   EXPECT_THAT(*names, ::testing::IsEmpty());
 }

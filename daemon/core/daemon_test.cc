@@ -24,15 +24,7 @@ namespace {
 using ::gift::testing::StatusIs;
 using ::testing::HasSubstr;
 
-DaemonConfig TestConfig() {
-  DaemonConfig c;
-  c.node = "test";
-  c.shm_prefix = absl::StrCat("/gift-dtest", ::getpid());
-  c.poll_interval_ms = 10;
-  c.refresh_threads = 1;
-  c.metrics_address = "";
-  return c;
-}
+DaemonConfig TestConfig() { return TestDaemonConfig("dtest", 10); }
 
 class DaemonTest : public ::testing::Test {
  protected:
@@ -41,11 +33,7 @@ class DaemonTest : public ::testing::Test {
     ASSERT_OK(d);
     daemon_ = *std::move(d);
   }
-  size_t ShmObjects() {
-    auto names = shm::ListPosixObjects(TestConfig().shm_prefix + "-");
-    EXPECT_OK(names);
-    return names.ok() ? names->size() : 0;
-  }
+  size_t ShmObjects() { return daemon::ShmObjects(TestConfig()); }
 
   metrics::Registry registry_;
   std::unique_ptr<Daemon> daemon_;

@@ -1,8 +1,9 @@
-// Shared by giftd's core tests (daemon_test, daemon_peer_test): a rank's
-// Register request for a two-layer job, and what a rank maps after
-// Register.
+// Shared by giftd's core tests (daemon_test, daemon_peer_test, ...): a
+// one-node config, a rank's Register request for a two-layer job, what a
+// rank maps after Register, and a fixture with one such rank.
 //
-//   auto resp = daemon->Register(Request(0, /*world=*/2));
+//   auto d = Daemon::Create(TestDaemonConfig("xtest"), &registry);
+//   auto resp = (*d)->Register(Request(0, /*world=*/2));
 //   FakeRank rank = FakeRank::Map(*resp);
 //
 // Thread safety: test code, one thread.
@@ -14,15 +15,42 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/status_matchers.h"
+#include "daemon/config.h"
+#include "daemon/core/daemon.h"
+#include "daemon/metrics/metrics.h"
 #include "gift/v1/agent.pb.h"
 #include "gtest/gtest.h"
 #include "shm/protocol.h"
 #include "shm/region.h"
 
 namespace gift::daemon {
+
+// One node, shared memory named "/gift-<tag><pid>-…", no metrics listener,
+// one refresher thread. poll_interval_ms: the default 5000 leaves the polls
+// to the test (the poll thread's first turn comes after it).
+inline DaemonConfig TestDaemonConfig(const std::string& tag,
+                                     int poll_interval_ms = 5000) {
+  DaemonConfig c;
+  c.node = "test";
+  c.shm_prefix = absl::StrCat("/gift-", tag, ::getpid());
+  c.poll_interval_ms = poll_interval_ms;
+  c.refresh_threads = 1;
+  c.metrics_address = "";
+  return c;
+}
+
+// The POSIX shared-memory objects under a config's prefix (0 on error,
+// which fails the test).
+inline size_t ShmObjects(const DaemonConfig& c) {
+  auto names = shm::ListPosixObjects(c.shm_prefix + "-");
+  EXPECT_OK(names);
+  return names.ok() ? names->size() : 0;
+}
 
 // Job "job", layers fc1 (16 × 24) and fc2 (16 × 48), this process's pid.
 inline v1::RegisterRequest Request(int rank, int world = 2) {
@@ -65,6 +93,27 @@ struct FakeRank {
     return f;
   }
   shm::LayerEntry* entry(int i) { return shm::Entry(control->data(), i); }
+};
+
+// A giftd on TestDaemonConfig(tag) with rank 0 of a one-rank job
+// registered and mapped (rank_).
+class OneRankDaemonTest : public ::testing::Test {
+ protected:
+  explicit OneRankDaemonTest(std::string tag) : tag_(std::move(tag)) {}
+  void SetUp() override {
+    auto d = Daemon::Create(config(), &registry_);
+    ASSERT_OK(d);
+    daemon_ = *std::move(d);
+    auto resp = daemon_->Register(Request(0, /*world=*/1));
+    ASSERT_OK(resp);
+    rank_ = FakeRank::Map(*resp);
+  }
+  DaemonConfig config() const { return TestDaemonConfig(tag_); }
+
+  const std::string tag_;
+  metrics::Registry registry_;
+  std::unique_ptr<Daemon> daemon_;
+  FakeRank rank_;
 };
 
 }  // namespace gift::daemon

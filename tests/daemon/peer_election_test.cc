@@ -126,18 +126,14 @@ PeerView ViewOf(const Giftd& d) {
   return v;
 }
 
-class PeerElectionTest : public ::testing::Test {
+class PeerElectionTest : public coord::TestEtcdTest {
  protected:
   void SetUp() override {
-    if (!coord::TestEtcd::Available())
-      GTEST_SKIP() << coord::TestEtcd::kMissing;
+    coord::TestEtcdTest::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
     absl::StatusOr<std::string> dir = MakeTempDir("giftd_elect");
     ASSERT_OK(dir);
     dir_ = *dir;
-    absl::StatusOr<std::unique_ptr<coord::TestEtcd>> etcd =
-        coord::TestEtcd::Start();
-    ASSERT_OK(etcd);
-    etcd_ = *std::move(etcd);
   }
 
   void TearDown() override {
@@ -398,8 +394,16 @@ class PeerElectionTest : public ::testing::Test {
     return -1;
   }
 
+  // The first leader of a started cluster (its node in *leader, its term
+  // in *term), once every rank runs every real layer on the GIFT path.
+  void WaitForFirstLeaderOnGift(int* leader, int64_t* term) {
+    *leader = WaitForLeader(0, absl::Seconds(kTtlS + 15), term);
+    ASSERT_GE(*leader, 0);
+    ASSERT_OK(cluster_->WaitForAll(AllRealLayersOnGift, absl::Seconds(90)))
+        << Views();
+  }
+
   std::string dir_;
-  std::unique_ptr<coord::TestEtcd> etcd_;
   std::vector<std::unique_ptr<coord::TcpForwarder>> forwarders_;
   std::unique_ptr<PeerCluster> cluster_;
   std::set<int> live_;  // nodes whose daemon runs
@@ -448,11 +452,9 @@ TEST_F(PeerElectionTest, ThreeDaemonsElectOneLeaderAndShareItsTerm) {
 
 TEST_F(PeerElectionTest, ASigkilledLeaderIsReplacedAndControlWorksAgain) {
   ASSERT_NO_FATAL_FAILURE(StartCluster(SharedEtcdOptions()));
+  int old_leader = -1;
   int64_t term = 0;
-  const int old_leader = WaitForLeader(0, absl::Seconds(kTtlS + 15), &term);
-  ASSERT_GE(old_leader, 0);
-  ASSERT_OK(cluster_->WaitForAll(AllRealLayersOnGift, absl::Seconds(90)))
-      << Views();
+  ASSERT_NO_FATAL_FAILURE(WaitForFirstLeaderOnGift(&old_leader, &term));
   const int64_t old_changes =
       ViewOf(cluster_->daemon(OtherLive(old_leader))).leader_changes;
 
@@ -523,11 +525,9 @@ TEST_F(PeerElectionTest, ALeaderCutOffFromEtcdStepsDownAndItsPlansAreRefused) {
   for (const auto& f : forwarders_) uris.push_back(EtcdUri(f->endpoint()));
   PeerClusterOptions o = Options([uris](int slot) { return uris[slot]; });
   ASSERT_NO_FATAL_FAILURE(StartCluster(o));
+  int old_leader = -1;
   int64_t term = 0;
-  const int old_leader = WaitForLeader(0, absl::Seconds(kTtlS + 15), &term);
-  ASSERT_GE(old_leader, 0);
-  ASSERT_OK(cluster_->WaitForAll(AllRealLayersOnGift, absl::Seconds(90)))
-      << Views();
+  ASSERT_NO_FATAL_FAILURE(WaitForFirstLeaderOnGift(&old_leader, &term));
 
   forwarders_[old_leader]->Cut();
   std::cout << "cut node " << old_leader << "'s daemon off etcd" << std::endl;
@@ -582,11 +582,9 @@ TEST_F(PeerElectionTest, ALeaderCutOffFromEtcdStepsDownAndItsPlansAreRefused) {
 // refuse, and it follows the new leader.
 TEST_F(PeerElectionTest, APausedLeaderResumesAsAFollower) {
   ASSERT_NO_FATAL_FAILURE(StartCluster(SharedEtcdOptions()));
+  int old_leader = -1;
   int64_t term = 0;
-  const int old_leader = WaitForLeader(0, absl::Seconds(kTtlS + 15), &term);
-  ASSERT_GE(old_leader, 0);
-  ASSERT_OK(cluster_->WaitForAll(AllRealLayersOnGift, absl::Seconds(90)))
-      << Views();
+  ASSERT_NO_FATAL_FAILURE(WaitForFirstLeaderOnGift(&old_leader, &term));
 
   ASSERT_OK(cluster_->Partition(old_leader, true));  // SIGSTOP (loopback)
   int64_t new_term = 0;
@@ -610,11 +608,9 @@ TEST_F(PeerElectionTest, APausedLeaderResumesAsAFollower) {
 
 TEST_F(PeerElectionTest, EtcdDownKeepsTrainingAndRecovers) {
   ASSERT_NO_FATAL_FAILURE(StartCluster(SharedEtcdOptions()));
+  int old_leader = -1;
   int64_t term = 0;
-  const int old_leader = WaitForLeader(0, absl::Seconds(kTtlS + 15), &term);
-  ASSERT_GE(old_leader, 0);
-  ASSERT_OK(cluster_->WaitForAll(AllRealLayersOnGift, absl::Seconds(90)))
-      << Views();
+  ASSERT_NO_FATAL_FAILURE(WaitForFirstLeaderOnGift(&old_leader, &term));
 
   etcd_->Stop();  // SIGKILL; the same ports and data dir on Restart
   std::cout << "etcd stopped" << std::endl;
