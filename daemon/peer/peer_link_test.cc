@@ -191,6 +191,18 @@ class PeerLinkTest : public ::testing::Test {
     n.link = *std::move(link);
     n.handler.link = n.link.get();
   }
+  // Stops node i's link and starts another incarnation of it, `instance`,
+  // listening on `address` (its old address, or the leader's).
+  void RestartNode(int i, const std::string& address,
+                   const std::string& instance) {
+    nodes_[i].handler.link = nullptr;
+    nodes_[i].link->Stop();
+    nodes_[i].link.reset();
+    PeerLinkOptions o = Options(absl::StrCat("n", i), leader_address_);
+    o.listen_address = address;
+    o.instance = instance;
+    ASSERT_NO_FATAL_FAILURE(Start(nodes_[i], o));
+  }
   bool AllSeeMembers(size_t n) {
     for (Node& node : nodes_) {
       if (node.link == nullptr || node.link->members().size() != n) {
@@ -475,13 +487,7 @@ TEST_F(PeerLinkTest, SilentFollowerIsDropped) {
 
 TEST_F(PeerLinkTest, FollowersRejoinARestartedLeader) {
   StartJob();
-  nodes_[0].handler.link = nullptr;
-  nodes_[0].link->Stop();
-  nodes_[0].link.reset();
-  PeerLinkOptions o = Options("n0", leader_address_);
-  o.listen_address = leader_address_;
-  o.instance = "n0-2";
-  Start(nodes_[0], o);
+  ASSERT_NO_FATAL_FAILURE(RestartNode(0, leader_address_, "n0-2"));
   ASSERT_TRUE(Eventually([&] {
     bool all = true;
     for (int i = 1; i < 3; ++i) {
@@ -501,13 +507,7 @@ TEST_F(PeerLinkTest, RestartedFollowerKeepsItsPlace) {
   FakeHandler& h = nodes_[0].handler;
   const int changed = h.With([](auto& f) { return f.members_changed; });
   const std::string address = nodes_[2].link->bound_address();
-  nodes_[2].handler.link = nullptr;
-  nodes_[2].link->Stop();
-  nodes_[2].link.reset();
-  PeerLinkOptions o = Options("n2", leader_address_);
-  o.listen_address = address;
-  o.instance = "n2-2";
-  Start(nodes_[2], o);
+  ASSERT_NO_FATAL_FAILURE(RestartNode(2, address, "n2-2"));
   ASSERT_TRUE(Eventually([&] {
     std::vector<v1::Member> m = nodes_[0].link->members();
     return m.size() == 3 && m[order[1] == "n2" ? 1 : 2].instance() == "n2-2";
