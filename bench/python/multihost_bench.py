@@ -316,6 +316,8 @@ def run_job(a, ns, mode, tmp, port, daemons):
     out_json = os.path.join(tmp, f"{mode}.json")
     base = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
                 GLOO_SOCKET_IFNAME="eth0", PYTHONUNBUFFERED="1",
+                # A rank that aborts prints every thread's Python stack.
+                PYTHONFAULTHANDLER="1",
                 PYTHONPATH=os.pathsep.join(
                     [os.path.join(a.build, "python")]
                     + [p for p in os.environ.get("PYTHONPATH", "").split(

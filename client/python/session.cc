@@ -60,7 +60,7 @@ Session::~Session() {
 
 absl::Status Session::Connect() {
   const SessionOptions& o = options_;
-  Store* base = o.store.get();
+  Store* base = job_store_.get();
   if (o.daemon_store) {
     ASSIGN_OR_RETURN(store_, DaemonStore::Connect(o.agent_socket, o.job_id));
     base = store_.get();
@@ -87,6 +87,10 @@ absl::Status Session::Connect() {
   c.device = o.device;
   c.timeout = absl::Seconds(o.timeout_seconds);
   absl::StatusOr<std::unique_ptr<Communicator>> comm = CreateCommunicator(c);
+  // The store served the rendezvous only. The job's own store in particular
+  // must not outlive the script's destroy_process_group() through us.
+  prefixed_.reset();
+  job_store_.reset();
   if (!comm.ok() && !endpoint_.empty()) {
     return absl::Status(
         comm.status().code(),

@@ -64,7 +64,9 @@ struct SessionOptions {
   std::string store_dir;
   std::string key_prefix;
   // A store of the job's own (the torch.distributed c10d store): used for
-  // the rendezvous instead of store_dir when set and not daemon_store.
+  // the rendezvous instead of store_dir when set and not daemon_store. The
+  // session lets go of it once its communicator is connected (options()
+  // has it empty).
   std::shared_ptr<Store> store;
   // Gloo: the interface to listen on; "" = chosen as net_endpoint.h says
   // (GLOO_SOCKET_IFNAME, GIFT_SOCKET_IFNAME, the route to MASTER_ADDR, ...).
@@ -155,14 +157,21 @@ class Session {
 
  private:
   Session(const SessionOptions& options, BucketPlan base)
-      : options_(options), base_(std::move(base)) {}
+      : options_(WithoutStore(options)),
+        job_store_(options.store),
+        base_(std::move(base)) {}
+  static SessionOptions WithoutStore(SessionOptions o) {
+    o.store.reset();
+    return o;
+  }
   absl::Status Connect();
   AttachmentOptions AttachmentOptionsFor() const;
 
   const SessionOptions options_;
+  std::shared_ptr<Store> job_store_;  // options.store, until connected
   const BucketPlan base_;
   std::unique_ptr<Store> store_;
-  std::unique_ptr<PrefixStore> prefixed_;
+  std::unique_ptr<PrefixStore> prefixed_;  // until connected
   std::unique_ptr<Communicator> comm_;
   std::unique_ptr<QuantizedAllReduce> allreduce_;
   std::unique_ptr<DaemonAttachment> attachment_;  // gift mode only

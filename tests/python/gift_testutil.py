@@ -73,7 +73,8 @@ def _entry(rank, fn, init_file, args):
     try:
         fn(rank, *args)
     finally:
-        dist.destroy_process_group()
+        if dist.is_initialized():  # fn may have destroyed it itself
+            dist.destroy_process_group()
 
 
 def spawn(fn, *args):

@@ -172,14 +172,17 @@ class GiftState:
         module = getattr(model, "module", model)  # DDP wraps the model
         if process_group is None and dist.is_available() and dist.is_initialized():
             process_group = dist.group.WORLD
-        self.group = process_group
+        # Neither the group nor the module is kept: a state that held the
+        # group would keep torch's gloo threads alive after the script's
+        # destroy_process_group(), into the interpreter's finalisation,
+        # where they abort the process (terminate called without an active
+        # exception) when they drop a tensor.
         self.rank = dist.get_rank(process_group) if process_group else 0
         self.world_size = (dist.get_world_size(process_group)
                            if process_group else 1)
         self.mode = mode
         self.sketch_rows = max(1, int(sketch_rows))
         self._layers, self._index, self._total = _layout(module)
-        self._module = module
         self._device = (torch.device("cuda", torch.cuda.current_device())
                         if backend == "nccl" else torch.device("cpu"))
         self.last_telemetry = None
