@@ -92,6 +92,9 @@ absl::Status Daemon::StartPeerLink(PeerLinkFactory factory) {
     absl::MutexLock lock(&mu_);
     job_id_ = c.job_id;
     planner_.set_epoch(0);
+    // At 0 from the start, so that increase() over it has a series to read
+    // (a peered daemon's labels never change: its job is the configured one).
+    metrics_.peer_leader_changes->Add(Labels({}));
   }
   if (!factory) factory = PeerLink::Create;
   link_options_ = o;

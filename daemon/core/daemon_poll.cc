@@ -535,8 +535,6 @@ void Daemon::UpdatePeerGauges() {
   PeerLink* l = link();
   metrics_.peer_leader->Add(Labels({}))
       .Set(l != nullptr && l->is_leader() && !IsFollower() ? 1 : 0);
-  // At 0 from the start, so that increase() over it has a series to read.
-  metrics_.peer_leader_changes->Add(Labels({}));
 }
 
 }  // namespace gift::daemon

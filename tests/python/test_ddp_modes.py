@@ -97,11 +97,11 @@ def _threads():
     return len(os.listdir("/proc/self/task"))
 
 
-def _release_worker(rank):
+def _release_worker(rank, second_init):
     for mode in ("euclid", "gift"):
         if not dist.is_initialized():  # the second mode: a fresh group
-            dist.init_process_group("gloo", init_method=_INIT[0], rank=rank,
-                                    world_size=u.WORLD)
+            dist.init_process_group("gloo", init_method=second_init,
+                                    rank=rank, world_size=u.WORLD)
         ddp = u.wrap(u.make_model())
         state = gift.init(ddp, mode=mode, agent_socket="/nonexistent/agent")
         ddp.register_comm_hook(state, gift.comm_hook)
@@ -125,10 +125,7 @@ def _release_worker(rank):
         state.close()
 
 
-_INIT = [None]
-
-
 def test_destroy_process_group_frees_the_group_while_a_state_lives(tmp_path):
-    # Each mode's group is made anew by the worker on a fresh init file.
-    _INIT[0] = f"file://{tmp_path}/second"
-    u.spawn(_release_worker)
+    # The second mode's group is made by the worker, on an init file of its
+    # own.
+    u.spawn(_release_worker, f"file://{tmp_path}/second")
