@@ -107,9 +107,11 @@ def _worker(rank, giftd_pid, sock, control, ckpt):
     while True:
         tr.train_step()
         job.assert_identical(tr.model, tr.step - 1)
-        ok = tr.gift.stats()["attachment"]["attaches"] > attaches and \
-            set(gift_before) <= set(_agreed_gift_layers(tr))
-        if u.all_true(ok):
+        attached = tr.gift.stats()["attachment"]["attaches"] > attaches
+        # A collective: every rank calls it every step (behind `and` it ran
+        # only on the ranks already re-attached, and the job deadlocked).
+        on_gift = set(gift_before) <= set(_agreed_gift_layers(tr))
+        if u.all_true(attached and on_gift):
             break
         assert time.monotonic() < deadline, tr.gift.stats()["attachment"]
         time.sleep(0.02)
