@@ -58,6 +58,9 @@ struct DaemonAttachment::Impl {
     int64_t refresh_seq = 0;
     int64_t window_omega_version = -1;
     bool full = false;
+    // The first k columns of the window's Ω (d_in × k, shm::SketchColumns
+    // of the rank in the plan the window opened under).
+    int32_t k = 0;
     std::vector<float> window_omega;
     // The host path's accumulators (the device path's are in `sketcher`).
     std::vector<float> y, a;

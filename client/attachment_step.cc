@@ -321,13 +321,19 @@ absl::Status DaemonAttachment::Impl::OpenWindow(int j,
   s.start_step = step;
   s.refresh_seq = agreed.layers[j].refresh_seq;
   s.window_omega_version = s.omega_version;
-  s.window_omega = s.omega_version >= 0 ? s.omega : mapping->omega0[j];
+  // Ω is d_in × (r + p) (DESIGN §3): the first k of the k_cap columns the
+  // daemon keeps, for the rank of the agreed plan (every rank of the job
+  // opens this window under the same plan, so their k agree).
+  s.k = shm::SketchColumns(e->k_cap, agreed.layers[j].rank);
+  s.window_omega =
+      shm::FirstColumns(s.omega_version >= 0 ? s.omega : mapping->omega0[j],
+                        e->d_in, e->k_cap, s.k);
   if (sketcher != nullptr) {
     if (!s.usable) return absl::OkStatus();
     return sketcher->Open(j, e->d_in, s.window_omega, s.full,
                           std::max<int64_t>(1, agreed.sketch_rows));
   }
-  s.y.assign(static_cast<size_t>(e->d_in) * e->k_cap, 0.0f);
+  s.y.assign(static_cast<size_t>(e->d_in) * s.k, 0.0f);
   s.a.assign(s.full ? static_cast<size_t>(e->d_in * e->d_in) : 0, 0.0f);
   s.trace = s.a_trace = 0;
   s.count = s.a_count = 0;
@@ -345,7 +351,7 @@ absl::Status DaemonAttachment::Impl::CloseWindow(int j) {
   shm::SketchMeta meta{};
   meta.window = s.window;
   meta.omega_version = s.window_omega_version;
-  meta.k = e->k_cap;
+  meta.k = s.k;
   meta.full = s.full ? 1 : 0;
   meta.start_step = s.start_step;
   meta.end_step = step;

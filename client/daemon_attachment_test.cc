@@ -7,12 +7,15 @@
 // option checks (resume names, device_memory needing a device).
 #include "client/daemon_attachment.h"
 
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cstdlib>
+#include <cstring>
 #include <random>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "client/daemon_store.h"
@@ -22,6 +25,8 @@
 #include "daemon/grpc_server.h"
 #include "gtest/gtest.h"
 #include "kernels/gpu.h"
+#include "shm/protocol.h"
+#include "shm/region.h"
 
 namespace gift::client {
 namespace {
@@ -251,6 +256,58 @@ TEST(DaemonAttachmentTest, FollowsDaemonThroughDeathAndRestart) {
   auto left = shm::ListPosixObjects(prefix + "-");
   ASSERT_OK(left);
   EXPECT_TRUE(left->empty());
+}
+
+// DESIGN §3: Ω is d_in × (r + p). The layer "w" (d_in 64) has room for
+// k_cap = min(64, 64 + 16) = 64 columns, and at giftd's rank 32 each rank
+// sketches 48 of them: what both ranks' control blocks say of the windows
+// whose sketches became the factors they train with.
+TEST(DaemonAttachmentTest, WindowsSketchRankPlusOversamplingColumns) {
+  char dir[] = "/tmp/gift_attach_XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const std::string socket = absl::StrCat(dir, "/agent.sock");
+  const std::string prefix = absl::StrCat("/gift-ktest", ::getpid());
+  auto giftd = std::make_unique<Giftd>(socket, prefix);
+  TwoRanks ranks(socket);
+  giftd->Pin("w");
+  EXPECT_TRUE(ranks.WaitFor([](const Record& r) {
+    return r.path == LayerPath::kGift && r.version >= 2;
+  })) << "the pinned layer never took the GIFT path";
+  // The ranks' control blocks, mapped while they live (giftd unlinks them
+  // when the ranks leave) and read once the ranks stopped writing.
+  auto names = shm::ListPosixObjects(prefix + "-");
+  ASSERT_OK(names);
+  std::vector<std::unique_ptr<shm::Region>> blocks;
+  for (const std::string& name : *names) {
+    if (!absl::EndsWith(name, "-ctl")) continue;
+    const std::string path =
+        absl::StrCat("/dev/shm/", name.substr(name[0] == '/' ? 1 : 0));
+    struct stat st {};
+    ASSERT_EQ(::stat(path.c_str(), &st), 0) << path;
+    shm::RegionDesc d{};
+    d.kind = static_cast<uint32_t>(shm::RegionKind::kPosix);
+    d.bytes = static_cast<uint64_t>(st.st_size);
+    std::strncpy(d.name, name.c_str(), sizeof(d.name) - 1);
+    auto block = shm::OpenRegion(d);
+    ASSERT_OK(block);
+    blocks.push_back(*std::move(block));
+  }
+  ranks.Stop();
+  ASSERT_EQ(ranks.failures(), 0);
+  ASSERT_EQ(blocks.size(), 2u);
+  for (const auto& block : blocks) {
+    const shm::LayerEntry* e = shm::Entry(block->data(), 0);
+    EXPECT_STREQ(e->name, "w");
+    EXPECT_EQ(e->k_cap, 64);
+    EXPECT_EQ(e->rank, 32);
+    int windows = 0;
+    for (const shm::SketchMeta& m : e->sketch_meta) {
+      if (m.end_step == 0) continue;  // never written
+      EXPECT_EQ(m.k, 48) << block->desc().name << " window " << m.window;
+      ++windows;
+    }
+    EXPECT_GE(windows, 1) << block->desc().name;
+  }
 }
 
 // The `full` transform: giftd gives the layer a full region, the ranks

@@ -27,7 +27,7 @@ build=${1:-build}
 shift || true
 benches=("$@")
 if [[ ${#benches[@]} -eq 0 ]]; then
-  benches=(quantize_bench whiten_bench nystrom_bench allreduce_bench
+  benches=(quantize_bench whiten_bench sketch_bench nystrom_bench allreduce_bench
     daemon_bench peer_bench)
 fi
 

@@ -168,7 +168,7 @@ struct FactorSlot {
 struct SketchMeta {
   int64_t window;
   int64_t omega_version;  // factor version whose Ω was used; -1: Ω₀
-  int32_t k;              // columns sketched (<= k_cap)
+  int32_t k;              // columns sketched: 1 <= k <= k_cap
   int32_t full;           // 1: the full region's A accumulator was fed too
   int64_t start_step;
   int64_t end_step;  // exclusive
@@ -211,7 +211,7 @@ struct LayerEntry {
   int64_t d_out;
   int64_t d_in;
   int32_t r_cap;  // factor slot columns
-  int32_t k_cap;  // sketch columns = min(d_in, r_cap + kOversample)
+  int32_t k_cap;  // Ω columns = min(d_in, r_cap + kOversample)
 
   // ---- daemon → client, under ControlHeader::plan_lock
   uint8_t path;       // client::LayerPath
@@ -266,9 +266,9 @@ struct LayerRegionLayout {
     uint64_t omega;   // d_in × k_cap: Ω for the next windows
   };
   struct Sketch {
-    // d_in × k_cap row-major (row stride k_cap). The client always
-    // sketches all k_cap columns (SketchMeta::k == k_cap); were k smaller,
-    // only the first k columns of each row would count.
+    // Room for d_in × k_cap; a window that sketched k columns
+    // (SketchMeta::k, protocol.h SketchColumns) stores Y compactly,
+    // d_in × k row-major (row stride k).
     uint64_t y;
     uint64_t trace;  // double
     uint64_t count;  // int64

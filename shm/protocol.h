@@ -152,12 +152,13 @@ absl::Status WriteOmega0(const LayerEntry& entry, Region* region,
 // window w − 2 — or the last window closed in that buffer — or w < 2)? If
 // so, zeroes that buffer's sketch y, trace and count (and, when `full`, the
 // full region's accumulator w % 2) and returns true. The client then
-// accumulates into LayerRegionLayout::sketch[w % 2]: y is d_in × k_cap with
-// row stride k_cap, trace a double, count an int64.
+// accumulates into LayerRegionLayout::sketch[w % 2]: y is d_in × k (the
+// window's SketchColumns, row-major, row stride k) in the buffer's first
+// d_in·k floats, trace a double, count an int64.
 // FAILED_PRECONDITION when `full` and full_region is null.
 absl::StatusOr<bool> BeginWindow(LayerEntry* entry, Region* region,
                                  Region* full_region, int64_t w, bool full);
-// Client: publishes meta (meta.window = w, meta.k == k_cap) and
+// Client: publishes meta (meta.window = w, meta.k the columns sketched) and
 // window_closed = w. REQUIRES: the window's writes into the region are
 // complete (host stores, or device work synchronised — or recorded with
 // Region::SignalWrites, which the daemon's Region::Read waits on).
@@ -165,12 +166,23 @@ void CloseWindow(LayerEntry* entry, const SketchMeta& meta);
 
 struct SketchData {
   SketchMeta meta;
-  std::vector<float> y;  // d_in × k_cap (row-major, row stride k_cap)
+  std::vector<float> y;  // d_in × meta.k (row-major, row stride meta.k)
   double trace = 0;      // from the sketch buffer
   int64_t count = 0;     // from the sketch buffer
 
   std::vector<float> a;  // d_in × d_in when meta.full
 };
+
+// The columns of Ω a window of a layer sketches (DESIGN §3: Ω is
+// d_in × (r + p)): min(k_cap, rank + kOversample) for the rank r of the
+// plan the window opened under; k_cap when rank <= 0. Ω = orth[U | G]
+// keeps U first, so its first k columns are U and p columns of G,
+// orthonormal.
+int32_t SketchColumns(int32_t k_cap, int32_t rank);
+// The first k columns of the rows × cols row-major m, as a rows × k
+// row-major matrix; empty unless 0 <= k <= cols and m.size() == rows · cols.
+std::vector<float> FirstColumns(const std::vector<float>& m, int64_t rows,
+                                int64_t cols, int64_t k);
 
 // Largest step and window count (2^62) the daemon accepts from a rank:
 // differences and sums of a few such values cannot overflow int64.
@@ -184,7 +196,7 @@ inline constexpr int64_t kMaxSketchCount = int64_t{1} << 40;
 // entry's window_consumed is the rank's to overwrite). NOT_FOUND when w is
 // not closed or already consumed, or its buffer holds another window (for
 // the newest closed window that is the client's fault); DATA_LOSS for a
-// malformed window: k other than k_cap, full not 0/1, an Ω version below
+// malformed window: k outside [1, k_cap], full not 0/1, an Ω version below
 // −1, steps outside 0 <= start <= end <= kMaxStep; FAILED_PRECONDITION when
 // meta.full and full_region is null. The values are not checked:
 // CheckSketchData.

@@ -419,17 +419,59 @@ TEST_F(ProtocolTest, FullWindowCarriesTheAccumulator) {
   EXPECT_EQ(d.a, Fill(0, e_->d_in * e_->d_in, 1));
 }
 
-// The daemon sums windows of every rank: a sketch narrower or wider than
-// k_cap cannot be summed, and so is malformed.
-TEST_F(ProtocolTest, SketchOfAnotherWidthIsDataLoss) {
+// A sketch wider than the buffer's k_cap columns, or of no column, is
+// malformed.
+TEST_F(ProtocolTest, SketchOfAnImpossibleWidthIsDataLoss) {
   RunWindow(e_, data_.get(), full_.get(), 0, false);
   SketchData d;
-  for (int32_t k : {5, e_->k_cap + 1, 0, -1}) {
+  for (int32_t k : {e_->k_cap + 1, 0, -1, std::numeric_limits<int32_t>::max(),
+                    std::numeric_limits<int32_t>::min()}) {
     e_->sketch_meta[0].k = k;
     EXPECT_THAT(ReadClosedWindow(*e_, *data_, full_.get(), &d),
                 StatusIs(absl::StatusCode::kDataLoss))
         << k;
   }
+}
+
+// A window sketches the first r + p columns of Ω (DESIGN §3), not the
+// k_cap = r_cap + p its buffer has room for: the daemon reads d_in × k,
+// stored compactly, and nothing of the columns beyond.
+TEST_F(ProtocolTest, ANarrowerWindowIsReadCompactly) {
+  const int32_t k = SketchColumns(e_->k_cap, 2);
+  ASSERT_EQ(k, 18);  // rank 2 + 16 < k_cap 24
+  ASSERT_TRUE(*BeginWindow(e_, data_.get(), nullptr, 0, false));
+  const LayerRegionLayout l =
+      LayerRegionLayout::Compute(e_->d_in, e_->r_cap, e_->k_cap);
+  std::vector<float> y = Fill(0, e_->d_in * e_->k_cap, 0);
+  ASSERT_OK(data_->Write(l.sketch[0].y, y.data(), y.size() * 4));
+  const double trace = 3;
+  const int64_t count = 4;
+  ASSERT_OK(data_->Write(l.sketch[0].trace, &trace, sizeof(trace)));
+  ASSERT_OK(data_->Write(l.sketch[0].count, &count, sizeof(count)));
+  CloseWindow(e_, {0, -1, k, 0, 0, 10});
+  SketchData d;
+  ASSERT_OK(ReadClosedWindow(*e_, *data_, nullptr, &d));
+  EXPECT_EQ(d.meta.k, k);
+  y.resize(e_->d_in * k);
+  EXPECT_EQ(d.y, y);
+}
+
+TEST(SketchColumnsTest, RankPlusOversamplingCappedByTheBuffer) {
+  EXPECT_EQ(SketchColumns(80, 32), 48);
+  EXPECT_EQ(SketchColumns(80, 64), 80);
+  EXPECT_EQ(SketchColumns(80, 70), 80);  // never wider than the buffer
+  EXPECT_EQ(SketchColumns(20, 4), 20);   // k_cap capped by d_in
+  EXPECT_EQ(SketchColumns(80, 0), 80);   // no rank in the plan: all
+  EXPECT_EQ(SketchColumns(80, std::numeric_limits<int32_t>::max()), 80);
+}
+
+TEST(FirstColumnsTest, KeepsTheLeadingColumnsOfEachRow) {
+  const std::vector<float> m = {1, 2, 3, 4, 5, 6};  // 2 × 3
+  EXPECT_EQ(FirstColumns(m, 2, 3, 2), (std::vector<float>{1, 2, 4, 5}));
+  EXPECT_EQ(FirstColumns(m, 2, 3, 3), m);
+  EXPECT_EQ(FirstColumns(m, 2, 3, 0), std::vector<float>{});
+  EXPECT_EQ(FirstColumns(m, 2, 3, 4), std::vector<float>{});  // k > cols
+  EXPECT_EQ(FirstColumns(m, 3, 3, 2), std::vector<float>{});  // wrong size
 }
 
 // Issue 13: the daemon read d_in, r_cap and k_cap from the entry, which the

@@ -20,8 +20,8 @@ using internal::LayoutOf;
 using internal::ReadVec;
 
 absl::Status CheckMeta(const SketchMeta& m, const LayerGeometry& g, int64_t w) {
-  if (m.k != g.k_cap || (m.full != 0 && m.full != 1) || m.omega_version < -1 ||
-      m.omega_version > kMaxStep || m.start_step < 0 ||
+  if (m.k < 1 || m.k > g.k_cap || (m.full != 0 && m.full != 1) ||
+      m.omega_version < -1 || m.omega_version > kMaxStep || m.start_step < 0 ||
       m.start_step > m.end_step || m.end_step > kMaxStep) {
     return absl::DataLossError(absl::StrCat(
         "window ", w, " is malformed (k ", m.k, " for k_cap ", g.k_cap,
@@ -36,14 +36,14 @@ bool AllFinite(const std::vector<float>& v) {
                      [](float x) { return std::isfinite(x); });
 }
 
-// Copies sketch buffer b (y d_in × k_cap, trace, count) and, for a full
-// window, the A accumulator b.
+// Copies sketch buffer b (y d_in × meta.k, trace, count) and, for a full
+// window, the A accumulator b. REQUIRES: d->meta passed CheckMeta.
 absl::Status CopyBuffers(const LayerGeometry& g, const Region& region,
                          const Region* full, int b, SketchData* d) {
   const LayerRegionLayout l = LayoutOf(g);
   RETURN_IF_ERROR(CheckSize(region, l.bytes, "data"));
   const LayerRegionLayout::Sketch& s = l.sketch[b];
-  RETURN_IF_ERROR(ReadVec(region, s.y, g.d_in * g.k_cap, &d->y));
+  RETURN_IF_ERROR(ReadVec(region, s.y, g.d_in * d->meta.k, &d->y));
   RETURN_IF_ERROR(region.Read(s.trace, &d->trace, sizeof(double)));
   RETURN_IF_ERROR(region.Read(s.count, &d->count, sizeof(int64_t)));
   if (!d->meta.full) return absl::OkStatus();
@@ -57,6 +57,25 @@ absl::Status CopyBuffers(const LayerGeometry& g, const Region& region,
 }
 
 }  // namespace
+
+int32_t SketchColumns(int32_t k_cap, int32_t rank) {
+  if (rank <= 0) return k_cap;
+  return static_cast<int32_t>(
+      std::min<int64_t>(k_cap, int64_t{rank} + kOversample));
+}
+
+std::vector<float> FirstColumns(const std::vector<float>& m, int64_t rows,
+                                int64_t cols, int64_t k) {
+  if (k < 0 || k > cols || static_cast<int64_t>(m.size()) != rows * cols) {
+    return {};
+  }
+  if (k == cols) return m;
+  std::vector<float> out(static_cast<size_t>(rows * k));
+  for (int64_t i = 0; i < rows; ++i) {
+    std::copy_n(m.begin() + i * cols, k, out.begin() + i * k);
+  }
+  return out;
+}
 
 absl::StatusOr<bool> BeginWindow(LayerEntry* entry, Region* region,
                                  Region* full_region, int64_t w, bool full) {

@@ -50,10 +50,12 @@ struct PeerRank : FakeRank {
   }
   // Closes sketch window w of layer i (ending at step 50 (w + 1)) with this
   // rank's share of Y = count · A Ω, A = diag(0.7^j), in the basis Ω of the
-  // newest factor in its slot (Ω₀ without one), as a rank does.
+  // newest factor in its slot (Ω₀ without one), as a rank does: the first
+  // ks = r + p of Ω's k_cap columns for the rank r of its plan.
   void CloseWindow(int i, int64_t w = 0) {
     shm::LayerEntry* e = entry(i);
     const int64_t d = e->d_in, k = e->k_cap, count = 1000 / kWorld;
+    const int64_t ks = shm::SketchColumns(e->k_cap, Plan().layers[i].rank);
     std::vector<float> omega;
     int64_t omega_version = -1;
     if (shm::NewestFactorVersion(*e) >= 1) {
@@ -65,13 +67,13 @@ struct PeerRank : FakeRank {
       ASSERT_OK(shm::ReadOmega0(*e, *data[i], &omega));
     }
     ASSERT_EQ(omega.size(), static_cast<size_t>(d * k));
-    std::vector<float> y(d * k);
+    std::vector<float> y(d * ks);
     double trace = 0;
     for (int64_t r = 0; r < d; ++r) {
       const double lambda = std::pow(0.7, r);
       trace += lambda * count;
-      for (int64_t j = 0; j < k; ++j) {
-        y[r * k + j] = static_cast<float>(count * lambda * omega[r * k + j]);
+      for (int64_t j = 0; j < ks; ++j) {
+        y[r * ks + j] = static_cast<float>(count * lambda * omega[r * k + j]);
       }
     }
     auto began = shm::BeginWindow(e, data[i].get(), nullptr, w, false);
@@ -85,7 +87,7 @@ struct PeerRank : FakeRank {
     shm::SketchMeta meta{};
     meta.window = w;
     meta.omega_version = omega_version;
-    meta.k = static_cast<int32_t>(k);
+    meta.k = static_cast<int32_t>(ks);
     meta.start_step = 50 * w;
     meta.end_step = 50 * (w + 1);
     shm::CloseWindow(e, meta);
@@ -355,6 +357,35 @@ TEST_F(DaemonPeerTest, AFactorBroadcastLostToANodeIsSentAgain) {
   ASSERT_OK(shm::ReadNewestFactor(*ranks_[3].entry(kFc2), *ranks_[3].data[kFc2],
                                   nullptr, &f));
   EXPECT_EQ(f.window, 150);
+}
+
+// At rank 8 the ranks of every node sketch 24 of fc2's 48 Ω columns
+// (DESIGN §3: r + p): the narrower windows travel to the owner, sum there
+// and make one factor of rank 8 on every node, in a basis whose 48 columns
+// the next windows take their 24 from.
+TEST_F(DaemonPeerTest, WindowsOfRankPlusOversamplingColumnsMakeOneFactor) {
+  Pin(0);
+  v1::SetRankRequest rank8;
+  rank8.set_rank(8);
+  ASSERT_OK(daemons_[0]->SetRank(rank8));
+  ASSERT_TRUE(net_.Drain());
+  for (PeerRank& r : ranks_) ASSERT_EQ(r.Plan().layers[kFc2].rank, 8);
+  for (PeerRank& r : ranks_) r.CloseWindow(kFc2);
+  ASSERT_TRUE(PollUntil([&] { return RanksHoldFc2(1); }));
+  shm::FactorData first;
+  ASSERT_OK(shm::ReadNewestFactor(*ranks_[0].entry(kFc2), *ranks_[0].data[kFc2],
+                                  nullptr, &first));
+  EXPECT_EQ(first.r, 8);
+  EXPECT_NEAR(std::abs(first.u[0]), 1.0, 1e-3);  // A's top direction
+  EXPECT_EQ(first.omega.size(), 48u * 48u);      // d_in × k_cap
+  for (int rank = 1; rank < kWorld; ++rank) {
+    shm::FactorData f;
+    ASSERT_OK(shm::ReadNewestFactor(*ranks_[rank].entry(kFc2),
+                                    *ranks_[rank].data[kFc2], nullptr, &f));
+    EXPECT_EQ(f.version, first.version) << "rank " << rank;
+    EXPECT_EQ(f.u, first.u) << "rank " << rank;
+    EXPECT_EQ(f.omega, first.omega) << "rank " << rank;
+  }
 }
 
 TEST_F(DaemonPeerTest, FollowerWithoutItsLeaderKeepsItsPlan) {

@@ -122,11 +122,11 @@ absl::Status Daemon::OnSketch(const v1::PushSketchRequest& r) {
   absl::MutexLock lock(&mu_);
   if (stopped_) return absl::UnavailableError("giftd is stopping");
   ASSIGN_OR_RETURN(Layer * l, FindLayer(r.layer()));
-  if (r.k() != l->k_cap || r.contributors() < 1 ||
+  if (r.k() < 1 || r.k() > l->k_cap || r.contributors() < 1 ||
       r.contributors() > world_size_ || r.count() < 0 ||
       r.count() / r.contributors() > shm::kMaxSketchCount) {
     return absl::InvalidArgumentError(absl::StrFormat(
-        "sketch of %s from %s: k %d (k_cap %d), %d "
+        "sketch of %s from %s: k %d (1..k_cap %d), %d "
         "contributors, count %d",
         l->name, Clip(r.node()), r.k(), l->k_cap, r.contributors(), r.count()));
   }

@@ -368,10 +368,13 @@ void Daemon::SubmitRefresh(Layer& l, WindowSum& p) {
   job.version = l.factors.TakeVersion();
   job.full = full;
   job.d = l.d_in;
-  job.k = l.k_cap;
+  // The window sketched the first k columns of Ω (shm::SketchColumns); a
+  // rank raised since it opened is built at most k wide.
+  job.k = p.sum.meta.k;
   job.y = std::move(p.sum.y);
-  job.omega = *omega;
-  job.r = std::min<int>(l.r_cap, planner_.RankOf(l.settings));
+  job.omega = shm::FirstColumns(*omega, l.d_in, l.k_cap, job.k);
+  job.r = static_cast<int>(
+      std::min<int64_t>({l.r_cap, planner_.RankOf(l.settings), job.k}));
   job.k_next = l.k_cap;
   job.seed = config_.omega_seed + static_cast<uint64_t>(job.version);
   job.a = std::move(p.sum.a);

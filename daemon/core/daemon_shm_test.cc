@@ -303,9 +303,9 @@ TEST_F(DaemonShmTest, AuditsAreExportedPerLayerAndPath) {
                    0.04);
 }
 
-// Windows: a closed window far beyond what was consumed, and a sketch whose
-// width is not the layer's, are dropped; the sizes the daemon reads with are
-// its own, whatever the rank wrote into the entry.
+// Windows: a closed window far beyond what was consumed, and a sketch of no
+// column or wider than the layer's buffer, are dropped; the sizes the daemon
+// reads with are its own, whatever the rank wrote into the entry.
 TEST_F(DaemonShmTest, MalformedWindowsAreDropped) {
   shm::LayerEntry* e = rank_.entry(1);
   e->window_closed.store(std::numeric_limits<int64_t>::max());
@@ -315,7 +315,7 @@ TEST_F(DaemonShmTest, MalformedWindowsAreDropped) {
   e->sketch_meta[0] = {};
   e->sketch_meta[0].window = 0;
   e->sketch_meta[0].omega_version = -1;
-  e->sketch_meta[0].k = 3;  // not k_cap
+  e->sketch_meta[0].k = 0;  // no column
   e->sketch_meta[0].end_step = 50;
   Poll();
   EXPECT_EQ(Rejected("sketch_meta"), 1);

@@ -233,22 +233,10 @@ TEST_F(DaemonTest, ASecondDaemonWithTheSamePrefixTouchesNothing) {
   EXPECT_OK(Daemon::Create(TestConfig(), &third_registry));
 }
 
-// A rank sketches a known second moment A (Y = count · A Ω₀); the daemon
-// refreshes the pinned layer and publishes a factor whose top directions
-// are A's.
-TEST_F(DaemonTest, WindowRefreshPublishesFactor) {
-  auto resp = daemon_->Register(Request(0, /*world=*/1));
-  ASSERT_OK(resp);
-  FakeRank rank = FakeRank::Map(*resp);
-  v1::SetLayerPolicyRequest pin;
-  pin.set_layer("fc2");
-  pin.mutable_settings()->set_pin(v1::PIN_IN);
-  ASSERT_OK(daemon_->SetLayerPolicy(pin));
-  shm::PlanView plan;
-  ASSERT_TRUE(shm::ReadPlan(rank.control->data(), &plan));
-  ASSERT_EQ(plan.layers[1].candidate, 1);
-  EXPECT_EQ(plan.layers[1].path, 1);  // pinned in: selected
-
+// A rank sketches a known second moment A (Y = count · A Ω) in the first
+// `ks` columns of Ω₀; the daemon refreshes the pinned layer into *f.
+void RefreshFromKnownWindow(Daemon& daemon, FakeRank& rank, int64_t ks,
+                            shm::FactorData* f) {
   shm::LayerEntry* e = rank.entry(1);
   const int64_t d = e->d_in, k = e->k_cap;
   // A = diag(decaying spectrum): the top eigenvectors are the first axes.
@@ -257,12 +245,12 @@ TEST_F(DaemonTest, WindowRefreshPublishesFactor) {
   std::vector<float> omega;
   ASSERT_OK(shm::ReadOmega0(*e, *rank.data[1], &omega));
   const int64_t count = 1000;
-  std::vector<float> y(d * k);
+  std::vector<float> y(d * ks);
   double trace = 0;
   for (int64_t i = 0; i < d; ++i) {
     trace += lambda[i] * count;
-    for (int64_t j = 0; j < k; ++j) {
-      y[i * k + j] = static_cast<float>(count * lambda[i] * omega[i * k + j]);
+    for (int64_t j = 0; j < ks; ++j) {
+      y[i * ks + j] = static_cast<float>(count * lambda[i] * omega[i * k + j]);
     }
   }
   auto began = shm::BeginWindow(e, rank.data[1].get(), nullptr, 0, false);
@@ -275,34 +263,89 @@ TEST_F(DaemonTest, WindowRefreshPublishesFactor) {
   shm::SketchMeta meta{};
   meta.window = 0;
   meta.omega_version = -1;
-  meta.k = static_cast<int32_t>(k);
+  meta.k = static_cast<int32_t>(ks);
   meta.start_step = 0;
   meta.end_step = 50;
   shm::CloseWindow(e, meta);
 
   const absl::Time deadline = absl::Now() + absl::Seconds(20);
   while (shm::NewestFactorVersion(*e) < 0 && absl::Now() < deadline) {
-    daemon_->PollOnce();
+    daemon.PollOnce();
     absl::SleepFor(absl::Milliseconds(5));
   }
   ASSERT_GE(shm::NewestFactorVersion(*e), 1);
   EXPECT_EQ(e->window_consumed.load(), 0);
-  shm::FactorData f;
-  ASSERT_OK(shm::ReadNewestFactor(*e, *rank.data[1], nullptr, &f));
-  EXPECT_EQ(f.kind, 0);
-  EXPECT_EQ(f.r, 32);
-  EXPECT_EQ(f.window, 50);
+  ASSERT_OK(shm::ReadNewestFactor(*e, *rank.data[1], nullptr, f));
+  EXPECT_EQ(f->kind, 0);
+  EXPECT_EQ(f->window, 50);
   // The first factor direction is the first axis (up to sign).
-  EXPECT_NEAR(std::abs(f.u[0]), 1.0, 1e-3);
+  EXPECT_NEAR(std::abs(f->u[0]), 1.0, 1e-3);
   // Directions above the floor are shrunk: c < 0 for the top one.
-  EXPECT_LT(f.c[0], 0);
-  EXPECT_EQ(f.omega.size(), static_cast<size_t>(d * k));
+  EXPECT_LT(f->c[0], 0);
+  // The next windows' Ω has the buffer's k_cap columns, of which they
+  // sketch as many as their rank needs.
+  EXPECT_EQ(f->omega.size(), static_cast<size_t>(d * k));
+}
+
+// A pinned layer of rank r: the plan names it a candidate on the GIFT path
+// with rank r.
+void PinFc2(Daemon& daemon, FakeRank& rank, int32_t r) {
+  v1::SetLayerPolicyRequest pin;
+  pin.set_layer("fc2");
+  pin.mutable_settings()->set_pin(v1::PIN_IN);
+  pin.mutable_settings()->set_rank(r);
+  ASSERT_OK(daemon.SetLayerPolicy(pin));
+  shm::PlanView plan;
+  ASSERT_TRUE(shm::ReadPlan(rank.control->data(), &plan));
+  ASSERT_EQ(plan.layers[1].candidate, 1);
+  EXPECT_EQ(plan.layers[1].path, 1);  // pinned in: selected
+  EXPECT_EQ(plan.layers[1].rank, r);
+}
+
+TEST_F(DaemonTest, WindowRefreshPublishesFactor) {
+  auto resp = daemon_->Register(Request(0, /*world=*/1));
+  ASSERT_OK(resp);
+  FakeRank rank = FakeRank::Map(*resp);
+  ASSERT_NO_FATAL_FAILURE(PinFc2(*daemon_, rank, 32));
+  // fc2 (d_in 48): r_cap 48, k_cap 48; rank 32 + 16 sketches all of it.
+  ASSERT_EQ(rank.entry(1)->k_cap, 48);
+  ASSERT_EQ(shm::SketchColumns(rank.entry(1)->k_cap, 32), 48);
+  shm::FactorData f;
+  ASSERT_NO_FATAL_FAILURE(RefreshFromKnownWindow(*daemon_, rank, 48, &f));
+  EXPECT_EQ(f.r, 32);
   auto layers = daemon_->ListLayers({});
   ASSERT_OK(layers);
   EXPECT_EQ(layers->layers(1).factor_version(), f.version);
   EXPECT_EQ(layers->layers(1).refreshes(), 1);
   EXPECT_THAT(metrics::Serialize(registry_),
               HasSubstr("gift_factor_refreshes_total{job_id=\"job\""));
+}
+
+// DESIGN §3: a window sketches r + p columns of Ω, fewer than its buffer's
+// k_cap when the rank is below r_cap; the daemon builds the factor from
+// those columns alone.
+TEST_F(DaemonTest, AWindowOfRankPlusOversamplingColumnsRefreshes) {
+  auto resp = daemon_->Register(Request(0, /*world=*/1));
+  ASSERT_OK(resp);
+  FakeRank rank = FakeRank::Map(*resp);
+  ASSERT_NO_FATAL_FAILURE(PinFc2(*daemon_, rank, 8));
+  const int32_t ks = shm::SketchColumns(rank.entry(1)->k_cap, 8);
+  ASSERT_EQ(ks, 24);
+  shm::FactorData f;
+  ASSERT_NO_FATAL_FAILURE(RefreshFromKnownWindow(*daemon_, rank, ks, &f));
+  EXPECT_EQ(f.r, 8);
+}
+
+// A window sketched before the layer's rank was raised is narrower than the
+// new rank: the refresh builds at most as many directions as it has columns.
+TEST_F(DaemonTest, ARankRaisedAfterTheWindowOpenedIsBuiltAtMostItsWidth) {
+  auto resp = daemon_->Register(Request(0, /*world=*/1));
+  ASSERT_OK(resp);
+  FakeRank rank = FakeRank::Map(*resp);
+  ASSERT_NO_FATAL_FAILURE(PinFc2(*daemon_, rank, 40));
+  shm::FactorData f;
+  ASSERT_NO_FATAL_FAILURE(RefreshFromKnownWindow(*daemon_, rank, 24, &f));
+  EXPECT_EQ(f.r, 24);
 }
 
 }  // namespace

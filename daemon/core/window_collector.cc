@@ -10,7 +10,8 @@ bool AddSketch(WindowSum& p, shm::SketchData data) {
     return true;
   }
   int64_t count;
-  if (p.sum.y.size() != data.y.size() || p.sum.a.size() != data.a.size() ||
+  if (p.sum.meta.k != data.meta.k || p.sum.y.size() != data.y.size() ||
+      p.sum.a.size() != data.a.size() ||
       __builtin_add_overflow(p.sum.count, data.count, &count)) {
     return false;
   }

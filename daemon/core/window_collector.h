@@ -52,8 +52,8 @@ struct WindowSum {
 };
 
 // Adds `data` to `p` (the first one is taken as it is); false (nothing
-// added) when its sizes differ or the row count would overflow. Does not
-// change p.contributors.
+// added) when its width (meta.k) or sizes differ or the row count would
+// overflow. Does not change p.contributors.
 bool AddSketch(WindowSum& p, shm::SketchData data);
 
 class WindowCollector {

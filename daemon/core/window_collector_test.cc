@@ -42,6 +42,11 @@ TEST(AddSketchTest, SumsAndRefusesWhatDoesNotAddUp) {
   EXPECT_FALSE(AddSketch(p, wide));
   EXPECT_FALSE(
       AddSketch(p, Window(10, -1, 1.0f, std::numeric_limits<int64_t>::max())));
+  // As many values, in another width (4 × 1 instead of 2 × 2: a rank whose
+  // window sketched another number of Ω's columns).
+  shm::SketchData narrow = Window(10, -1, 1.0f);
+  narrow.meta.k = 1;
+  EXPECT_FALSE(AddSketch(p, narrow));
   EXPECT_EQ(p.sum.count, 20);  // unchanged
   EXPECT_THAT(p.sum.y, ElementsAre(3.0f, 3.0f, 3.0f, 3.0f));
 }

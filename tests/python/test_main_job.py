@@ -98,11 +98,13 @@ def _worker(rank, giftd_pid, sock, control, ckpt):
     assert replay == original, "the restored step differs from the original"
 
     # giftd back: the restored ranks attach as resumed ranks and keep the
-    # restored GIFT layers on the GIFT path.
+    # restored GIFT layers on the GIFT path. The count is read while giftd
+    # is still frozen: read after SIGCONT it could already include the
+    # re-attachment on one rank, which then waited for another in vain.
+    attaches = tr.gift.stats()["attachment"]["attaches"]
     dist.barrier()
     if rank == 0:
         os.kill(giftd_pid, signal.SIGCONT)
-    attaches = tr.gift.stats()["attachment"]["attaches"]
     deadline = time.monotonic() + 30
     while True:
         tr.train_step()
