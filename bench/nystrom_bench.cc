@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/summary_reporter.h"
 #include "linalg/eigen_pairs.h"
 #include "linalg/nystrom.h"
 
@@ -71,18 +72,8 @@ BENCHMARK(BM_ExactTopEigenpairs)
     ->Arg(4096)
     ->Unit(benchmark::kMillisecond);
 
-class SummaryReporter : public benchmark::ConsoleReporter {
+class SummaryReporter : public bench::TimesReporter {
  public:
-  void ReportRuns(const std::vector<Run>& runs) override {
-    for (const Run& r : runs) {
-      if (r.error_occurred || r.iterations == 0) continue;
-      const double n = static_cast<double>(r.iterations);
-      seconds_[r.benchmark_name()] = r.real_accumulated_time / n;
-      cpu_seconds_[r.benchmark_name()] = r.cpu_accumulated_time / n;
-    }
-    ConsoleReporter::ReportRuns(runs);
-  }
-
   void PrintSummary() const {
     std::printf("\n%-6s | %12s | %12s | %s\n", "d_in", "Nyström ms", "exact ms",
                 "exact / Nyström, wall / cpu");
@@ -96,21 +87,11 @@ class SummaryReporter : public benchmark::ConsoleReporter {
                   cpu_seconds_.at(ex) / cpu_seconds_.at(ny));
     }
   }
-
- private:
-  std::map<std::string, double> seconds_;      // wall time per iteration
-  std::map<std::string, double> cpu_seconds_;  // CPU time per iteration
 };
 
 }  // namespace
 }  // namespace gift::linalg
 
 int main(int argc, char** argv) {
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  gift::linalg::SummaryReporter reporter;
-  benchmark::RunSpecifiedBenchmarks(&reporter);
-  reporter.PrintSummary();
-  benchmark::Shutdown();
-  return 0;
+  return gift::bench::RunWithSummary<gift::linalg::SummaryReporter>(argc, argv);
 }

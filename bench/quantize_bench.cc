@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/summary_reporter.h"
 #include "kernels/accumulate.h"
 #include "kernels/quantize.h"
 
@@ -153,11 +154,6 @@ class SummaryReporter : public benchmark::ConsoleReporter {
 }  // namespace gift::kernels
 
 int main(int argc, char** argv) {
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  gift::kernels::SummaryReporter reporter;
-  benchmark::RunSpecifiedBenchmarks(&reporter);
-  reporter.PrintSummary();
-  benchmark::Shutdown();
-  return 0;
+  return gift::bench::RunWithSummary<gift::kernels::SummaryReporter>(argc,
+                                                                     argv);
 }

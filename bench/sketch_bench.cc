@@ -9,12 +9,14 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <random>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "bench/summary_reporter.h"
 #include "kernels/sketch.h"
 
 namespace gift::kernels {
@@ -62,50 +64,32 @@ BENCHMARK(BM_Sketch)->Apply(Shapes);
 
 // Console output plus the per-shape summary (CPU seconds per iteration by
 // run name, e.g. "BM_Sketch/256/1280/48").
-class SummaryReporter : public benchmark::ConsoleReporter {
+class SummaryReporter : public bench::TimesReporter {
  public:
-  void ReportRuns(const std::vector<Run>& runs) override {
-    for (const Run& r : runs) {
-      if (r.error_occurred || r.iterations == 0) continue;
-      cpu_seconds_[r.benchmark_name()] =
-          r.cpu_accumulated_time / static_cast<double>(r.iterations);
-    }
-    ConsoleReporter::ReportRuns(runs);
-  }
-
   void PrintSummary() const {
     std::printf("\n%-11s | %12s | %12s | %s\n", "rows×d", "k=48 us", "k=80 us",
                 "ratio (CPU time)");
     for (const auto& [name, t] : cpu_seconds_) {
-      const std::string suffix = "/" + std::to_string(kNarrow);
-      if (name.size() < suffix.size() ||
-          name.compare(name.size() - suffix.size(), suffix.size(), suffix) !=
-              0) {
+      // "BM_Sketch/rows/d/k": the narrow run of a shape and its wide twin.
+      const size_t last = name.rfind('/');
+      if (last == std::string::npos ||
+          std::atoll(name.c_str() + last + 1) != kNarrow) {
         continue;
       }
-      const std::string shape = name.substr(0, name.size() - suffix.size());
-      const std::string wide = shape + "/" + std::to_string(kWide);
-      if (cpu_seconds_.count(wide) == 0) continue;
+      const std::string shape = name.substr(0, last);
+      const auto wide = cpu_seconds_.find(shape + "/" + std::to_string(kWide));
+      if (wide == cpu_seconds_.end()) continue;
       std::printf("%-11s | %12.1f | %12.1f | %.2f\n",
-                  shape.substr(std::string("BM_Sketch/").size()).c_str(),
-                  t * 1e6, cpu_seconds_.at(wide) * 1e6,
-                  t / cpu_seconds_.at(wide));
+                  shape.c_str() + shape.find('/') + 1, t * 1e6,
+                  wide->second * 1e6, t / wide->second);
     }
   }
-
- private:
-  std::map<std::string, double> cpu_seconds_;
 };
 
 }  // namespace
 }  // namespace gift::kernels
 
 int main(int argc, char** argv) {
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  gift::kernels::SummaryReporter reporter;
-  benchmark::RunSpecifiedBenchmarks(&reporter);
-  reporter.PrintSummary();
-  benchmark::Shutdown();
-  return 0;
+  return gift::bench::RunWithSummary<gift::kernels::SummaryReporter>(argc,
+                                                                     argv);
 }

@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "bench/summary_reporter.h"
 #include "kernels/whiten.h"
 
 namespace gift::kernels {
@@ -86,18 +87,8 @@ BENCHMARK(BM_GemmPair)->Apply(Shapes);
 
 // Console output plus the per-shape summary (seconds per iteration by run
 // name, e.g. "BM_WhitenPair/1024/4096").
-class SummaryReporter : public benchmark::ConsoleReporter {
+class SummaryReporter : public bench::TimesReporter {
  public:
-  void ReportRuns(const std::vector<Run>& runs) override {
-    for (const Run& r : runs) {
-      if (r.error_occurred || r.iterations == 0) continue;
-      const double n = static_cast<double>(r.iterations);
-      seconds_[r.benchmark_name()] = r.real_accumulated_time / n;
-      cpu_seconds_[r.benchmark_name()] = r.cpu_accumulated_time / n;
-    }
-    ConsoleReporter::ReportRuns(runs);
-  }
-
   // Ratios by wall time and by CPU time: the latter is the steadier figure
   // on a shared machine.
   void PrintSummary() const {
@@ -114,21 +105,12 @@ class SummaryReporter : public benchmark::ConsoleReporter {
                   cpu_seconds_.at(name) / cpu_seconds_.at(gemm));
     }
   }
-
- private:
-  std::map<std::string, double> seconds_;      // wall time per iteration
-  std::map<std::string, double> cpu_seconds_;  // CPU time per iteration
 };
 
 }  // namespace
 }  // namespace gift::kernels
 
 int main(int argc, char** argv) {
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  gift::kernels::SummaryReporter reporter;
-  benchmark::RunSpecifiedBenchmarks(&reporter);
-  reporter.PrintSummary();
-  benchmark::Shutdown();
-  return 0;
+  return gift::bench::RunWithSummary<gift::kernels::SummaryReporter>(argc,
+                                                                     argv);
 }
