@@ -246,15 +246,17 @@ TEST(QuantizedAllReduceTest, DifferentNewestEpochsStayOnTheCurrentOne) {
     VersionedFactors f;
     ASSERT_OK(f.Put("g", SyntheticLowRank(1, 16, 4, 5)));
     ASSERT_OK((*ar)->AddPlan(Plan(2, LayerPath::kEuclid)));
-    if (comm.rank() == 0)
+    if (comm.rank() == 0) {
       ASSERT_OK((*ar)->AddPlan(Plan(3, LayerPath::kEuclid)));
+    }
     std::vector<float> x = Bucket(comm.rank());
     StepTelemetry t;
     ASSERT_OK((*ar)->Run(x.data(), f, &t));
     EXPECT_EQ(t.plan_epoch, 1);
     EXPECT_EQ(t.layers[1].path, LayerPath::kGift);
-    if (comm.rank() == 1)
+    if (comm.rank() == 1) {
       ASSERT_OK((*ar)->AddPlan(Plan(3, LayerPath::kEuclid)));
+    }
     ASSERT_OK((*ar)->Run(x.data(), f, &t));
     EXPECT_EQ(t.plan_epoch, 3);
     EXPECT_EQ(t.layers[1].path, LayerPath::kEuclid);
@@ -320,7 +322,10 @@ TEST(QuantizedAllReduceTest, LeavingTheGiftPathFlushesTheResidual) {
     ASSERT_OK(comm.AllReduce(mine.data(), both.data(), 96, DataType::kFloat32,
                              ReduceOp::kSum));
     double norm = 0;
-    for (float& v : both) norm += double{v /= 2} * v;
+    for (float& v : both) {
+      v /= 2;
+      norm += double{v} * v;
+    }
     ASSERT_GT(norm, 0);
 
     ASSERT_OK((*ar)->AddPlan(Plan(2, LayerPath::kEuclid)));
@@ -485,10 +490,12 @@ TEST(QuantizedAllReduceTest, AuditStepsAreAgreedAcrossRanks) {
     for (int step = 0; step < 13; ++step) {
       // Rank 1 starts auditing every 2 steps from step 5; rank 0 switches
       // to every 3 steps from step 8.
-      if (comm.rank() == 1 && step == 5)
+      if (comm.rank() == 1 && step == 5) {
         ASSERT_OK((*ar)->set_audit_interval(2));
-      if (comm.rank() == 0 && step == 8)
+      }
+      if (comm.rank() == 0 && step == 8) {
         ASSERT_OK((*ar)->set_audit_interval(3));
+      }
       std::vector<float> x = StepBucket(comm.rank(), step);
       StepTelemetry t;
       ASSERT_OK((*ar)->Run(x.data(), VersionedFactors(), &t));

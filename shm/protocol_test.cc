@@ -142,7 +142,7 @@ TEST_F(ProtocolTest, PlanRoundTrip) {
   EXPECT_EQ(plan.plan_epoch, 0);
   ASSERT_EQ(plan.layers.size(), 3u);
 
-  PlanView p{7, 50, 10, 200, 0x1234567890ULL, 512, {}};
+  PlanView p{7, 50, 10, 200, 0x1234567890ULL, 512, /*audit_interval=*/0, {}};
   p.layers = {{1, 2, 0, 1, 32, 4}, {0, 0, 1, 0, 16, 0}, {}};
   PublishPlan(block_->data(), p);
   ASSERT_TRUE(ReadPlan(block_->data(), &plan));
