@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "bench/summary_reporter.h"
+#include "bench/bench_util.h"
 #include "linalg/eigen_pairs.h"
 #include "linalg/nystrom.h"
 

@@ -8,11 +8,10 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
-#include <random>
 #include <string>
 #include <vector>
 
-#include "bench/summary_reporter.h"
+#include "bench/bench_util.h"
 #include "kernels/accumulate.h"
 #include "kernels/quantize.h"
 
@@ -20,11 +19,7 @@ namespace gift::kernels {
 namespace {
 
 std::vector<float> RandomData(int64_t n) {
-  std::mt19937 rng(1);
-  std::normal_distribution<float> g(0.0f, 1e-3f);
-  std::vector<float> x(n);
-  for (auto& v : x) v = g(rng);
-  return x;
+  return bench::NormalData(n, 1, 1e-3f);
 }
 
 void BM_Memcpy(benchmark::State& state) {

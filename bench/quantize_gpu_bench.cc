@@ -9,9 +9,9 @@
 
 #include <functional>
 #include <memory>
-#include <random>
 #include <vector>
 
+#include "bench/bench_util.h"
 #include "kernels/accumulate.h"
 #include "kernels/gpu.h"
 #include "kernels/quantize.h"
@@ -80,11 +80,7 @@ void Measure(benchmark::State& state, gpu::Context& ctx, int64_t bytes,
 }
 
 std::vector<float> RandomData(int64_t n) {
-  std::mt19937 rng(1);
-  std::normal_distribution<float> g(0.0f, 1e-3f);
-  std::vector<float> x(n);
-  for (auto& v : x) v = g(rng);
-  return x;
+  return bench::NormalData(n, 1, 1e-3f);
 }
 
 struct Buffers {

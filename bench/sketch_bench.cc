@@ -11,12 +11,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
-#include <random>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "bench/summary_reporter.h"
+#include "bench/bench_util.h"
 #include "kernels/sketch.h"
 
 namespace gift::kernels {
@@ -24,20 +23,12 @@ namespace {
 
 constexpr int64_t kNarrow = 48, kWide = 80;
 
-std::vector<float> RandomData(int64_t n, uint32_t seed, float scale) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> g(0.0f, scale);
-  std::vector<float> x(n);
-  for (auto& v : x) v = g(rng);
-  return x;
-}
-
 // Args: rows, d, k.
 void BM_Sketch(benchmark::State& state) {
   const int64_t rows = state.range(0), d = state.range(1), k = state.range(2);
-  const std::vector<float> a = RandomData(rows * d, 1, 1.0f);
+  const std::vector<float> a = bench::NormalData(rows * d, 1, 1.0f);
   const std::vector<float> omega =
-      RandomData(d * k, 2, 1.0f / std::sqrt(static_cast<float>(d)));
+      bench::NormalData(d * k, 2, 1.0f / std::sqrt(static_cast<float>(d)));
   std::vector<float> y(d * k), ws(SketchWorkspaceFloats(rows, k));
   double trace = 0;
   int64_t count = 0;

@@ -10,12 +10,11 @@
 #include <cmath>
 #include <cstdio>
 #include <map>
-#include <random>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "bench/summary_reporter.h"
+#include "bench/bench_util.h"
 #include "kernels/whiten.h"
 
 namespace gift::kernels {
@@ -25,21 +24,14 @@ using RowMat =
     Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 constexpr int64_t kRank = 32;
 
-std::vector<float> RandomData(int64_t n, uint32_t seed, float scale) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> g(0.0f, scale);
-  std::vector<float> x(n);
-  for (auto& v : x) v = g(rng);
-  return x;
-}
-
 struct Problem {
   int64_t rows, d;
   std::vector<float> x, residual, u, c, c_inv, out, back, ws;
   Problem(int64_t rows_in, int64_t d_in) : rows(rows_in), d(d_in) {
-    x = RandomData(rows * d, 1, 1e-3f);
-    residual = RandomData(rows * d, 2, 1e-5f);
-    u = RandomData(d * kRank, 3, 1.0f / std::sqrt(static_cast<float>(d)));
+    x = bench::NormalData(rows * d, 1, 1e-3f);
+    residual = bench::NormalData(rows * d, 2, 1e-5f);
+    u = bench::NormalData(d * kRank, 3,
+                          1.0f / std::sqrt(static_cast<float>(d)));
     c.assign(kRank, -0.5f);
     c_inv.assign(kRank, 1.0f);
     out.resize(rows * d);

@@ -1,17 +1,28 @@
-// The CPU benchmarks' closing summary: a console reporter that also keeps
-// each run's wall and CPU seconds per iteration by run name, and the main()
-// that runs every benchmark through a summary reporter and prints its
-// summary after the runs.
-#ifndef GIFT_BENCH_SUMMARY_REPORTER_H_
-#define GIFT_BENCH_SUMMARY_REPORTER_H_
+// What the kernel benchmarks share: their random inputs, and the closing
+// summary (a console reporter that also keeps each run's wall and CPU
+// seconds per iteration by run name; the main() that runs every benchmark
+// through a summary reporter and prints its summary after the runs).
+#ifndef GIFT_BENCH_BENCH_UTIL_H_
+#define GIFT_BENCH_BENCH_UTIL_H_
 
 #include <benchmark/benchmark.h>
 
+#include <cstdint>
 #include <map>
+#include <random>
 #include <string>
 #include <vector>
 
 namespace gift::bench {
+
+// n samples of N(0, stddev²), the same for the same seed.
+inline std::vector<float> NormalData(int64_t n, uint32_t seed, float stddev) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> g(0.0f, stddev);
+  std::vector<float> x(n);
+  for (auto& v : x) v = g(rng);
+  return x;
+}
 
 class TimesReporter : public benchmark::ConsoleReporter {
  public:
@@ -45,4 +56,4 @@ int RunWithSummary(int argc, char** argv) {
 
 }  // namespace gift::bench
 
-#endif  // GIFT_BENCH_SUMMARY_REPORTER_H_
+#endif  // GIFT_BENCH_BENCH_UTIL_H_
