@@ -58,10 +58,12 @@ struct DaemonAttachment::Impl {
     int64_t refresh_seq = 0;
     int64_t window_omega_version = -1;
     bool full = false;
-    // The first k columns of the window's Ω (d_in × k, shm::SketchColumns
+    // The first k columns of the window's Ω, d_in × k (shm::SketchColumns
     // of the rank in the plan the window opened under).
-    int32_t k = 0;
     std::vector<float> window_omega;
+    int64_t k() const {
+      return d_in > 0 ? static_cast<int64_t>(window_omega.size()) / d_in : 0;
+    }
     // The host path's accumulators (the device path's are in `sketcher`).
     std::vector<float> y, a;
     double trace = 0, a_trace = 0;

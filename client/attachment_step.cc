@@ -186,7 +186,7 @@ absl::Status DaemonAttachment::Sketch(const std::string& layer,
   if (m.sketcher != nullptr) {
     return m.sketcher->Add(it->second, activations, n, stride, producer_stream);
   }
-  const int64_t k = static_cast<int64_t>(s.window_omega.size()) / d;
+  const int64_t k = s.k();
   m.rows_scratch.resize(n * d);
   CopyRowsToHost(activations, d, stride, n, m.rows_scratch.data());
   m.sketch_scratch.resize(kernels::SketchWorkspaceFloats(n, k));
@@ -324,16 +324,15 @@ absl::Status DaemonAttachment::Impl::OpenWindow(int j,
   // Ω is d_in × (r + p) (DESIGN §3): the first k of the k_cap columns the
   // daemon keeps, for the rank of the agreed plan (every rank of the job
   // opens this window under the same plan, so their k agree).
-  s.k = shm::SketchColumns(e->k_cap, agreed.layers[j].rank);
-  s.window_omega =
-      shm::FirstColumns(s.omega_version >= 0 ? s.omega : mapping->omega0[j],
-                        e->d_in, e->k_cap, s.k);
+  s.window_omega = shm::FirstColumns(
+      s.omega_version >= 0 ? s.omega : mapping->omega0[j], e->d_in, e->k_cap,
+      shm::SketchColumns(e->k_cap, agreed.layers[j].rank));
   if (sketcher != nullptr) {
     if (!s.usable) return absl::OkStatus();
     return sketcher->Open(j, e->d_in, s.window_omega, s.full,
                           std::max<int64_t>(1, agreed.sketch_rows));
   }
-  s.y.assign(static_cast<size_t>(e->d_in) * s.k, 0.0f);
+  s.y.assign(s.window_omega.size(), 0.0f);  // d_in × k, as Ω
   s.a.assign(s.full ? static_cast<size_t>(e->d_in * e->d_in) : 0, 0.0f);
   s.trace = s.a_trace = 0;
   s.count = s.a_count = 0;
@@ -351,7 +350,7 @@ absl::Status DaemonAttachment::Impl::CloseWindow(int j) {
   shm::SketchMeta meta{};
   meta.window = s.window;
   meta.omega_version = s.window_omega_version;
-  meta.k = s.k;
+  meta.k = static_cast<int32_t>(s.k());
   meta.full = s.full ? 1 : 0;
   meta.start_step = s.start_step;
   meta.end_step = step;
