@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # make sanitize: the CPU code under the sanitizers, in three parts, each in
-# a build folder of its own (-O1 -g, GIFT_CUDA=OFF, no benchmarks; only the
-# targets the part runs are built):
+# a build folder of its own (-O1 -g1, the tests' own files -O0; GIFT_CUDA=OFF,
+# no benchmarks; only the targets the part runs are built):
 #   asan  ASan + UBSan (GCC, build-asan): the unit tests of client/, shm/,
 #         daemon/ and tools/ (its file readers and giftctl; common/ is
 #         headers only) and the CPU integration tests (multi-process
@@ -284,7 +284,7 @@ tsan_absl() {
     # The installed headers, not the source tree's (no -I): Debian's
     # options.h (inline namespace, std types), so the system ABI.
     # shellcheck disable=SC2086
-    g++ -std=c++17 -fsanitize=thread -O1 -g -fPIC -shared \
+    g++ -std=c++17 -fsanitize=thread -O1 -g1 -fPIC -shared \
       -Wl,-soname,"$soname" -o "$dest/$soname" "${files[@]}" $libs \
       >>"$dest/build.log" 2>&1 || { cat "$dest/build.log"; return 1; }
     # Every symbol the system library exports must be there.
