@@ -21,10 +21,10 @@ endif()
 
 # -g1: line tables and the inlined-call tree, which is all a sanitizer report
 # or a suppression reads (ASan's stack-object names come from its own frame
-# descriptions, not from DWARF); without the variable and type descriptions
-# of -g the objects are a fraction of the size and the files compile in 0.57x
-# the wall time here (linalg/matrix_function.cc and daemon/config_options.cc
-# under ASan+UBSan: 50.7 s -> 28.7 s for the two).
+# descriptions, not from DWARF). Without the variable and type descriptions
+# of -g the objects are smaller and compile in less CPU time under ASan+UBSan
+# (user seconds: daemon/core/daemon_test.cc at -O0 8.8 -> 7.2,
+# client/daemon_attachment.cc at -O1 8.1 -> 7.6).
 set(_gift_san_common -O1 -g1 -fno-omit-frame-pointer)
 if(GIFT_SANITIZE STREQUAL "address")
   set(_gift_san_compile -fsanitize=address,undefined
