@@ -218,7 +218,7 @@ def gift_path_layers(state):
                   if isinstance(l, dict) and l.get("path") == "gift")
 
 
-def register_hook(ddp, mode):
+def register_hook(ddp, mode, piece_mb=None):
     """Installs the mode's comm hook; returns (hook state, gift state)."""
     if mode == "ddp":
         return None, None
@@ -233,9 +233,10 @@ def register_hook(ddp, mode):
             start_powerSGD_iter=2, use_error_feedback=True, warm_start=True)
         ddp.register_comm_hook(st, powerSGD_hook.powerSGD_hook)
         return st, None
-    # The README's lines, nothing more.
+    # The README's lines, nothing more (but for --gift-piece-mb).
     import gift
-    state = gift.init(ddp, mode=mode)
+    extra = {} if piece_mb is None else {"piece_mb": piece_mb}
+    state = gift.init(ddp, mode=mode, **extra)
     ddp.register_comm_hook(state, gift.comm_hook)
     return state, state
 
@@ -266,6 +267,10 @@ def parse_args(argv=None):
     p.add_argument("--bucket-cap-mb", type=float, default=None,
                    help="DDP's bucket_cap_mb (default: DDP's own, 25); "
                         "not for powersgd, which runs one bucket")
+    p.add_argument("--gift-piece-mb", type=float, default=None,
+                   help="gift.init's piece_mb (default: gift's own, 4; 0 = "
+                        "DDP's buckets whole, reduced when DDP hands them "
+                        "over)")
     p.add_argument("--pg-timeout", type=float, default=300,
                    help="seconds a collective may wait (default 300)")
     p.add_argument("--check-identical", action="store_true")
@@ -295,7 +300,7 @@ def train(a, rank, world):
         ddp = DDP(model, bucket_cap_mb=a.bucket_cap_mb)
     else:
         ddp = DDP(model)
-    _, gstate = register_hook(ddp, a.mode)
+    _, gstate = register_hook(ddp, a.mode, a.gift_piece_mb)
     opt = torch.optim.AdamW(ddp.parameters(), lr=a.lr, betas=(0.9, 0.95),
                             weight_decay=a.weight_decay)
     data = load_corpus()

@@ -42,6 +42,7 @@ Ctrl-C and on errors.
 
 Usage: /usr/bin/python3 bench/python/multihost_bench.py --build BUILD
        [--rates 100mbit,1gbit,none] [--modes ddp,fp16,powersgd,euclid,gift]
+       (also euclid-whole, gift-whole: gift without its pieces, piece_mb=0)
        [--steps 10] [--warmup 5] [--rounds 2] [--out DIR]
 Writes DIR/multihost_bench.md and DIR/multihost_bench.json (DIR default
 BUILD/bench-results). The defaults (3 rates x 5 modes x 2 rounds of 10
@@ -69,10 +70,16 @@ NETNS = os.path.join(ROOT, "scripts", "netns.sh")
 GPT = os.path.join(HERE, "gpt_train.py")
 PYTHON = "/usr/bin/python3"
 
-MODES = ("ddp", "fp16", "powersgd", "euclid", "gift")
+MODES = ("ddp", "fp16", "powersgd", "euclid", "gift", "euclid-whole",
+         "gift-whole")
 LABELS = {"ddp": "DDP FP32 (no hook)", "fp16": "torch fp16_compress_hook",
           "powersgd": "torch PowerSGD rank 4", "euclid": "gift euclid (FP8)",
-          "gift": "gift gift (FP8 + giftd/host)"}
+          "gift": "gift gift (FP8 + giftd/host)",
+          "euclid-whole": "gift euclid, DDP's buckets whole (piece_mb=0)",
+          "gift-whole": "gift gift, DDP's buckets whole (piece_mb=0)"}
+# The -whole modes: gift's pieces off (gpt_train.py --gift-piece-mb 0), DDP's
+# buckets reduced whole when DDP hands them over, as before the pieces.
+WHOLE = "-whole"
 # Below the kernel's ephemeral range (32768-60999 by default): a port in it
 # can still be held, in the same namespace, by an outgoing connection of an
 # earlier job's ranks (TIME_WAIT or closing), and giftd would then fail to
@@ -292,11 +299,14 @@ class Giftds:
 
 # ------------------------------------------------------------------ jobs ---
 def rank_argv(a, mode, rank, port, out_json):
-    script = [GPT, "--mode", mode, "--steps", str(a.steps),
+    whole = mode.endswith(WHOLE)
+    script = [GPT, "--mode", mode.removesuffix(WHOLE), "--steps", str(a.steps),
               "--warmup", str(a.warmup), "--batch", str(a.batch),
               "--iface", "eth0", "--pg-timeout", str(a.pg_timeout)]
     if a.check_identical:
         script.append("--check-identical")
+    if whole:
+        script += ["--gift-piece-mb", "0"]
     if rank == 0:
         script += ["--json", out_json]
     else:
@@ -570,13 +580,15 @@ def preflight(a):
     if why.returncode != 0:
         sys.exit(f"multihost_bench: network namespaces unavailable: "
                  f"{why.stdout.strip()}")
-    if {"euclid", "gift"} & set(a.modes) and not os.path.isfile(
+    if {"euclid", "gift", "euclid-whole", "gift-whole"} & set(
+            a.modes) and not os.path.isfile(
             os.path.join(a.build, "python", "gift", "__init__.py")):
         sys.exit(f"multihost_bench: {a.build}/python/gift not built "
                  "(cmake --build BUILD --target gift_python)")
     giftd = os.path.join(a.build, "daemon", "giftd")
     ctl = os.path.join(a.build, "tools", "giftctl", "giftctl")
-    if "gift" in a.modes and not (os.access(giftd, os.X_OK)
+    if {"gift", "gift-whole"} & set(a.modes) and not (
+            os.access(giftd, os.X_OK)
                                   and os.access(ctl, os.X_OK)):
         sys.exit(f"multihost_bench: {giftd} or {ctl} not built")
     return giftd, ctl
@@ -600,7 +612,7 @@ def run_all(a, ns, giftd, ctl, tmp_root):
                        "loadavg_before": load}
                 daemons = None
                 try:
-                    if mode == "gift":
+                    if mode.removesuffix(WHOLE) == "gift":
                         daemons = Giftds(ns, giftd, ctl, tmp, a.job_id,
                                          [f"--refresh-interval="
                                           f"{a.refresh_interval}",

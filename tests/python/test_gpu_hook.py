@@ -8,7 +8,11 @@ of gift (ctest reads pytest's "N skipped" line).
   synchronising CUDA call made through torch (the hook, the communication
   thread's casts and copies, the futures);
 * fp32 mode equals plain DDP bit for bit; euclid and bf16 parameters train
-  to finite values with FP8 bytes.
+  to finite values with FP8 bytes;
+* the same with pieces smaller than DDP's buckets (piece_mb 0.5 in DDP's
+  25 MB bucket): from the fourth step on they are reduced on the side stream
+  while the backward pass runs (CUDA events recorded when autograd has
+  accumulated a gradient), still without a synchronising call.
 """
 
 import tempfile
@@ -41,13 +45,14 @@ def _batch(step, dtype):
     return x, torch.randn(64, 256, device="cuda", generator=g, dtype=dtype)
 
 
-def _train(mode, dtype=torch.float32, strict=True):
-    ddp = DDP(_model(dtype), device_ids=[0], bucket_cap_mb=1)
+def _train(mode, dtype=torch.float32, strict=True, bucket_cap_mb=1,
+           piece_mb=4.0):
+    ddp = DDP(_model(dtype), device_ids=[0], bucket_cap_mb=bucket_cap_mb)
     state = None
     if mode != "ddp":
         try:
             state = gift.init(ddp, mode=mode, backend="nccl",
-                              agent_socket=NOSOCK)
+                              agent_socket=NOSOCK, piece_mb=piece_mb)
         except gift.GiftError as e:
             if "without CUDA" in e.message:
                 pytest.skip("gift built without CUDA")
@@ -87,6 +92,16 @@ def test_fp32_equals_ddp_and_no_sync_on_the_training_path():
     got, state = _train("fp32")
     assert torch.equal(got, want)
     assert state.stats()["steps"] == STEPS
+
+
+def test_pieces_inside_one_bucket_on_the_side_stream():
+    want, _ = _train("ddp", strict=False, bucket_cap_mb=25)
+    got, state = _train("fp32", bucket_cap_mb=25, piece_mb=0.5)
+    assert torch.equal(got, want)
+    assert state.stats()["steps"] == STEPS
+    fp8, _ = _train("euclid", bucket_cap_mb=25, piece_mb=0.5)
+    assert torch.isfinite(fp8).all()
+    assert 0 < (fp8 - want).norm() < 1e-2 * want.norm()
 
 
 def test_fp8_and_bf16_on_the_device():

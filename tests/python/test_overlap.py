@@ -6,6 +6,12 @@
   serialised after the backward pass (the hook reducing only at the last
   bucket) the gate would wait forever (here: time out and fail), so this
   is an ordering check, not a timing one;
+* overlap inside one DDP bucket: the whole model in ONE bucket (DDP hands
+  it over only after the gate); the gate waits until libgift has reduced a
+  piece (the session's reduce_bucket, recorded by a proxy). With pieces the
+  first one is reduced before the gate returns; with piece_mb=0 (DDP's
+  buckets whole) nothing is reduced before the bucket is handed over, which
+  the same test shows (so it can fail);
 * no_sync gradient accumulation, static_graph, gradient_as_bucket_view and
   find_unused_parameters:
   fp32 mode equals plain DDP with the same options bit for bit, euclid
@@ -20,6 +26,7 @@ import threading
 
 import pytest
 import torch
+import torch.distributed as dist
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -42,7 +49,8 @@ class _Gate(torch.autograd.Function):
         box = ctx.box
         if box["armed"]:
             box["order"].append("gate")
-            box["waited"].append(box["event"].wait(timeout=30))
+            box["waited"].append(box["event"].wait(
+                timeout=box.get("timeout", 30)))
             box["order"].append("gate-return")
         return g, None
 
@@ -105,12 +113,91 @@ def test_communication_overlaps_the_backward_pass():
     u.spawn(_overlap)
 
 
-def _train(rank, mode, steps, accumulate=1, **ddp_options):
+class _Recorder:
+    """The libgift session as the communication thread sees it, recording
+    every reduce_bucket (the layers' names) into `box` and setting
+    box["reduced"] after the first."""
+
+    def __init__(self, session, names, box):
+        self._session, self._names, self._box = session, names, box
+
+    def reduce_bucket(self, layers, offsets, data):
+        self._session.reduce_bucket(layers, offsets, data)
+        if self._box["armed"]:
+            self._box["order"].append(
+                ("reduce", tuple(self._names[i] for i in layers)))
+            self._box["reduced"].set()
+
+    def __getattr__(self, name):
+        return getattr(self._session, name)
+
+
+def _overlap_in_bucket(rank, piece_mb):
+    box = {"armed": False, "event": threading.Event(), "order": [],
+           "waited": []}
+    dist._DEFAULT_FIRST_BUCKET_BYTES = 64 << 20  # one bucket, after rebuild too
+    ddp = DDP(_GatedMlp(box), bucket_cap_mb=64)
+    state = gift.init(ddp, mode="euclid", agent_socket=NOSOCK,
+                      piece_mb=piece_mb)
+    box["reduced"] = box["event"]
+    names = [n for n, _, _ in state._layers]
+    state.session = _Recorder(state.session, names, box)
+
+    def hook(st, bucket):
+        box["order"].append(("hook", bucket.index()))
+        return gift.comm_hook(st, bucket)
+
+    ddp.register_comm_hook(state, hook)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.01)
+    for step in range(5):
+        # DDP rebuilds its bucket in iteration 1; once two steps had the
+        # same buckets (iteration 2) the pieces start early (iteration 3).
+        box["armed"] = step >= 3
+        box["event"].clear()
+        box["order"].clear()
+        # Without pieces the gate is passed only when it gives up: short.
+        box["timeout"] = 30 if piece_mb else 3
+        u.train_step(ddp, opt, rank, step)
+        u.assert_same_on_all_ranks(ddp)
+        if not box["armed"]:
+            continue
+        o = box["order"]
+        hooks = [x for x in o if x[0] == "hook"]
+        assert len(hooks) == 1, o  # one DDP bucket
+        reduces = [x for x in o if x[0] == "reduce"]
+        if piece_mb:
+            assert box["waited"][-1], (
+                f"step {step}: no piece was reduced while the backward pass "
+                f"waited in the gate: {o}")
+            # The first piece (the last layer's gradients) was reduced before
+            # the backward pass got past the gate, DDP's bucket after it.
+            assert (o.index(reduces[0]) < o.index("gate-return")
+                    < o.index(hooks[0])), o
+            assert "l3.weight" in reduces[0][1] or "l3" in reduces[0][1], o
+            assert len(reduces) > 1, o
+        else:
+            assert not box["waited"][-1], o
+            assert o.index(hooks[0]) < o.index(reduces[0]), o
+    state.close()
+
+
+def test_pieces_overlap_the_backward_pass_inside_one_bucket():
+    u.spawn(_overlap_in_bucket, 0.25)
+
+
+def test_whole_buckets_do_not_start_before_ddp_hands_them_over():
+    u.spawn(_overlap_in_bucket, 0)
+
+
+def _train(rank, mode, steps, accumulate=1, bucket_cap_mb=0.01, piece_mb=4.0,
+           model=None, **ddp_options):
     u.wrap(nn.Linear(1, 1))  # sets the small first bucket
-    ddp = DDP(u.make_model(), bucket_cap_mb=0.01, **ddp_options)
+    ddp = DDP(model or u.make_model(), bucket_cap_mb=bucket_cap_mb,
+              **ddp_options)
     state = None
     if mode != "ddp":
-        state = gift.init(ddp, mode=mode, agent_socket=NOSOCK)
+        state = gift.init(ddp, mode=mode, agent_socket=NOSOCK,
+                          piece_mb=piece_mb)
         ddp.register_comm_hook(state, gift.comm_hook)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
     for step in range(steps):
@@ -129,16 +216,46 @@ def _train(rank, mode, steps, accumulate=1, **ddp_options):
     return u.flat_params(ddp), state
 
 
+class _Unused(nn.Module):
+    """make_model() beside a layer no step uses and one every other step
+    uses (find_unused_parameters: DDP hands their zeros over in the bucket,
+    autograd never accumulates them)."""
+
+    def __init__(self):
+        super().__init__()
+        self.net, self.off = u.make_model(), nn.Linear(u.D_IN, u.D_OUT)
+        self.sometimes = nn.Linear(u.D_OUT, u.D_OUT)
+        self.calls = 0
+
+    def forward(self, x):
+        self.calls += 1
+        y = self.net(x)
+        return self.sometimes(y) if self.calls % 2 else y
+
+
 def _contracts(rank):
+    # DDP's small buckets whole (piece_mb 4), pieces cut out of one large
+    # bucket (bucket 1 MB, pieces of ~1300 elements: a layer or two), and
+    # DDP's buckets whole without the pieces (piece_mb 0).
     for options in ({"static_graph": True}, {"gradient_as_bucket_view": True},
                     {"find_unused_parameters": True}, {}):
         accumulate = 1 if options else 3
-        want, _ = _train(rank, "ddp", 4, accumulate, **options)
-        got, _ = _train(rank, "fp32", 4, accumulate, **options)
-        assert torch.equal(got, want), f"fp32 differs from DDP with {options}"
-        quantized, st = _train(rank, "euclid", 4, accumulate, **options)
-        assert 0 < (quantized - want).norm() < 1e-2 * want.norm(), options
-        assert st.stats()["steps"] == 4
+        for cap, piece in ((0.01, 4.0), (1, 0.005), (1, 0)):
+            how = dict(options, bucket_cap_mb=cap)
+            want, _ = _train(rank, "ddp", 6, accumulate, **how)
+            got, _ = _train(rank, "fp32", 6, accumulate, piece_mb=piece, **how)
+            assert torch.equal(got, want), (
+                f"fp32 differs from DDP with {how}, piece_mb {piece}")
+            quantized, st = _train(rank, "euclid", 6, accumulate,
+                                   piece_mb=piece, **how)
+            assert 0 < (quantized - want).norm() < 1e-2 * want.norm(), how
+            assert st.stats()["steps"] == 6
+    for piece in (0.005, 0):
+        how = {"find_unused_parameters": True, "bucket_cap_mb": 1}
+        want, _ = _train(rank, "ddp", 6, model=_Unused(), **how)
+        got, _ = _train(rank, "fp32", 6, piece_mb=piece, model=_Unused(),
+                        **how)
+        assert torch.equal(got, want), f"unused parameters, piece_mb {piece}"
 
 
 def test_no_sync_static_graph_and_bucket_views():

@@ -13,21 +13,27 @@ two-phase allreduce, every layer Euclidean, no daemon) and "gift" (FP8 with
 the local giftd's plans and whitening factors; without a daemon it runs
 Euclidean, says so once, and keeps trying to attach).
 
-How it overlaps with the backward pass: the comm hook returns a pending
-future at once and hands the bucket to this rank's communication thread,
-which reduces DDP's buckets in DDP's order (the same on every rank) with
-libgift's own communicator while autograd computes the next ones; DDP's
-wait at the end of backward finds them done. One step is one libgift step:
-the agreement on plan epoch and factor versions runs once, with the first
-bucket; each bucket is then reduced in its own buffer, in place (its layout
-— which layers, at which offsets — is checked across ranks the first time
-it is seen, so DDP's single first-iteration bucket and its rebuilt buckets
-both work); the step ends with the last bucket (telemetry, the daemon's
-windows). On GPUs (backend="nccl") the thread waits on a CUDA event recorded
-on autograd's stream, runs on libgift's side stream, and completes the
-future (created with devices=[...]) with that stream current, so DDP's
-consumer stream waits on it and no host thread of the training path ever
-synchronises the device.
+How it overlaps with the backward pass: gift does not wait for DDP to hand
+over a bucket. It cuts the gradient into pieces of about `piece_mb` MB
+(whole layers, in the order of DDP's buckets of the previous step, so the
+same on every rank) and a piece is reduced by this rank's communication
+thread, with libgift's own communicator, as soon as autograd has
+accumulated its layers' gradients, while the backward pass computes the
+next ones. DDP's buckets are large (25 MB by default): most of a model's
+gradient sits in one, handed over only near the end of the backward pass.
+The comm hook returns a pending future at once; it completes when every
+piece of its bucket is reduced (the results copied into the bucket), and
+DDP's wait at the end of backward finds them done. One step is one libgift
+step: the agreement on plan epoch and factor versions runs once, with the
+first piece; the last bucket closes the step (telemetry, the daemon's
+windows). A step whose pieces are not known yet (the first, or one after
+DDP's buckets changed) reduces DDP's buckets as DDP hands them over, cut
+into the same pieces. No-sync passes (ddp.no_sync()) start nothing. On GPUs
+(backend="nccl") the thread makes libgift's side stream wait on CUDA events
+recorded on autograd's stream when a gradient was accumulated and when a
+bucket was handed over, and completes the future (created with
+devices=[...]) with that stream current, so DDP's consumer stream waits on
+it and no host thread of the training path ever synchronises the device.
 
 Layers: every trainable parameter of float32, bfloat16 or float16 (a
 bucket of another float type is reduced in an FP32 copy, the FP8 codes and
@@ -37,6 +43,7 @@ a 1-D layer under its own name. Thread safety: one GiftState per rank.
 """
 
 import atexit
+import contextlib
 import datetime
 import logging
 import os
@@ -158,13 +165,37 @@ class _Bucket:
         return (tuple(self.layers), tuple(self.offsets), self.elements)
 
 
+class _Plan:
+    """An armed step's pieces in order, and where each layer is in them."""
+
+    __slots__ = ("pieces", "where")
+
+    def __init__(self, pieces, where):
+        self.pieces, self.where = pieces, where
+
+
+def _dense_strides(t):
+    """t's strides when its elements fill its memory without gaps or
+    overlap (any dimension order: DDP then lays its gradient out in a bucket
+    with these strides), else None (DDP lays it out row-major)."""
+    expect = 1
+    for d in sorted(range(t.dim()), key=t.stride):
+        if t.size(d) == 1:
+            continue
+        if t.stride(d) != expect:
+            return None
+        expect *= t.size(d)
+    return tuple(t.stride())
+
+
 class GiftState:
     """Per-rank state: pass to ddp.register_comm_hook with gift.comm_hook."""
 
     def __init__(self, model, process_group=None, mode="gift", agent_socket=None,
                  job_id=None, sketch_rows=512, probe_interval=10,
                  store_dir=None, timeout_seconds=None, backend="gloo",
-                 socket_ifname=None, audit_interval=100, audit_drift=False):
+                 socket_ifname=None, audit_interval=100, audit_drift=False,
+                 piece_mb=4.0):
         if backend not in ("gloo", "nccl"):
             raise ValueError(f"gift: backend {backend!r} (gloo, nccl)")
         if mode not in MODES:
@@ -193,6 +224,17 @@ class GiftState:
         self._sizes = [(s[0] * s[1]) if len(s) == 2 else s[0]
                        for _, s, _ in self._layers]
         self._pinned = None       # the buckets of a loaded checkpoint
+        piece_mb = float(piece_mb)
+        if not piece_mb >= 0:
+            raise ValueError(f"gift: piece_mb {piece_mb} (MB of FP32 gradient "
+                             "per piece; 0 = DDP's buckets whole)")
+        self._piece_elements = int(piece_mb * 2**20) // 4
+        self._cuts = {}           # layers -> their pieces
+        self._plans = {}          # DDP's bucket layouts -> _Plan
+        self._strides = {}        # layer -> (shape, strides or None)
+        self._accumulators = []   # torch < 2.1: the hooked AccumulateGrad nodes
+        self._hooked = False      # gift's comm hook has run
+        self._sync = False        # the next backward pass synchronises
         self._pinned_layouts = set()
         self._attached_logged = False
         socket = (agent_socket or os.environ.get("GIFT_AGENT_SOCKET")
@@ -251,6 +293,9 @@ class GiftState:
         if mode == "gift":
             self._register_forward_hooks(module)
         self._comm = _CommThread(self)
+        if (self._piece_elements > 0 and
+                getattr(model, "require_backward_grad_sync", None) is not None):
+            self._register_grad_hooks(model, module)
         _LIVE.add(self)
 
     # ---- activation sketches (DESIGN §2) --------------------------------
@@ -291,6 +336,7 @@ class GiftState:
         for h in self._hooks:
             h.remove()
         self._hooks = []
+        self._accumulators = []
 
     # ---- the comm hook ----------------------------------------------------
     def _bucket(self, bucket):
@@ -322,7 +368,7 @@ class GiftState:
     def hook(self, bucket):
         cuda = self._device.type == "cuda"
         fut = _future(self._device if cuda else None)
-        view = buf = event = error = None
+        view = split = buf = event = error = None
         try:
             buf = bucket.buffer()
             if buf.is_cuda != cuda:
@@ -331,14 +377,126 @@ class GiftState:
                     f"{'nccl' if cuda else 'gloo'} (use backend="
                     f"{'nccl' if buf.is_cuda else 'gloo'!r})")
             view = self._bucket(bucket)
-            view = self._split(view) or view
+            split = self._split(view)
             if cuda:
                 event = torch.cuda.Event()
                 event.record(torch.cuda.current_stream(buf.device))
         except Exception as e:  # noqa: BLE001 -- DDP raises it in its wait
             error = e
-        self._comm.submit((view, buf, fut, event, bucket.is_last(), error))
+        self._hooked = True
+        self._comm.submit(("bucket", view, split, buf, fut, event,
+                           bucket.is_last(), error))
         return fut
+
+    # ---- pieces: reduced while the backward pass computes ----------------
+    def _pieces_of(self, layers):
+        """The pieces (libgift buckets) of a run of layers: consecutive
+        layers of at most piece_mb MB of FP32 gradient each (a larger layer
+        alone); the whole run when piece_mb is 0."""
+        pieces = self._cuts.get(layers)
+        if pieces is None:
+            pieces, run, n = [], [], 0
+            for i in layers + (None,):
+                size = self._sizes[i] if i is not None else 0
+                if run and (i is None or (self._piece_elements > 0 and
+                                          n + size > self._piece_elements)):
+                    offsets = [0]
+                    for j in run[:-1]:
+                        offsets.append(offsets[-1] + self._sizes[j])
+                    pieces.append(_Bucket(None, run, offsets, n))
+                    run, n = [], 0
+                if i is not None:
+                    run.append(i)
+                    n += size
+            self._cuts[layers] = pieces
+        return pieces
+
+    def _plan_of(self, source):
+        """The pieces of a step whose DDP buckets (layouts) are `source`."""
+        plan = self._plans.get(source)
+        if plan is None:
+            pieces = [p for layers, _, _ in source for p in self._pieces_of(
+                tuple(layers))]
+            where = {l: (k, off) for k, p in enumerate(pieces)
+                     for l, off in zip(p.layers, p.offsets)}
+            plan = _Plan(pieces, where)
+            self._plans = {source: plan}  # DDP's buckets change rarely
+        return plan
+
+    def _register_grad_hooks(self, ddp, module):
+        """A forward pre-hook on DDP (is the next backward a synchronising
+        one?) and a hook per parameter that tells the communication thread
+        when autograd has accumulated its gradient."""
+        me = weakref.ref(self)
+
+        def before_forward(mod, inputs):
+            st = me()
+            if st is not None:
+                st._before_forward(mod)
+
+        self._hooks.append(ddp.register_forward_pre_hook(before_forward))
+        for p in module.parameters():
+            i = self._index.get(id(p))
+            if i is None:
+                continue
+            self._strides[i] = (tuple(p.shape), _dense_strides(p))
+            if hasattr(p, "register_post_accumulate_grad_hook"):  # torch 2.1+
+                def ready(param, i=i):
+                    st = me()
+                    if st is not None:
+                        st._grad_ready(i, param.grad)
+                self._hooks.append(p.register_post_accumulate_grad_hook(ready))
+                continue
+            # torch < 2.1: a post hook on the parameter's AccumulateGrad
+            # node, which must be kept alive (DDP keeps it too).
+            with torch.enable_grad():
+                acc = p.view_as(p).grad_fn.next_functions[0][0]
+            pref = weakref.ref(p)
+
+            def accumulated(grad_inputs, grad_outputs, i=i, pref=pref):
+                st, param = me(), pref()
+                if st is not None and param is not None:
+                    st._grad_ready(i, param.grad)
+            self._accumulators.append(acc)
+            self._hooks.append(acc.register_hook(accumulated))
+
+    def _before_forward(self, ddp):
+        # DDP prepares a synchronising backward pass exactly then (not in
+        # no_sync(), not without autograd).
+        self._sync = (torch.is_grad_enabled()
+                      and bool(getattr(ddp, "require_backward_grad_sync", True)))
+        if not self._sync:
+            return
+        plan = None
+        # Pieces need gift's comm hook to be DDP's (it ran) and DDP's
+        # buckets to be known: a loaded checkpoint's, or the last step's
+        # when the step before had the same (DDP rebuilds its buckets after
+        # the first iteration; until then they are in another order).
+        comm = self._comm
+        if self._hooked and (self._pinned or comm.last_buckets and
+                             comm.last_buckets == comm.prev_buckets):
+            source = ([b.layout() for b in self._pinned] if self._pinned
+                      else comm.last_buckets)
+            plan = self._plan_of(tuple(source))
+        self._comm.submit(("forward", plan))
+
+    def _grad_ready(self, layer, grad):
+        if not self._sync or grad is None:
+            return
+        event = None
+        if grad.is_cuda:
+            event = torch.cuda.Event()
+            event.record(torch.cuda.current_stream(grad.device))
+        self._comm.submit(("ready", layer, grad, event))
+
+    def _grad_view(self, work, layer, offset):
+        """The part of a piece's buffer for `layer`, shaped like its
+        parameter and laid out as DDP lays it out in its buckets (the
+        parameter's strides when dense, else row-major)."""
+        shape, strides = self._strides[layer]
+        if strides is not None:
+            return work.as_strided(shape, strides, offset)
+        return work[offset:offset + self._sizes[layer]].view(shape)
 
     def _split(self, view):
         """After load_state_dict: the checkpointed run's buckets, while DDP's
@@ -475,25 +633,45 @@ def _future(device):
 
 
 class _CommThread:
-    """This rank's communication thread: reduces DDP's buckets in order.
+    """This rank's communication thread: reduces a step's pieces in order.
 
-    Buckets of one step arrive in DDP's order (the same on every rank); the
-    first opens the libgift step (the agreement), the one DDP marks last
-    closes it (telemetry) before its future completes. An error fails the
-    bucket's future and every later one of the step; the step is still
-    closed so the next one starts clean (the communicator may be broken:
-    its error says so)."""
+    Items arrive from the training path in program order: ("forward", plan)
+    when a forward pass will be followed by a synchronising backward,
+    ("ready", layer, grad, event) when autograd has accumulated a layer's
+    gradient, and ("bucket", ...) when DDP hands over a bucket. The pieces of
+    an armed step (`plan`, the same on every rank) are reduced strictly in
+    their order as soon as each one's gradients are there: a layer counts as
+    there when it was accumulated as often as in the previous step (static
+    graphs may accumulate a parameter several times) or when DDP has handed
+    over its bucket, whichever comes first. A bucket's future completes when
+    the pieces of all its layers are done; layers no piece holds (DDP's
+    buckets changed) are reduced after the last piece, in DDP's order. A step
+    without a plan reduces each bucket when it arrives. The first reduction
+    opens the libgift step (the agreement), the bucket DDP marks last closes
+    it (telemetry) before its future completes. An error fails the bucket's
+    future and every later one of the step; the step is still closed so the
+    next one starts clean (the communicator may be broken: its error says
+    so)."""
 
     def __init__(self, state):
         self._state = state
         self._queue = queue.SimpleQueue()
         self._open = False      # a libgift step is open
         self._error = None      # the open step's first error
-        self._pending = 0       # submitted, not yet done
+        self._pending = 0       # submitted, not yet handled
         self._step_buckets = []  # the open step's bucket layouts
         self.last_buckets = []   # the last complete step's
+        self.prev_buckets = []   # the step's before it
+        self._plan = None       # the armed step's pieces (_Plan), or None
+        self._next = 0          # the armed step's next piece
+        self._avail = {}        # layer -> (tensor, position or None, event)
+        self._fired = {}        # layer -> accumulations in this backward
+        self._expected = {}     # layer -> accumulations in the previous one
+        self._waiting = []      # DDP's buckets not yet completed, in order
+        self._works = {}        # piece layers -> its host float32 buffer
+        self._results = {}      # piece -> (its buffer, layers not copied)
         self._done = threading.Condition()
-        self._side = None
+        self._sides = {}        # device index -> libgift's side stream
         self._thread = threading.Thread(target=self._run, daemon=True,
                                         name=f"gift-comm-{state.rank}")
         self._thread.start()
@@ -504,7 +682,7 @@ class _CommThread:
         self._queue.put(item)
 
     def idle(self, timeout=None):
-        """Waits until every submitted bucket is done (checkpoints)."""
+        """Waits until every submitted item is handled (checkpoints)."""
         limit = timeout if timeout is not None else self._state.timeout_seconds
         with self._done:
             if not self._done.wait_for(lambda: self._pending == 0, limit + 60):
@@ -524,11 +702,46 @@ class _CommThread:
             if item is None:
                 return
             try:
-                self._reduce(*item)
+                self._handle(item)
             finally:
                 with self._done:
                     self._pending -= 1
                     self._done.notify_all()
+
+    def _handle(self, item):
+        kind = item[0]
+        if kind == "forward":
+            self._forward(item[1])
+        elif kind == "ready":
+            _, layer, grad, event = item
+            n = self._fired.get(layer, 0) + 1
+            self._fired[layer] = n
+            if (self._plan is not None and layer in self._plan.where
+                    and n == self._expected.get(layer)):
+                self._avail.setdefault(layer, (grad, None, event))
+        else:
+            view, error = item[1], item[7]
+            if error is not None:
+                self._fail(error)
+            if view is not None and self._plan is not None:
+                for layer, pos in zip(view.layers, view.offsets):
+                    self._avail.setdefault(layer, (item[3], pos, item[5]))
+            self._waiting.append(item[1:])
+        self._progress()
+
+    def _forward(self, plan):
+        if self._open or self._waiting:
+            # The previous backward pass stopped before DDP's last bucket
+            # (it raised): fail what it left and close its step.
+            self._fail(RuntimeError("gift: the previous backward pass did not "
+                                    "hand over all of DDP's buckets"))
+            for item in self._waiting:
+                item[3].set_exception(self._error)
+            self._waiting = []
+            self._end()
+        if self._fired:
+            self._expected, self._fired = self._fired, {}
+        self._plan, self._next, self._avail = plan, 0, {}
 
     def _fail(self, error):
         if self._error is None:
@@ -546,84 +759,173 @@ class _CommThread:
         self._open = False
         error, self._error = self._error, None
         buckets, self._step_buckets = self._step_buckets, []
+        self._plan, self._next, self._avail, self._results = None, 0, {}, {}
         try:
             t = self._state.session.end_step()
         except Exception as e:  # noqa: BLE001
             return error or e
         if error is None:
-            self.last_buckets = buckets
+            self.prev_buckets, self.last_buckets = self.last_buckets, buckets
             self._state._finish_step(t)
         return error
 
-    def _reduce(self, view, buf, fut, event, last, error):
-        if error is not None:
-            self._fail(error)
+    def _progress(self):
+        plan = self._plan
+        while plan is not None and self._next < len(plan.pieces):
+            piece = plan.pieces[self._next]
+            if not all(l in self._avail for l in piece.layers):
+                break
+            self._next += 1
+            self._begin()
+            if self._error is None:
+                try:
+                    self._reduce_piece(self._next - 1, piece)
+                except Exception as e:  # noqa: BLE001
+                    self._fail(e)
+        while self._waiting and self._can_finish(self._waiting[0][0]):
+            self._finish(*self._waiting.pop(0))
+
+    def _can_finish(self, view):
+        plan = self._plan
+        if plan is None or view is None or self._error is not None:
+            return True
+        if self._next == len(plan.pieces):
+            return True
+        return all(l in plan.where and plan.where[l][0] < self._next
+                   for l in view.layers)
+
+    def _finish(self, view, split, buf, fut, event, last, _error):
         self._begin()
         if self._error is None:
             try:
-                if event is not None:
-                    self._reduce_device(view, buf, event)
-                else:
-                    self._reduce_host(view, buf)
+                with self._on(buf.device, event):
+                    self._complete(view, split, buf)
             except Exception as e:  # noqa: BLE001
                 self._fail(e)
         error = self._end() if last else self._error
         if error is not None:
             fut.set_exception(error)
         elif event is not None:
-            with torch.cuda.device(buf.device), torch.cuda.stream(self._side):
+            with self._on(buf.device):
                 fut.set_result(buf)
         else:
             fut.set_result(buf)
 
-    def _reduce_host(self, view, buf):
-        for bucket, work, copies in self._pieces(view, buf):
-            self._step_buckets.append(bucket.layout())
-            self._state.session.reduce_bucket(bucket.layers, bucket.offsets,
-                                              work.numpy())
-            self._copy_back(work, buf, copies)
-
-    def _reduce_device(self, view, buf, event):
-        s = self._state.session
-        with torch.cuda.device(buf.device):
-            if self._side is None:
-                self._side = torch.cuda.ExternalStream(s.stream(),
-                                                       device=buf.device)
-            with torch.cuda.stream(self._side):
-                self._side.wait_event(event)
-                for bucket, work, copies in self._pieces(view, buf):
-                    self._step_buckets.append(bucket.layout())
-                    s.reduce_bucket_ptr(bucket.layers, bucket.offsets,
-                                        work.data_ptr(), bucket.elements)
-                    self._copy_back(work, buf, copies)
-
-    @staticmethod
-    def _pieces(view, buf):
-        """(libgift bucket, its float32 buffer, copies back into buf): DDP's
-        bucket in place, or its FP32 copy, or the saved buckets it holds."""
-        if isinstance(view, _Bucket):
-            if buf.dtype == torch.float32:
-                yield view, buf, None
-            else:
-                yield view, buf.float(), [(0, 0, buf.numel())]
+    def _complete(self, view, split, buf):
+        """Reduces what no piece held of DDP's bucket `view` and copies the
+        pieces' results into it."""
+        sizes = self._state._sizes
+        parts = ([(g, [src for src, _, _ in copies]) for g, copies in split]
+                 if split else [(view, view.offsets)])
+        self._step_buckets.extend(g.layout() for g, _ in parts)
+        plan = self._plan
+        if plan is None:
+            for g, positions in parts:
+                self._reduce_run(g.layers, positions, buf)
             return
-        for bucket, copies in view:
-            work = torch.zeros(bucket.elements, dtype=torch.float32,
-                               device=buf.device)
-            for src, dst, n in copies:
-                work[dst:dst + n].copy_(buf[src:src + n])
-            yield bucket, work, [(src, dst, n) for src, dst, n in copies]
+        rest = [(l, pos) for l, pos in zip(view.layers, view.offsets)
+                if l not in plan.where]
+        if rest:
+            self._reduce_run([l for l, _ in rest], [p for _, p in rest], buf)
+        for layer, pos in zip(view.layers, view.offsets):
+            if layer in plan.where:
+                k, off = plan.where[layer]
+                work, left = self._results[k]
+                n = sizes[layer]
+                buf[pos:pos + n].copy_(work[off:off + n])
+                if left > 1:
+                    self._results[k] = (work, left - 1)
+                else:  # all of the piece is in DDP's buckets: let it go
+                    del self._results[k]
 
-    @staticmethod
-    def _copy_back(work, buf, copies):
-        for src, dst, n in copies or ():
-            buf[src:src + n].copy_(work[dst:dst + n])
+    def _reduce_run(self, layers, positions, buf):
+        """Reduces the layers at `positions` of `buf` as their pieces: in
+        place where a piece is a float32 run of buf, else in a copy."""
+        sizes = self._state._sizes
+        at = dict(zip(layers, positions))
+        for piece in self._state._pieces_of(tuple(layers)):
+            start = at[piece.layers[0]]
+            if buf.dtype == torch.float32 and all(
+                    at[l] == start + off
+                    for l, off in zip(piece.layers, piece.offsets)):
+                self._reduce_work(piece, buf[start:start + piece.elements])
+                continue
+            work = self._work(piece, buf.device)
+            for l, off in zip(piece.layers, piece.offsets):
+                work[off:off + sizes[l]].copy_(buf[at[l]:at[l] + sizes[l]])
+            self._reduce_work(piece, work)
+            for l, off in zip(piece.layers, piece.offsets):
+                buf[at[l]:at[l] + sizes[l]].copy_(work[off:off + sizes[l]])
+
+    def _reduce_piece(self, k, piece):
+        """Armed piece k: its layers' gradients (or DDP's bucket where it
+        came first) into the piece's buffer, reduced there; the buffer is
+        kept until its results are copied into DDP's buckets."""
+        state = self._state
+        device = self._avail[piece.layers[0]][0].device
+        with self._on(device):
+            work = self._work(piece, device)
+            self._results[k] = (work, len(piece.layers))
+            side = self._sides.get(device.index) if device.type == "cuda" else None
+            for l, off in zip(piece.layers, piece.offsets):
+                t, pos, event = self._avail[l]
+                if side is not None and event is not None:
+                    side.wait_event(event)
+                if pos is None:
+                    if side is not None:
+                        t.record_stream(side)
+                    state._grad_view(work, l, off).copy_(t)
+                else:
+                    n = state._sizes[l]
+                    work[off:off + n].copy_(t[pos:pos + n])
+            self._reduce_work(piece, work)
+
+    def _reduce_work(self, piece, work):
+        s = self._state.session
+        if work.is_cuda:
+            s.reduce_bucket_ptr(piece.layers, piece.offsets, work.data_ptr(),
+                                piece.elements)
+        else:
+            s.reduce_bucket(piece.layers, piece.offsets, work.numpy())
+
+    def _work(self, piece, device):
+        """A float32 buffer for `piece`: kept for the next steps on the host;
+        on a device a new one from torch's caching allocator (on the side
+        stream, current here), so that only the pieces in flight take
+        device memory, not a second copy of every gradient."""
+        if device.type == "cuda":
+            return torch.empty(piece.elements, dtype=torch.float32,
+                               device=device)
+        key = tuple(piece.layers)
+        w = self._works.get(key)
+        if w is None:
+            w = torch.empty(piece.elements, dtype=torch.float32)
+            self._works[key] = w
+        return w
+
+    @contextlib.contextmanager
+    def _on(self, device, event=None):
+        """Host work as it is; device work on libgift's side stream (made to
+        wait on `event`) with that stream current."""
+        if device.type != "cuda":
+            yield
+            return
+        with torch.cuda.device(device):
+            side = self._sides.get(device.index)
+            if side is None:
+                side = torch.cuda.ExternalStream(self._state.session.stream(),
+                                                 device=device)
+                self._sides[device.index] = side
+            with torch.cuda.stream(side):
+                if event is not None:
+                    side.wait_event(event)
+                yield
 
 
 def init(model, process_group=None, mode="gift", agent_socket=None, job_id=None,
          sketch_rows=512, probe_interval=10, store_dir=None,
          timeout_seconds=None, backend="gloo", socket_ifname=None,
-         audit_interval=100, audit_drift=False):
+         audit_interval=100, audit_drift=False, piece_mb=4.0):
     """Creates this rank's GiftState (collective over `process_group`).
 
     model: the DDP model or the module it wraps. process_group: default the
@@ -654,10 +956,16 @@ def init(model, process_group=None, mode="gift", agent_socket=None, job_id=None,
     applied gradients since the previous audit against the FP32 one. Costs
     8 bytes of memory per gradient element and two additions per element
     every step (on CPU ranks a large share of the step); default off.
+    piece_mb: MB of FP32 gradient per piece (whole layers; default 4): each
+    piece is reduced as soon as autograd has accumulated its gradients, so
+    communication overlaps the backward pass even inside DDP's large
+    buckets (needs the DDP model, not the module it wraps); 0 = reduce
+    DDP's buckets whole, when DDP hands them over.
     """
     return GiftState(model, process_group, mode, agent_socket, job_id,
                      sketch_rows, probe_interval, store_dir, timeout_seconds,
-                     backend, socket_ifname, audit_interval, audit_drift)
+                     backend, socket_ifname, audit_interval, audit_drift,
+                     piece_mb)
 
 
 def comm_hook(state, bucket):
