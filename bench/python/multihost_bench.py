@@ -42,7 +42,8 @@ Ctrl-C and on errors.
 
 Usage: /usr/bin/python3 bench/python/multihost_bench.py --build BUILD
        [--rates 100mbit,1gbit,none] [--modes ddp,fp16,powersgd,euclid,gift]
-       (also euclid-whole, gift-whole: gift without its pieces, piece_mb=0)
+       (a gift mode as MODE@MB, e.g. euclid@0 or gift@8: gift.init's
+       piece_mb, side by side with the default; @0 = DDP's buckets whole)
        [--steps 10] [--warmup 5] [--rounds 2] [--out DIR]
 Writes DIR/multihost_bench.md and DIR/multihost_bench.json (DIR default
 BUILD/bench-results). The defaults (3 rates x 5 modes x 2 rounds of 10
@@ -70,16 +71,26 @@ NETNS = os.path.join(ROOT, "scripts", "netns.sh")
 GPT = os.path.join(HERE, "gpt_train.py")
 PYTHON = "/usr/bin/python3"
 
-MODES = ("ddp", "fp16", "powersgd", "euclid", "gift", "euclid-whole",
-         "gift-whole")
+MODES = ("ddp", "fp16", "powersgd", "euclid", "gift")
 LABELS = {"ddp": "DDP FP32 (no hook)", "fp16": "torch fp16_compress_hook",
           "powersgd": "torch PowerSGD rank 4", "euclid": "gift euclid (FP8)",
-          "gift": "gift gift (FP8 + giftd/host)",
-          "euclid-whole": "gift euclid, DDP's buckets whole (piece_mb=0)",
-          "gift-whole": "gift gift, DDP's buckets whole (piece_mb=0)"}
-# The -whole modes: gift's pieces off (gpt_train.py --gift-piece-mb 0), DDP's
-# buckets reduced whole when DDP hands them over, as before the pieces.
-WHOLE = "-whole"
+          "gift": "gift gift (FP8 + giftd/host)"}
+
+
+def split_mode(mode):
+    """("euclid", "8") for "euclid@8": a gift mode with gift.init's
+    piece_mb (gpt_train.py --gift-piece-mb; @0 = DDP's buckets whole, as
+    before the pieces), side by side with the default; (mode, None) else."""
+    base, _, piece = mode.partition("@")
+    return base, (piece or None)
+
+
+def label(mode):
+    base, piece = split_mode(mode)
+    if piece is None:
+        return LABELS[base]
+    return LABELS[base] + (", DDP's buckets whole (piece_mb=0)"
+                           if float(piece) == 0 else f", piece_mb={piece}")
 # Below the kernel's ephemeral range (32768-60999 by default): a port in it
 # can still be held, in the same namespace, by an outgoing connection of an
 # earlier job's ranks (TIME_WAIT or closing), and giftd would then fail to
@@ -299,19 +310,19 @@ class Giftds:
 
 # ------------------------------------------------------------------ jobs ---
 def rank_argv(a, mode, rank, port, out_json):
-    whole = mode.endswith(WHOLE)
-    script = [GPT, "--mode", mode.removesuffix(WHOLE), "--steps", str(a.steps),
+    base, piece = split_mode(mode)
+    script = [GPT, "--mode", base, "--steps", str(a.steps),
               "--warmup", str(a.warmup), "--batch", str(a.batch),
               "--iface", "eth0", "--pg-timeout", str(a.pg_timeout)]
     if a.check_identical:
         script.append("--check-identical")
-    if whole:
-        script += ["--gift-piece-mb", "0"]
     if rank == 0:
         script += ["--json", out_json]
     else:
         script.append("--quiet")
     script += a.train_arg
+    if piece is not None:  # after --train-arg: the mode's own wins
+        script += ["--gift-piece-mb", piece]
     if a.launcher == "torchrun":
         # Debian's torch 1.13 torchrun needs --redirects/--tee (README).
         return [PYTHON, "-m", "torch.distributed.run", f"--nnodes={a.world}",
@@ -486,18 +497,18 @@ def table(results, rates, modes):
             if s is None:
                 err = "; ".join(e.splitlines()[0][:160]
                                 for e in r.get("errors", [])) or "not run"
-                lines.append(f"| {rate} | {LABELS[m]} | **failed**: {err} "
+                lines.append(f"| {rate} | {label(m)} | **failed**: {err} "
                              "| | | | | | | |")
                 continue
-            label = LABELS[m]
+            name = label(m)
             if r.get("errors"):
                 notes.append(f"{rate} {m}: " + "; ".join(
                     " / ".join(x.strip() for x in e.splitlines() if x.strip())
                     [:300] for e in r["errors"]))
-                label += (f" (failed {len(r['errors'])} of {r['rounds']} "
-                          f"rounds, note {len(notes)})")
+                name += (f" (failed {len(r['errors'])} of {r['rounds']} "
+                         f"rounds, note {len(notes)})")
             lines.append(
-                f"| {rate} | {label} | {s:.3f} "
+                f"| {rate} | {name} | {s:.3f} "
                 f"| {ratio(s, ref)} | {ratio(s, f16)} "
                 f"| {fmt(r.get('wire_tx_bytes_per_rank_step'), '.2f', 1e6)} "
                 f"| {fmt(r.get('giftd_peer_bytes_per_rank_step'), '.3f', 1e6)} "
@@ -564,8 +575,16 @@ def parse_args(argv=None):
     a.rates = [r.strip() for r in a.rates.split(",") if r.strip()]
     a.modes = [m.strip() for m in a.modes.split(",") if m.strip()]
     for m in a.modes:
-        if m not in MODES:
+        base, piece = split_mode(m)
+        if base not in MODES:
             ap.error(f"unknown mode {m!r} ({', '.join(MODES)})")
+        if piece is not None:
+            try:
+                ok = base in ("euclid", "gift") and float(piece) >= 0
+            except ValueError:
+                ok = False
+            if not ok:
+                ap.error(f"{m!r}: @MB goes with euclid or gift, MB >= 0")
     if a.steps <= a.warmup:
         ap.error("--steps must exceed --warmup")
     if not 1 <= a.world <= 64:
@@ -580,15 +599,14 @@ def preflight(a):
     if why.returncode != 0:
         sys.exit(f"multihost_bench: network namespaces unavailable: "
                  f"{why.stdout.strip()}")
-    if {"euclid", "gift", "euclid-whole", "gift-whole"} & set(
-            a.modes) and not os.path.isfile(
+    bases = {split_mode(m)[0] for m in a.modes}
+    if {"euclid", "gift"} & bases and not os.path.isfile(
             os.path.join(a.build, "python", "gift", "__init__.py")):
         sys.exit(f"multihost_bench: {a.build}/python/gift not built "
                  "(cmake --build BUILD --target gift_python)")
     giftd = os.path.join(a.build, "daemon", "giftd")
     ctl = os.path.join(a.build, "tools", "giftctl", "giftctl")
-    if {"gift", "gift-whole"} & set(a.modes) and not (
-            os.access(giftd, os.X_OK)
+    if "gift" in bases and not (os.access(giftd, os.X_OK)
                                   and os.access(ctl, os.X_OK)):
         sys.exit(f"multihost_bench: {giftd} or {ctl} not built")
     return giftd, ctl
@@ -612,7 +630,7 @@ def run_all(a, ns, giftd, ctl, tmp_root):
                        "loadavg_before": load}
                 daemons = None
                 try:
-                    if mode.removesuffix(WHOLE) == "gift":
+                    if split_mode(mode)[0] == "gift":
                         daemons = Giftds(ns, giftd, ctl, tmp, a.job_id,
                                          [f"--refresh-interval="
                                           f"{a.refresh_interval}",
