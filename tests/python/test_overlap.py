@@ -291,11 +291,13 @@ def _dtypes(rank):
             assert dtype == torch.bfloat16 and "scalar type" in str(e), e
             continue
         trained.append(dtype)
-        state = gift.init(ddp, mode="euclid", agent_socket=NOSOCK)
+        # Pieces smaller than DDP's buckets, reduced early from step 3 on.
+        state = gift.init(ddp, mode="euclid", agent_socket=NOSOCK,
+                          piece_mb=0.005)
         ddp.register_comm_hook(state, gift.comm_hook)
         opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
         before = u.flat_params(ddp).float().clone()
-        for step in range(3):
+        for step in range(5):
             x, y = u.batch(rank, step)
             opt.zero_grad()
             nn.functional.mse_loss(ddp(x), y).backward()
@@ -318,6 +320,13 @@ def _dtypes(rank):
             continue  # integers cannot require gradients: nothing to refuse
         with pytest.raises(TypeError, match=r"parameter 2\.bias is torch\.float64"):
             gift.init(model, mode="euclid", agent_socket=NOSOCK)
+
+
+def test_piece_mb_must_be_a_size():
+    model = u.make_model()
+    for bad in (-1, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match=r"piece_mb"):
+            gift.init(model, mode="euclid", agent_socket=NOSOCK, piece_mb=bad)
 
 
 def test_bf16_fp16_gradients_and_refused_dtypes():

@@ -225,9 +225,9 @@ class GiftState:
                        for _, s, _ in self._layers]
         self._pinned = None       # the buckets of a loaded checkpoint
         piece_mb = float(piece_mb)
-        if not piece_mb >= 0:
+        if not 0 <= piece_mb < 2**30:
             raise ValueError(f"gift: piece_mb {piece_mb} (MB of FP32 gradient "
-                             "per piece; 0 = DDP's buckets whole)")
+                             "per piece, >= 0; 0 = DDP's buckets whole)")
         self._piece_elements = int(piece_mb * 2**20) // 4
         self._cuts = {}           # layers -> their pieces
         self._plans = {}          # DDP's bucket layouts -> _Plan
