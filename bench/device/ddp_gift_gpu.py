@@ -5,7 +5,8 @@ One NCCL rank (NCCL refuses two ranks on one device), a GPT-style model of
 6 pre-norm transformer layers (d = 768, 12 heads, vocab 4096: ~50 M
 parameters), batch 8 × 256 tokens, AdamW. Modes side by side, interleaved
 in rounds: ddp (PyTorch's own allreduce), gift fp32 (libgift's plain
-allreduce through the hook) and gift euclid (two-phase FP8). Step time is
+allreduce through the hook), gift euclid (two-phase FP8, pieces reduced
+while the backward pass runs) and euclid@0 (DDP's buckets whole). Step time is
 measured with CUDA events around forward + backward + optimizer step
 (median over the timed steps); the ratio against ddp is the figure. With
 one rank nothing crosses a network, so this measures the hook's own cost on
@@ -54,8 +55,12 @@ def make(mode, gift):
     ddp = DDP(model, device_ids=[0])
     state = None
     if mode != "ddp":
-        state = gift.init(ddp, mode=mode, backend="nccl",
-                          agent_socket="/nonexistent/agent")
+        # "euclid@0": gift.init's piece_mb 0 (DDP's buckets whole, reduced
+        # when DDP hands them over), beside the default pieces.
+        base, _, piece = mode.partition("@")
+        extra = {"piece_mb": float(piece)} if piece else {}
+        state = gift.init(ddp, mode=base, backend="nccl",
+                          agent_socket="/nonexistent/agent", **extra)
         ddp.register_comm_hook(state, gift.comm_hook)
     opt = torch.optim.AdamW(ddp.parameters(), lr=1e-4)
     return ddp, opt, state
@@ -85,7 +90,7 @@ def main():
     with tempfile.TemporaryDirectory() as d:
         dist.init_process_group("nccl", init_method=f"file://{d}/init",
                                 rank=0, world_size=1)
-        modes = ["ddp", "fp32", "euclid"]
+        modes = ["ddp", "fp32", "euclid", "euclid@0"]
         runs = {}
         for m in modes:
             try:
