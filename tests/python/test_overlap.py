@@ -189,6 +189,57 @@ def test_whole_buckets_do_not_start_before_ddp_hands_them_over():
     u.spawn(_overlap_in_bucket, 0)
 
 
+class _FailingSession:
+    """The libgift session, but its reduce_bucket raises (on every rank
+    alike) at the second piece of step `fail_at`."""
+
+    def __init__(self, session, fail_at):
+        self._session, self._fail_at = session, fail_at
+        self.step, self.pieces = 0, 0
+
+    def begin_step(self):
+        self.pieces = 0
+        return self._session.begin_step()
+
+    def end_step(self):
+        self.step += 1
+        return self._session.end_step()
+
+    def reduce_bucket(self, layers, offsets, data):
+        self.pieces += 1
+        if self.step == self._fail_at and self.pieces == 2:
+            raise RuntimeError("injected failure in a piece")
+        return self._session.reduce_bucket(layers, offsets, data)
+
+    def __getattr__(self, name):
+        return getattr(self._session, name)
+
+
+def _failed_piece(rank):
+    dist._DEFAULT_FIRST_BUCKET_BYTES = 64 << 20
+    ddp = DDP(u.make_model(), bucket_cap_mb=64)
+    state = gift.init(ddp, mode="euclid", agent_socket=NOSOCK, piece_mb=0.005)
+    state.session = _FailingSession(state.session, fail_at=4)
+    ddp.register_comm_hook(state, gift.comm_hook)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
+    for step in range(7):
+        if step == 4:  # armed (pieces early) since step 3
+            before = u.flat_params(ddp).clone()
+            with pytest.raises(RuntimeError, match="injected failure"):
+                u.train_step(ddp, opt, rank, step)
+            # DDP raised from its wait; the step's error is not applied.
+            assert torch.equal(u.flat_params(ddp), before)
+            continue
+        u.train_step(ddp, opt, rank, step)
+        u.assert_same_on_all_ranks(ddp)
+    assert state.stats()["steps"] == 6  # the failed step did not count
+    state.close()
+
+
+def test_a_failed_piece_fails_the_step_and_the_next_ones_train():
+    u.spawn(_failed_piece)
+
+
 def _train(rank, mode, steps, accumulate=1, bucket_cap_mb=0.01, piece_mb=4.0,
            model=None, **ddp_options):
     u.wrap(nn.Linear(1, 1))  # sets the small first bucket
