@@ -235,6 +235,14 @@ class GiftState:
         self._accumulators = []   # torch < 2.1: the hooked AccumulateGrad nodes
         self._hooked = False      # gift's comm hook has run
         self._sync = False        # the next backward pass synchronises
+        # The armed step, kept by the thread that runs autograd's hooks (the
+        # communication thread hears of a piece once it is complete: one
+        # wake-up per piece, not per parameter).
+        self._plan = None         # this step's pieces (_Plan), or None
+        self._next_piece = 0      # the next piece to hand over
+        self._avail = {}          # layer -> (tensor, position or None, event)
+        self._fired = {}          # layer -> accumulations in this backward
+        self._expected = {}       # layer -> accumulations in the previous one
         self._pinned_layouts = set()
         self._attached_logged = False
         socket = (agent_socket or os.environ.get("GIFT_AGENT_SOCKET")
@@ -384,6 +392,10 @@ class GiftState:
         except Exception as e:  # noqa: BLE001 -- DDP raises it in its wait
             error = e
         self._hooked = True
+        if view is not None and self._plan is not None:
+            for layer, pos in zip(view.layers, view.offsets):
+                self._avail.setdefault(layer, (buf, pos, event))
+            self._hand_over_pieces()
         self._comm.submit(("bucket", view, split, buf, fut, event,
                            bucket.is_last(), error))
         return fut
@@ -478,16 +490,42 @@ class GiftState:
             source = ([b.layout() for b in self._pinned] if self._pinned
                       else comm.last_buckets)
             plan = self._plan_of(tuple(source))
+        if self._fired:
+            self._expected, self._fired = self._fired, {}
+        self._plan, self._next_piece, self._avail = plan, 0, {}
         self._comm.submit(("forward", plan))
 
     def _grad_ready(self, layer, grad):
+        """Autograd has accumulated `layer`'s gradient: it counts as there
+        when accumulated as often as in the previous step (static graphs
+        may accumulate a parameter several times)."""
         if not self._sync or grad is None:
+            return
+        n = self._fired.get(layer, 0) + 1
+        self._fired[layer] = n
+        plan = self._plan
+        if (plan is None or layer not in plan.where or layer in self._avail
+                or n != self._expected.get(layer)):
             return
         event = None
         if grad.is_cuda:
             event = torch.cuda.Event()
             event.record(torch.cuda.current_stream(grad.device))
-        self._comm.submit(("ready", layer, grad, event))
+        self._avail[layer] = (grad, None, event)
+        self._hand_over_pieces()
+
+    def _hand_over_pieces(self):
+        """Hands the armed step's complete pieces, in order, to the
+        communication thread."""
+        plan = self._plan
+        while self._next_piece < len(plan.pieces):
+            piece = plan.pieces[self._next_piece]
+            if not all(l in self._avail for l in piece.layers):
+                return
+            self._comm.submit(("piece", self._next_piece, piece,
+                               [self._avail[l] for l in piece.layers]))
+            self._next_piece += 1
+        self._avail = {}  # all handed over: hold no gradient longer
 
     def _grad_view(self, work, layer, offset):
         """The part of a piece's buffer for `layer`, shaped like its
@@ -637,16 +675,14 @@ class _CommThread:
 
     Items arrive from the training path in program order: ("forward", plan)
     when a forward pass will be followed by a synchronising backward,
-    ("ready", layer, grad, event) when autograd has accumulated a layer's
-    gradient, and ("bucket", ...) when DDP hands over a bucket. The pieces of
-    an armed step (`plan`, the same on every rank) are reduced strictly in
-    their order as soon as each one's gradients are there: a layer counts as
-    there when it was accumulated as often as in the previous step (static
-    graphs may accumulate a parameter several times) or when DDP has handed
-    over its bucket, whichever comes first. A bucket's future completes when
-    the pieces of all its layers are done; layers no piece holds (DDP's
-    buckets changed) are reduced after the last piece, in DDP's order. A step
-    without a plan reduces each bucket when it arrives. The first reduction
+    ("piece", k, piece, sources) when all the gradients of the armed step's
+    piece k are there (GiftState hands them over strictly in the plan's
+    order, the same on every rank: a layer is there when autograd has
+    accumulated it or DDP has handed over its bucket, whichever comes
+    first), and ("bucket", ...) when DDP hands over a bucket. A bucket's
+    future completes when the pieces of all its layers are done; layers no
+    piece holds (DDP's buckets changed) are reduced after the last piece, in
+    DDP's order. A step without a plan reduces each bucket when it arrives. The first reduction
     opens the libgift step (the agreement), the bucket DDP marks last closes
     it (telemetry) before its future completes. An error fails the bucket's
     future and every later one of the step; the step is still closed so the
@@ -663,10 +699,7 @@ class _CommThread:
         self.last_buckets = []   # the last complete step's
         self.prev_buckets = []   # the step's before it
         self._plan = None       # the armed step's pieces (_Plan), or None
-        self._next = 0          # the armed step's next piece
-        self._avail = {}        # layer -> (tensor, position or None, event)
-        self._fired = {}        # layer -> accumulations in this backward
-        self._expected = {}     # layer -> accumulations in the previous one
+        self._next = 0          # the armed step's pieces done
         self._waiting = []      # DDP's buckets not yet completed, in order
         self._works = {}        # piece layers -> its host float32 buffer
         self._results = {}      # piece -> (its buffer, layers not copied)
@@ -712,22 +745,21 @@ class _CommThread:
         kind = item[0]
         if kind == "forward":
             self._forward(item[1])
-        elif kind == "ready":
-            _, layer, grad, event = item
-            n = self._fired.get(layer, 0) + 1
-            self._fired[layer] = n
-            if (self._plan is not None and layer in self._plan.where
-                    and n == self._expected.get(layer)):
-                self._avail.setdefault(layer, (grad, None, event))
+        elif kind == "piece":
+            _, k, piece, sources = item
+            self._next = k + 1
+            self._begin()
+            if self._error is None:
+                try:
+                    self._reduce_piece(k, piece, sources)
+                except Exception as e:  # noqa: BLE001
+                    self._fail(e)
         else:
-            view, error = item[1], item[7]
-            if error is not None:
-                self._fail(error)
-            if view is not None and self._plan is not None:
-                for layer, pos in zip(view.layers, view.offsets):
-                    self._avail.setdefault(layer, (item[3], pos, item[5]))
+            if item[7] is not None:
+                self._fail(item[7])
             self._waiting.append(item[1:])
-        self._progress()
+        while self._waiting and self._can_finish(self._waiting[0][0]):
+            self._finish(*self._waiting.pop(0))
 
     def _forward(self, plan):
         if self._open or self._waiting:
@@ -739,9 +771,7 @@ class _CommThread:
                 item[3].set_exception(self._error)
             self._waiting = []
             self._end()
-        if self._fired:
-            self._expected, self._fired = self._fired, {}
-        self._plan, self._next, self._avail = plan, 0, {}
+        self._plan, self._next, self._results = plan, 0, {}
 
     def _fail(self, error):
         if self._error is None:
@@ -759,7 +789,7 @@ class _CommThread:
         self._open = False
         error, self._error = self._error, None
         buckets, self._step_buckets = self._step_buckets, []
-        self._plan, self._next, self._avail, self._results = None, 0, {}, {}
+        self._plan, self._next, self._results = None, 0, {}
         try:
             t = self._state.session.end_step()
         except Exception as e:  # noqa: BLE001
@@ -768,22 +798,6 @@ class _CommThread:
             self.prev_buckets, self.last_buckets = self.last_buckets, buckets
             self._state._finish_step(t)
         return error
-
-    def _progress(self):
-        plan = self._plan
-        while plan is not None and self._next < len(plan.pieces):
-            piece = plan.pieces[self._next]
-            if not all(l in self._avail for l in piece.layers):
-                break
-            self._next += 1
-            self._begin()
-            if self._error is None:
-                try:
-                    self._reduce_piece(self._next - 1, piece)
-                except Exception as e:  # noqa: BLE001
-                    self._fail(e)
-        while self._waiting and self._can_finish(self._waiting[0][0]):
-            self._finish(*self._waiting.pop(0))
 
     def _can_finish(self, view):
         plan = self._plan
@@ -857,18 +871,18 @@ class _CommThread:
             for l, off in zip(piece.layers, piece.offsets):
                 buf[at[l]:at[l] + sizes[l]].copy_(work[off:off + sizes[l]])
 
-    def _reduce_piece(self, k, piece):
+    def _reduce_piece(self, k, piece, sources):
         """Armed piece k: its layers' gradients (or DDP's bucket where it
         came first) into the piece's buffer, reduced there; the buffer is
         kept until its results are copied into DDP's buckets."""
         state = self._state
-        device = self._avail[piece.layers[0]][0].device
+        device = sources[0][0].device
         with self._on(device):
             work = self._work(piece, device)
             self._results[k] = (work, len(piece.layers))
             side = self._sides.get(device.index) if device.type == "cuda" else None
-            for l, off in zip(piece.layers, piece.offsets):
-                t, pos, event = self._avail[l]
+            for l, off, (t, pos, event) in zip(piece.layers, piece.offsets,
+                                               sources):
                 if side is not None and event is not None:
                     side.wait_event(event)
                 if pos is None:
