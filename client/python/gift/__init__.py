@@ -437,8 +437,9 @@ class GiftState:
 
     def _register_grad_hooks(self, ddp, module):
         """A forward pre-hook on DDP (is the next backward a synchronising
-        one?) and a hook per parameter that tells the communication thread
-        when autograd has accumulated its gradient."""
+        one?) and a hook per parameter that says when autograd has
+        accumulated its gradient (_grad_ready). remove_hooks() removes them
+        with the sketch hooks: DDP's buckets are then reduced whole."""
         me = weakref.ref(self)
 
         def before_forward(mod, inputs):
