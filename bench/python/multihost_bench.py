@@ -91,6 +91,8 @@ def label(mode):
         return LABELS[base]
     return LABELS[base] + (", DDP's buckets whole (piece_mb=0)"
                            if float(piece) == 0 else f", piece_mb={piece}")
+
+
 # Below the kernel's ephemeral range (32768-60999 by default): a port in it
 # can still be held, in the same namespace, by an outgoing connection of an
 # earlier job's ranks (TIME_WAIT or closing), and giftd would then fail to
@@ -607,7 +609,7 @@ def preflight(a):
     giftd = os.path.join(a.build, "daemon", "giftd")
     ctl = os.path.join(a.build, "tools", "giftctl", "giftctl")
     if "gift" in bases and not (os.access(giftd, os.X_OK)
-                                  and os.access(ctl, os.X_OK)):
+                                and os.access(ctl, os.X_OK)):
         sys.exit(f"multihost_bench: {giftd} or {ctl} not built")
     return giftd, ctl
 

@@ -683,12 +683,12 @@ class _CommThread:
     first), and ("bucket", ...) when DDP hands over a bucket. A bucket's
     future completes when the pieces of all its layers are done; layers no
     piece holds (DDP's buckets changed) are reduced after the last piece, in
-    DDP's order. A step without a plan reduces each bucket when it arrives. The first reduction
-    opens the libgift step (the agreement), the bucket DDP marks last closes
-    it (telemetry) before its future completes. An error fails the bucket's
-    future and every later one of the step; the step is still closed so the
-    next one starts clean (the communicator may be broken: its error says
-    so)."""
+    DDP's order. A step without a plan reduces each bucket when it arrives.
+    The first reduction opens the libgift step (the agreement), the bucket
+    DDP marks last closes it (telemetry) before its future completes. An
+    error fails the bucket's future and every later one of the step; the
+    step is still closed so the next one starts clean (the communicator may
+    be broken: its error says so)."""
 
     def __init__(self, state):
         self._state = state
@@ -878,10 +878,9 @@ class _CommThread:
         kept until its results are copied into DDP's buckets."""
         state = self._state
         device = sources[0][0].device
-        with self._on(device):
+        with self._on(device) as side:
             work = self._work(piece, device)
             self._results[k] = (work, len(piece.layers))
-            side = self._sides.get(device.index) if device.type == "cuda" else None
             for l, off, (t, pos, event) in zip(piece.layers, piece.offsets,
                                                sources):
                 if side is not None and event is not None:
@@ -920,10 +919,11 @@ class _CommThread:
 
     @contextlib.contextmanager
     def _on(self, device, event=None):
-        """Host work as it is; device work on libgift's side stream (made to
-        wait on `event`) with that stream current."""
+        """Host work as it is (yields None); device work on libgift's side
+        stream (made to wait on `event`) with that stream current (yields
+        it)."""
         if device.type != "cuda":
-            yield
+            yield None
             return
         with torch.cuda.device(device):
             side = self._sides.get(device.index)
@@ -934,7 +934,7 @@ class _CommThread:
             with torch.cuda.stream(side):
                 if event is not None:
                     side.wait_event(event)
-                yield
+                yield side
 
 
 def init(model, process_group=None, mode="gift", agent_socket=None, job_id=None,
