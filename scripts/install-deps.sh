@@ -17,6 +17,8 @@ PACKAGES=(
   libyaml-cpp-dev prometheus python3-grpcio python3-matplotlib python3-yaml
   systemd
   clang-format iproute2
+  # scripts/code_sizes.py (CI prints the sizes of giftd's and libgift's units)
+  universal-ctags
   # make sanitize: libFuzzer and clang's sanitizer runtimes (scripts/fuzz.sh);
   # dpkg-dev for the abseil source package of the TSan part
   clang-14 libclang-rt-14-dev dpkg-dev
