@@ -52,6 +52,14 @@ if(GIFT_BUILD_TESTS)
     LIBS gift_daemon)
   gift_add_test(peer_coordinator_test SOURCES core/peer_coordinator_test.cc
     LIBS gift_daemon gift_fake_peer_link)
+  gift_add_test(registrar_test SOURCES core/registrar_test.cc LIBS gift_daemon)
+  gift_add_test(control_plane_test SOURCES core/control_plane_test.cc
+    LIBS gift_daemon)
+  gift_add_test(plan_publisher_test SOURCES core/plan_publisher_test.cc
+    LIBS gift_daemon)
+  gift_add_test(gauges_test SOURCES core/gauges_test.cc LIBS gift_daemon)
+  gift_add_test(peer_messages_test SOURCES core/peer_messages_test.cc
+    LIBS gift_daemon)
   gift_add_test(daemon_test SOURCES core/daemon_test.cc LIBS gift_daemon)
   gift_add_test(daemon_shm_test SOURCES core/daemon_shm_test.cc
     LIBS gift_daemon)
