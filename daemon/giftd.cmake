@@ -10,13 +10,19 @@ add_library(gift_daemon
   core/window_collector.cc
   core/factor_store.cc
   core/planner.cc
+  core/job_layout.cc
+  core/peer_coordinator.cc
+  core/plan_publisher.cc
+  core/telemetry.cc
+  core/factor_pipeline.cc
+  core/factor_pipeline_peer.cc
+  core/gauges.cc
+  core/registrar.cc
+  core/control_plane.cc
+  core/peer_messages.cc
   refresher.cc
   core/daemon.cc
-  core/daemon_poll.cc
-  core/daemon_control.cc
   core/daemon_peer.cc
-  core/daemon_peer_windows.cc
-  core/daemon_coord.cc
 )
 target_link_libraries(gift_daemon
   PUBLIC gift_log gift_proto gift_shm gift_selector gift_factor_builder
@@ -38,6 +44,22 @@ if(GIFT_BUILD_TESTS)
   gift_add_test(factor_store_test SOURCES core/factor_store_test.cc
     LIBS gift_daemon)
   gift_add_test(planner_test SOURCES core/planner_test.cc LIBS gift_daemon)
+  gift_add_test(job_layout_test SOURCES core/job_layout_test.cc
+    LIBS gift_daemon)
+  gift_add_test(telemetry_test SOURCES core/telemetry_test.cc
+    LIBS gift_daemon)
+  gift_add_test(factor_pipeline_test SOURCES core/factor_pipeline_test.cc
+    LIBS gift_daemon)
+  gift_add_test(peer_coordinator_test SOURCES core/peer_coordinator_test.cc
+    LIBS gift_daemon gift_fake_peer_link)
+  gift_add_test(registrar_test SOURCES core/registrar_test.cc LIBS gift_daemon)
+  gift_add_test(control_plane_test SOURCES core/control_plane_test.cc
+    LIBS gift_daemon)
+  gift_add_test(plan_publisher_test SOURCES core/plan_publisher_test.cc
+    LIBS gift_daemon)
+  gift_add_test(gauges_test SOURCES core/gauges_test.cc LIBS gift_daemon)
+  gift_add_test(peer_messages_test SOURCES core/peer_messages_test.cc
+    LIBS gift_daemon)
   gift_add_test(daemon_test SOURCES core/daemon_test.cc LIBS gift_daemon)
   gift_add_test(daemon_shm_test SOURCES core/daemon_shm_test.cc
     LIBS gift_daemon)

@@ -10,7 +10,7 @@
 //
 // The Planner only decides and keeps books: publishing the plan to the
 // ranks (and the peers), logging and metrics are the caller's
-// (Daemon::NewEpoch, PublishPlanToAll).
+// (PlanPublisher::NewEpoch, PublishToAll).
 //
 //   Planner p({.refresh_interval = 50, .audit_interval = 100, .rank = 32});
 //   ASSERT_OK(p.selector().AddLayer({"fc1", 16, 24}));
@@ -35,7 +35,7 @@
 
 namespace gift::daemon {
 
-// One layer's part of the plan (Daemon::Layer extends it).
+// One layer's part of the plan (JobLayer extends it).
 struct PlanLayer {
   std::string name;
   v1::LayerSettings settings;  // effective (pin, transform, r, β, format)

@@ -156,4 +156,15 @@ void SessionTable::PublishFactor(int i, const shm::FactorData& f,
   }
 }
 
+absl::Status SessionTable::EnsureFullRegions(const std::vector<bool>& full) {
+  for (size_t i = 0; i < full.size(); ++i) {
+    if (!full[i]) continue;
+    for (auto& [id, s] : sessions_) {
+      absl::Status st = s->EnsureFullRegion(static_cast<int>(i));
+      if (!st.ok()) return st;
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace gift::daemon

@@ -90,6 +90,9 @@ class SessionTable {
   // Frees every kept session (giftd stopping, after removing the others).
   void ClearGraveyard() { graveyard_.clear(); }
 
+  // Every session gets a full region of each layer i with full[i] (layer
+  // by layer); the first error stops.
+  absl::Status EnsureFullRegions(const std::vector<bool>& full);
   // Writes `f` into layer i's slots of every session; a failure is logged
   // (rate-limited per rank) and does not stop the others.
   void PublishFactor(int i, const shm::FactorData& f, const std::string& layer);

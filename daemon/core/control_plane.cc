@@ -1,5 +1,5 @@
-// giftd's Control service logic: status, layers, run-time settings.
-// Every request is validated before anything changes.
+#include "daemon/core/control_plane.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -7,7 +7,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
-#include "daemon/core/daemon.h"
 #include "daemon/core/request_limits.h"
 #include "daemon/limits.h"
 #include "daemon/log.h"
@@ -93,31 +92,18 @@ absl::StatusOr<SelectorPolicy> Merge(SelectorPolicy p,
 
 }  // namespace
 
-absl::StatusOr<Daemon::Layer*> Daemon::FindLayer(const std::string& name) {
-  for (Layer& l : layers_) {
-    if (l.name == name) return &l;
-  }
-  if (layers_.empty()) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "unknown layer '%s': no rank has registered yet", Clip(name)));
-  }
-  return absl::InvalidArgumentError(
-      absl::StrFormat("unknown layer '%s' (giftctl layers lists the %d layers)",
-                      Clip(name), layers_.size()));
-}
-
-v1::LayerStatus Daemon::LayerStatusOf(const Layer& l) const {
+v1::LayerStatus ControlPlane::LayerStatusOf(const JobLayer& l) const {
   v1::LayerStatus s;
   s.set_name(l.name);
   s.set_d_out(l.d_out);
   s.set_d_in(l.d_in);
   *s.mutable_settings() = l.settings;
   s.mutable_settings()->set_rank(
-      std::min<int32_t>(l.r_cap, planner_.RankOf(l.settings)));
+      std::min<int32_t>(l.r_cap, p_.planner->RankOf(l.settings)));
   if (l.settings.beta() <= 0) {
     s.mutable_settings()->set_beta(l.settings.transform() == v1::TRANSFORM_FULL
-                                       ? config_.full_beta
-                                       : config_.beta);
+                                       ? p_.config->full_beta
+                                       : p_.config->beta);
   }
   s.set_candidate(l.candidate);
   s.set_selected(l.selected);
@@ -138,7 +124,7 @@ v1::LayerStatus Daemon::LayerStatusOf(const Layer& l) const {
   s.set_factor_age_steps(
       factor_step < 0
           ? std::numeric_limits<double>::quiet_NaN()
-          : std::max<int64_t>(0, sessions_.SlowestStep() - factor_step));
+          : std::max<int64_t>(0, p_.sessions->SlowestStep() - factor_step));
   s.set_last_refresh_seconds(l.factors.last_refresh_seconds());
   s.set_refreshes(l.factors.refreshes());
   s.set_rel_l2(l.rel_l2);
@@ -162,62 +148,38 @@ v1::LayerStatus Daemon::LayerStatusOf(const Layer& l) const {
   return s;
 }
 
-v1::GetStatusResponse Daemon::StatusLocked() const {
+v1::GetStatusResponse ControlPlane::Status() const {
   v1::GetStatusResponse s;
-  s.set_node(config_.node);
-  s.set_daemon_instance(instance_);
+  s.set_node(p_.config->node);
+  s.set_daemon_instance(*p_.instance);
   s.set_version(kGiftVersion);
-  s.set_uptime_seconds(absl::ToDoubleSeconds(absl::Now() - started_));
-  s.set_job_id(job_id_);
-  s.set_ranks_registered(static_cast<int>(sessions_.size()));
-  s.set_world_size(world_size_);
-  s.set_plan_epoch(planner_.epoch());
-  s.set_refresh_interval(planner_.refresh_interval());
-  s.set_audit_interval(planner_.audit_interval());
-  s.set_rank(planner_.rank());
-  *s.mutable_policy() = ToProto(planner_.selector().policy());
-  s.set_step(sessions_.empty() ? 0 : sessions_.SlowestStep());
-  s.set_layers(static_cast<int>(layers_.size()));
-  int selected = 0;
-  for (const Layer& l : layers_) selected += l.selected;
-  s.set_selected_layers(selected);
-  s.set_refreshes(refreshes_total_);
-  s.set_ranks_reaped(reaped_total_);
+  s.set_uptime_seconds(absl::ToDoubleSeconds(absl::Now() - p_.started));
+  s.set_job_id(p_.layout->job_id());
+  s.set_ranks_registered(static_cast<int>(p_.sessions->size()));
+  s.set_world_size(p_.layout->world_size());
+  s.set_plan_epoch(p_.planner->epoch());
+  s.set_refresh_interval(p_.planner->refresh_interval());
+  s.set_audit_interval(p_.planner->audit_interval());
+  s.set_rank(p_.planner->rank());
+  *s.mutable_policy() = ToProto(p_.planner->selector().policy());
+  s.set_step(p_.sessions->empty() ? 0 : p_.sessions->SlowestStep());
+  s.set_layers(static_cast<int>(p_.layout->layers().size()));
+  s.set_selected_layers(p_.layout->SelectedCount());
+  s.set_refreshes(p_.factors->refreshes_total());
+  s.set_ranks_reaped(p_.registrar->reaped_total());
   return s;
 }
 
-absl::StatusOr<v1::GetStatusResponse> Daemon::GetStatus(
-    const v1::GetStatusRequest&) {
-  v1::GetStatusResponse s;
-  {
-    absl::MutexLock lock(&mu_);
-    s = StatusLocked();
-  }
-  *s.mutable_peer() = PeerStatusNow();  // the link's lock, not ours
-  return s;
-}
-
-absl::StatusOr<v1::ListLayersResponse> Daemon::ListLayers(
-    const v1::ListLayersRequest&) {
-  absl::MutexLock lock(&mu_);
+v1::ListLayersResponse ControlPlane::Layers() const {
   v1::ListLayersResponse out;
-  for (const Layer& l : layers_) *out.add_layers() = LayerStatusOf(l);
-  return out;
-}
-
-absl::StatusOr<v1::TelemetryUpdate> Daemon::Snapshot() {
-  v1::TelemetryUpdate out;
-  {
-    absl::MutexLock lock(&mu_);
-    *out.mutable_status() = StatusLocked();
-    for (const Layer& l : layers_) *out.add_layers() = LayerStatusOf(l);
+  for (const JobLayer& l : p_.layout->layers()) {
+    *out.add_layers() = LayerStatusOf(l);
   }
-  *out.mutable_status()->mutable_peer() = PeerStatusNow();
   return out;
 }
 
-absl::Status Daemon::ValidateLayerSettings(const Layer& l,
-                                           const v1::LayerSettings& s) const {
+absl::Status ControlPlane::ValidateLayerSettings(
+    const JobLayer& l, const v1::LayerSettings& s) const {
   if (!v1::Pin_IsValid(s.pin()) || !v1::Transform_IsValid(s.transform()) ||
       !v1::Fp8Format_IsValid(s.format())) {
     return absl::InvalidArgumentError("unknown pin, transform or format value");
@@ -226,7 +188,7 @@ absl::Status Daemon::ValidateLayerSettings(const Layer& l,
     return absl::InvalidArgumentError(absl::StrFormat(
         "rank %d for layer %s must be in [1, %d] (d_in %d, max_rank %d; 0: "
         "the daemon's rank)",
-        s.rank(), l.name, l.r_cap, l.d_in, config_.max_rank));
+        s.rank(), l.name, l.r_cap, l.d_in, p_.config->max_rank));
   }
   // 0 keeps the current value; NaN fails both comparisons.
   if (s.beta() != 0 && !(s.beta() >= kMinBeta && s.beta() <= kMaxBeta)) {
@@ -252,28 +214,21 @@ absl::Status Daemon::ValidateLayerSettings(const Layer& l,
       l.settings.transform() == v1::TRANSFORM_FULL) {
     return absl::OkStatus();
   }
-  if (l.d_in > config_.full_max_d_in) {
+  if (l.d_in > p_.config->full_max_d_in) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "layer %s has d_in %d > full_max_d_in %d: the full transform is not "
         "allowed",
-        l.name, l.d_in, config_.full_max_d_in));
+        l.name, l.d_in, p_.config->full_max_d_in));
   }
   // Every rank then gets the layer's full region too.
-  std::vector<bool> full = FullLayers();
-  full[&l - layers_.data()] = true;
-  return SessionShmBytes(Decls(), full, config_.limits).status();
+  std::vector<bool> full = p_.layout->FullLayers();
+  full[p_.layout->IndexOf(l)] = true;
+  return SessionShmBytes(p_.layout->Decls(), full, p_.config->limits).status();
 }
 
-absl::StatusOr<v1::SetLayerPolicyResponse> Daemon::SetLayerPolicy(
+absl::StatusOr<v1::SetLayerPolicyResponse> ControlPlane::SetLayerPolicy(
     const v1::SetLayerPolicyRequest& r) {
-  if (IsFollower()) {  // the leader decides; its next plan reaches us
-    v1::ForwardControlRequest f;
-    *f.mutable_set_layer_policy() = r;
-    ASSIGN_OR_RETURN(v1::ForwardControlResponse out, Forward(std::move(f)));
-    return out.set_layer_policy();
-  }
-  absl::MutexLock lock(&mu_);
-  ASSIGN_OR_RETURN(Layer * l, FindLayer(r.layer()));
+  ASSIGN_OR_RETURN(JobLayer * l, p_.layout->Find(r.layer()));
   RETURN_IF_ERROR(ValidateLayerSettings(*l, r.settings()));
   v1::LayerSettings s = l->settings;
   const v1::LayerSettings& in = r.settings();
@@ -297,126 +252,92 @@ absl::StatusOr<v1::SetLayerPolicyResponse> Daemon::SetLayerPolicy(
     // A new transform, rank or β takes effect with the next factor: ask the
     // ranks to close their window now rather than wait up to K steps.
     if (refactor) ++l->refresh_seq;
-    ApplySelection(/*publish=*/false);  // one epoch for both changes
-    NewEpoch(absl::StrFormat("layer %s settings changed", l->name));
+    p_.plans->ApplySelection(/*publish=*/false);  // one epoch for both changes
+    p_.plans->NewEpoch(absl::StrFormat("layer %s settings changed", l->name));
   }
   v1::SetLayerPolicyResponse out;
   *out.mutable_layer() = LayerStatusOf(*l);
-  out.set_plan_epoch(planner_.epoch());
+  out.set_plan_epoch(p_.planner->epoch());
   return out;
 }
 
-absl::StatusOr<v1::SetRefreshIntervalResponse> Daemon::SetRefreshInterval(
+absl::StatusOr<v1::SetRefreshIntervalResponse> ControlPlane::SetRefreshInterval(
     const v1::SetRefreshIntervalRequest& r) {
-  if (IsFollower()) {  // the leader decides; its next plan reaches us
-    v1::ForwardControlRequest f;
-    *f.mutable_set_refresh_interval() = r;
-    ASSIGN_OR_RETURN(v1::ForwardControlResponse out, Forward(std::move(f)));
-    return out.set_refresh_interval();
-  }
   if (r.steps() < 1 || r.steps() > kMaxRefreshInterval) {
     return absl::InvalidArgumentError(
         absl::StrFormat("refresh interval K must be in [1, %d] steps (got %d)",
                         kMaxRefreshInterval, r.steps()));
   }
-  absl::MutexLock lock(&mu_);
-  if (r.steps() != planner_.refresh_interval()) {
-    planner_.set_refresh_interval(r.steps());
-    NewEpoch(absl::StrFormat("refresh interval K = %d",
-                             planner_.refresh_interval()));
+  if (r.steps() != p_.planner->refresh_interval()) {
+    p_.planner->set_refresh_interval(r.steps());
+    p_.plans->NewEpoch(absl::StrFormat("refresh interval K = %d",
+                                       p_.planner->refresh_interval()));
   }
   v1::SetRefreshIntervalResponse out;
-  out.set_plan_epoch(planner_.epoch());
+  out.set_plan_epoch(p_.planner->epoch());
   return out;
 }
 
-absl::StatusOr<v1::SetAuditIntervalResponse> Daemon::SetAuditInterval(
+absl::StatusOr<v1::SetAuditIntervalResponse> ControlPlane::SetAuditInterval(
     const v1::SetAuditIntervalRequest& r) {
-  if (IsFollower()) {  // the leader decides; its next plan reaches us
-    v1::ForwardControlRequest f;
-    *f.mutable_set_audit_interval() = r;
-    ASSIGN_OR_RETURN(v1::ForwardControlResponse out, Forward(std::move(f)));
-    return out.set_audit_interval();
-  }
   if (r.steps() < 0 || r.steps() > kMaxAuditInterval) {
     return absl::InvalidArgumentError(
         absl::StrFormat("audit interval must be in [0, %d] steps (got %d)",
                         kMaxAuditInterval, r.steps()));
   }
-  absl::MutexLock lock(&mu_);
-  if (r.steps() != planner_.audit_interval()) {
-    planner_.set_audit_interval(r.steps());
+  if (r.steps() != p_.planner->audit_interval()) {
+    p_.planner->set_audit_interval(r.steps());
     // A new epoch carries it to the followers; ranks pick it up at once
     // (the per-step agreement makes that safe at any step).
-    NewEpoch(absl::StrFormat("audit interval = %d", planner_.audit_interval()));
+    p_.plans->NewEpoch(
+        absl::StrFormat("audit interval = %d", p_.planner->audit_interval()));
   }
   v1::SetAuditIntervalResponse out;
-  out.set_plan_epoch(planner_.epoch());
+  out.set_plan_epoch(p_.planner->epoch());
   return out;
 }
 
-absl::StatusOr<v1::SetRankResponse> Daemon::SetRank(
+absl::StatusOr<v1::SetRankResponse> ControlPlane::SetRank(
     const v1::SetRankRequest& r) {
-  if (IsFollower()) {  // the leader decides; its next plan reaches us
-    v1::ForwardControlRequest f;
-    *f.mutable_set_rank() = r;
-    ASSIGN_OR_RETURN(v1::ForwardControlResponse out, Forward(std::move(f)));
-    return out.set_rank();
-  }
-  absl::MutexLock lock(&mu_);
-  if (r.rank() < 1 || r.rank() > config_.max_rank) {
+  if (r.rank() < 1 || r.rank() > p_.config->max_rank) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "rank must be in [1, max_rank %d] (got %d); max_rank sizes the "
         "shared factor slots and is set when giftd starts",
-        config_.max_rank, r.rank()));
+        p_.config->max_rank, r.rank()));
   }
-  for (const Layer& l : layers_) {
+  for (const JobLayer& l : p_.layout->layers()) {
     if (r.rank() > l.d_in) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "rank %d exceeds d_in %d of layer %s", r.rank(), l.d_in, l.name));
     }
   }
-  if (r.rank() != planner_.rank()) {
-    planner_.SetRank(r.rank(), PlanLayers());
-    NewEpoch(absl::StrFormat("rank r = %d", planner_.rank()));
+  if (r.rank() != p_.planner->rank()) {
+    p_.planner->SetRank(r.rank(), p_.layout->PlanLayers());
+    p_.plans->NewEpoch(absl::StrFormat("rank r = %d", p_.planner->rank()));
   }
   v1::SetRankResponse out;
-  out.set_plan_epoch(planner_.epoch());
+  out.set_plan_epoch(p_.planner->epoch());
   return out;
 }
 
-absl::StatusOr<v1::SetSelectionPolicyResponse> Daemon::SetSelectionPolicy(
+absl::StatusOr<v1::SetSelectionPolicyResponse> ControlPlane::SetSelectionPolicy(
     const v1::SetSelectionPolicyRequest& r) {
-  if (IsFollower()) {  // the leader decides; its next plan reaches us
-    v1::ForwardControlRequest f;
-    *f.mutable_set_selection_policy() = r;
-    ASSIGN_OR_RETURN(v1::ForwardControlResponse out, Forward(std::move(f)));
-    return out.set_selection_policy();
-  }
-  absl::MutexLock lock(&mu_);
   ASSIGN_OR_RETURN(SelectorPolicy p,
-                   Merge(planner_.selector().policy(), r.policy()));
-  RETURN_IF_ERROR(planner_.selector().SetPolicy(p));
+                   Merge(p_.planner->selector().policy(), r.policy()));
+  RETURN_IF_ERROR(p_.planner->selector().SetPolicy(p));
   LOG_INFO("selection policy: %s", ToProto(p).ShortDebugString());
-  ApplySelection();
+  p_.plans->ApplySelection();
   v1::SetSelectionPolicyResponse out;
   *out.mutable_policy() = ToProto(p);
-  out.set_plan_epoch(planner_.epoch());
+  out.set_plan_epoch(p_.planner->epoch());
   return out;
 }
 
-absl::StatusOr<v1::TriggerRefreshResponse> Daemon::TriggerRefresh(
+absl::StatusOr<v1::TriggerRefreshResponse> ControlPlane::TriggerRefresh(
     const v1::TriggerRefreshRequest& r) {
-  if (IsFollower()) {  // the leader decides; its next plan reaches us
-    v1::ForwardControlRequest f;
-    *f.mutable_trigger_refresh() = r;
-    ASSIGN_OR_RETURN(v1::ForwardControlResponse out, Forward(std::move(f)));
-    return out.trigger_refresh();
-  }
-  absl::MutexLock lock(&mu_);
-  std::vector<Layer*> targets;
+  std::vector<JobLayer*> targets;
   if (!r.layer().empty()) {
-    ASSIGN_OR_RETURN(Layer * l, FindLayer(r.layer()));
+    ASSIGN_OR_RETURN(JobLayer * l, p_.layout->Find(r.layer()));
     if (!l->candidate) {
       return absl::FailedPreconditionError(
           absl::StrFormat("layer %s is not a candidate (%s): pin it first",
@@ -424,16 +345,16 @@ absl::StatusOr<v1::TriggerRefreshResponse> Daemon::TriggerRefresh(
     }
     targets.push_back(l);
   } else {
-    for (Layer& l : layers_) {
+    for (JobLayer& l : p_.layout->layers()) {
       if (l.candidate) targets.push_back(&l);
     }
   }
   v1::TriggerRefreshResponse out;
-  for (Layer* l : targets) {
+  for (JobLayer* l : targets) {
     ++l->refresh_seq;
     out.add_layers(l->name);
   }
-  if (!targets.empty()) NewEpoch("refresh requested by an operator");
+  if (!targets.empty()) p_.plans->NewEpoch("refresh requested by an operator");
   return out;
 }
 

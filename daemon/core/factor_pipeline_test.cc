@@ -1,0 +1,108 @@
+#include "daemon/core/factor_pipeline.h"
+
+#include <string>
+#include <vector>
+
+#include "common/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace gift::daemon {
+namespace {
+
+using ::gift::testing::StatusIs;
+using ::testing::HasSubstr;
+
+JobLayer Layer(int64_t d_in, int32_t r_cap, int32_t k_cap) {
+  JobLayer l;
+  l.name = "fc1";
+  l.d_out = 16;
+  l.d_in = d_in;
+  l.r_cap = r_cap;
+  l.k_cap = k_cap;
+  return l;
+}
+
+// A low-rank factor of rank r for `l`, seeded values (never zeros).
+shm::FactorData LowRank(const JobLayer& l, int r) {
+  shm::FactorData f;
+  f.version = 3;
+  f.kind = 0;
+  f.r = r;
+  f.sigma2 = 0.5;
+  f.beta = 0.75;
+  f.window = 40;
+  f.trace_mean = 1.25;
+  f.beta_auto = true;
+  for (int64_t i = 0; i < l.d_in * r; ++i) f.u.push_back(0.01f * (i + 1));
+  for (int i = 0; i < r; ++i) {
+    f.c.push_back(1.0f + i);
+    f.c_inv.push_back(1.0f / (1.0f + i));
+    f.lambda.push_back(2.0f + i);
+  }
+  for (int64_t i = 0; i < l.d_in * l.k_cap; ++i) f.omega.push_back(-0.5f + i);
+  return f;
+}
+
+TEST(FactorPipelineTest, AFactorCrossesThePeersUnchanged) {
+  const JobLayer l = Layer(8, 4, 6);
+  const shm::FactorData f = LowRank(l, 3);
+  const v1::PublishFactorRequest m =
+      FactorToMessage("job", "n1", 7, l.name, f, 0.02);
+  EXPECT_EQ(m.job_id(), "job");
+  EXPECT_EQ(m.owner(), "n1");
+  EXPECT_EQ(m.term(), 7);
+  EXPECT_EQ(m.factor().layer(), "fc1");
+  EXPECT_DOUBLE_EQ(m.factor().seconds(), 0.02);
+  absl::StatusOr<std::unique_ptr<shm::FactorData>> back =
+      FactorFromMessage(l, m);
+  ASSERT_OK(back);
+  const shm::FactorData& g = **back;
+  EXPECT_EQ(g.version, f.version);
+  EXPECT_EQ(g.kind, f.kind);
+  EXPECT_EQ(g.r, f.r);
+  EXPECT_EQ(g.sigma2, f.sigma2);
+  EXPECT_EQ(g.beta, f.beta);
+  EXPECT_EQ(g.window, f.window);
+  EXPECT_EQ(g.trace_mean, f.trace_mean);
+  EXPECT_EQ(g.beta_auto, f.beta_auto);
+  EXPECT_EQ(g.u, f.u);
+  EXPECT_EQ(g.c, f.c);
+  EXPECT_EQ(g.c_inv, f.c_inv);
+  EXPECT_EQ(g.lambda, f.lambda);
+  EXPECT_EQ(g.omega, f.omega);
+  EXPECT_TRUE(g.t.empty());
+}
+
+TEST(FactorPipelineTest, APeersFactorIsCheckedLikeARanksSlot) {
+  const JobLayer l = Layer(8, 4, 6);
+  v1::PublishFactorRequest m =
+      FactorToMessage("job", "n1", 1, l.name, LowRank(l, 3), 0);
+  v1::PublishFactorRequest bad = m;
+  bad.mutable_factor()->set_r(5);  // above r_cap
+  EXPECT_THAT(
+      FactorFromMessage(l, bad),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("r 5 (r_cap 4)")));
+  bad = m;
+  bad.mutable_factor()->set_version(0);
+  EXPECT_THAT(FactorFromMessage(l, bad),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  bad = m;
+  bad.mutable_factor()->mutable_u()->RemoveLast();
+  EXPECT_THAT(FactorFromMessage(l, bad),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("U has 23 values, expected 24")));
+  bad = m;
+  bad.mutable_factor()->add_omega(1.0f);
+  EXPECT_THAT(FactorFromMessage(l, bad),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("omega has 49 values, expected 48")));
+  bad = m;
+  bad.mutable_factor()->set_kind(1);  // full: T and T_inv are d_in²
+  EXPECT_THAT(FactorFromMessage(l, bad),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("T has 0 values, expected 64")));
+}
+
+}  // namespace
+}  // namespace gift::daemon

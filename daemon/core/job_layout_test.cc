@@ -1,0 +1,123 @@
+#include "daemon/core/job_layout.h"
+
+#include <string>
+#include <vector>
+
+#include "common/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace gift::daemon {
+namespace {
+
+using ::gift::testing::StatusIs;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+LayerShapes Shapes(std::vector<std::pair<std::string, int64_t>> d_in) {
+  LayerShapes out;
+  for (const auto& [name, d] : d_in) {
+    v1::LayerShape* s = out.Add();
+    s->set_name(name);
+    s->set_d_out(16);
+    s->set_d_in(d);
+  }
+  return out;
+}
+
+absl::Status Keep(const JobLayer&) { return absl::OkStatus(); }
+
+TEST(JobLayoutTest, AdoptsLayersWithTheConfigDefaults) {
+  DaemonConfig c;
+  c.max_rank = 32;
+  c.transform = "full";
+  c.full_max_d_in = 40;
+  c.format = "e5m2";
+  c.beta_auto = true;
+  JobLayout layout(c);
+  ASSERT_OK(layout.Adopt("job", 4, Shapes({{"fc1", 24}, {"fc2", 48}}), Keep));
+  EXPECT_EQ(layout.job_id(), "job");
+  EXPECT_EQ(layout.world_size(), 4);
+  ASSERT_EQ(layout.size(), 2u);
+  const JobLayer& fc1 = layout.layers()[0];
+  const JobLayer& fc2 = layout.layers()[1];
+  // r_cap = min(max_rank, d_in); k_cap = min(d_in, r_cap + oversample).
+  EXPECT_EQ(fc1.r_cap, 24);
+  EXPECT_EQ(fc2.r_cap, 32);
+  EXPECT_EQ(fc1.k_cap, 24);
+  EXPECT_EQ(fc2.k_cap, std::min<int64_t>(48, 32 + shm::kOversample));
+  // The full default only within full_max_d_in; β auto only when low-rank.
+  EXPECT_EQ(fc1.settings.transform(), v1::TRANSFORM_FULL);
+  EXPECT_EQ(fc2.settings.transform(), v1::TRANSFORM_LOWRANK);
+  EXPECT_FALSE(fc1.settings.beta_auto());
+  EXPECT_TRUE(fc2.settings.beta_auto());
+  EXPECT_EQ(fc1.settings.format(), v1::FP8_FORMAT_E5M2);
+  EXPECT_EQ(fc1.settings.pin(), v1::PIN_AUTO);
+  EXPECT_EQ(fc1.omega0.size(), static_cast<size_t>(24 * fc1.k_cap));
+  EXPECT_THAT(layout.FullLayers(), ElementsAre(true, false));
+  ASSERT_EQ(layout.Decls().size(), 2u);
+  EXPECT_EQ(layout.Decls()[1].name, "fc2");
+  EXPECT_EQ(layout.Decls()[1].r_cap, 32);
+  EXPECT_EQ(layout.IndexOf(fc2), 1);
+  EXPECT_EQ(layout.PlanLayers().size(), 2u);
+  EXPECT_EQ(layout.SelectedCount(), 0);
+}
+
+TEST(JobLayoutTest, AdoptStopsAtTheFirstRefusedLayer) {
+  DaemonConfig c;
+  JobLayout layout(c);
+  absl::Status st = layout.Adopt(
+      "job", 2, Shapes({{"a", 8}, {"b", 8}, {"c", 8}}), [](const JobLayer& l) {
+        return l.name == "b" ? absl::InvalidArgumentError("no b")
+                             : absl::OkStatus();
+      });
+  EXPECT_THAT(st, StatusIs(absl::StatusCode::kInvalidArgument));
+  ASSERT_EQ(layout.size(), 1u);
+  EXPECT_EQ(layout.layers()[0].name, "a");
+}
+
+TEST(JobLayoutTest, ChecksTheSameJob) {
+  DaemonConfig c;
+  JobLayout layout(c);
+  ASSERT_OK(layout.Adopt("job", 2, Shapes({{"fc1", 24}, {"fc2", 48}}), Keep));
+  EXPECT_OK(layout.CheckSameJob(2, Shapes({{"fc1", 24}, {"fc2", 48}})));
+  EXPECT_THAT(layout.CheckSameJob(3, Shapes({{"fc1", 24}, {"fc2", 48}})),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("world size 3 differs from the job's 2")));
+  EXPECT_THAT(layout.CheckSameJob(2, Shapes({{"fc1", 24}, {"fc2", 40}})),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("layer list differs")));
+  EXPECT_THAT(layout.CheckSameJob(2, Shapes({{"fc1", 24}})),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+}
+
+TEST(JobLayoutTest, FindsLayersByName) {
+  DaemonConfig c;
+  JobLayout layout(c);
+  EXPECT_THAT(layout.Find("fc1"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("no rank has registered yet")));
+  ASSERT_OK(layout.Adopt("job", 2, Shapes({{"fc1", 24}, {"fc2", 48}}), Keep));
+  absl::StatusOr<JobLayer*> l = layout.Find("fc2");
+  ASSERT_OK(l);
+  EXPECT_EQ((*l)->d_in, 48);
+  EXPECT_EQ(layout.FindOrNull("fc3"), nullptr);
+  EXPECT_THAT(layout.Find("fc3"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("giftctl layers lists the 2 layers")));
+}
+
+TEST(JobLayoutTest, LabelsCarryTheJobAndNode) {
+  DaemonConfig c;
+  c.node = "n1";
+  JobLayout layout(c);
+  layout.set_job_id("job");
+  const metrics::Labels labels = layout.Labels({{"layer", "fc1"}});
+  EXPECT_EQ(labels.at("job_id"), "job");
+  EXPECT_EQ(labels.at("node"), "n1");
+  EXPECT_EQ(labels.at("layer"), "fc1");
+  EXPECT_EQ(labels.size(), 3u);
+}
+
+}  // namespace
+}  // namespace gift::daemon
