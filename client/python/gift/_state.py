@@ -86,7 +86,7 @@ class GiftState:
         self._hooks = []
         if options.mode == "gift":
             self._hooks += register_sketch_hooks(
-                module, lambda: self._session, max(1, int(options.sketch_rows)))
+                module, lambda: self._session, self.sketch_rows)
         self._comm = CommThread(self._rank, lambda: self._session,
                                 self._layout, self._pieces,
                                 self._rdv.timeout_seconds, self._step_done)
