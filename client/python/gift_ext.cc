@@ -141,23 +141,9 @@ py::dict Step(Session& s, float* flat) {
   return TelemetryToPython(r.telemetry, r.seconds);
 }
 
-}  // namespace
-
-PYBIND11_MODULE(_gift, m) {
-  m.doc() = "libgift bindings for the gift package (one Session per rank)";
-  if (absl::Status cpu = gift::kernels::CheckCpuBaseline(); !cpu.ok()) {
-    throw py::import_error(std::string("gift: ") + std::string(cpu.message()));
-  }
-  RegisterGiftError(m);
-  py::class_<Session>(m, "Session")
-      .def(py::init(&CreateSession), py::arg("options"), py::arg("layers"),
-           py::arg("total_elements"))
-      .def_property_readonly("mode",
-                             [](const Session& s) { return s.options().mode; })
-      .def_property_readonly(
-          "total_elements",
-          [](const Session& s) { return s.base_plan().bucket_elements(); })
-      .def("wants_sketch", &Session::WantsSketch)
+// Activation sketches: host arrays, device pointers and the sketch stream.
+void BindSketches(py::class_<Session>& c) {
+  c.def("wants_sketch", &Session::WantsSketch)
       .def("sketch",
            [](Session& s, const std::string& layer, FloatArray a) {
              if (a.ndim() != 2) throw py::value_error("sketch: rows × d_in");
@@ -180,15 +166,19 @@ PYBIND11_MODULE(_gift, m) {
           },
           py::arg("layer"), py::arg("ptr"), py::arg("rows"),
           py::arg("stream") = 0)
-      .def("sketch_stream",
-           [](const Session& s) {
-             return reinterpret_cast<uintptr_t>(s.sketch_stream());
-           })
-      .def("step",
-           [](Session& s, FloatArray flat) {
-             return Step(s, HostFloats(flat, s.base_plan().bucket_elements(),
-                                       true, "step"));
-           })
+      .def("sketch_stream", [](const Session& s) {
+        return reinterpret_cast<uintptr_t>(s.sketch_stream());
+      });
+}
+
+// One step: whole (step, step_ptr) or bucket by bucket (begin_step,
+// reduce_bucket[_ptr], end_step).
+void BindSteps(py::class_<Session>& c) {
+  c.def("step",
+        [](Session& s, FloatArray flat) {
+          return Step(s, HostFloats(flat, s.base_plan().bucket_elements(), true,
+                                    "step"));
+        })
       .def("step_ptr",
            [](Session& s, uintptr_t ptr) {
              return Step(s, reinterpret_cast<float*>(ptr));
@@ -215,18 +205,24 @@ PYBIND11_MODULE(_gift, m) {
              py::gil_scoped_release release;
              ThrowIfError(s.ReduceBucket(g, reinterpret_cast<float*>(ptr)));
            })
-      .def("end_step", &EndStep)
-      .def("stream",
-           [](const Session& s) {
-             return reinterpret_cast<uintptr_t>(s.stream());
-           })
+      .def("end_step", &EndStep);
+}
+
+// libgift's side stream, this rank's endpoint and the daemon attachment.
+void BindAttachment(py::class_<Session>& c) {
+  c.def(
+       "stream",
+       [](const Session& s) { return reinterpret_cast<uintptr_t>(s.stream()); })
       .def_property_readonly("endpoint", &Session::endpoint)
-      .def("attachment_stats",
-           [](const Session& s) {
-             return AttachmentStatsToPython(s.attachment_stats());
-           })
-      .def("current_epoch",
-           [](const Session& s) { return s.allreduce().current_epoch(); })
+      .def("attachment_stats", [](const Session& s) {
+        return AttachmentStatsToPython(s.attachment_stats());
+      });
+}
+
+// Plans, factors and the checkpointed state (state_convert.h).
+void BindPlansAndState(py::class_<Session>& c) {
+  c.def("current_epoch",
+        [](const Session& s) { return s.allreduce().current_epoch(); })
       .def("base_plan",
            [](const Session& s) { return PlanToPython(s.base_plan()); })
       .def("add_plan",
@@ -247,6 +243,29 @@ PYBIND11_MODULE(_gift, m) {
         AllReduceState st = ValueOrThrow(StateFromPython(d, &factors));
         ThrowIfError(s.ImportState(st, std::move(factors)));
       });
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_gift, m) {
+  m.doc() = "libgift bindings for the gift package (one Session per rank)";
+  if (absl::Status cpu = gift::kernels::CheckCpuBaseline(); !cpu.ok()) {
+    throw py::import_error(std::string("gift: ") + std::string(cpu.message()));
+  }
+  RegisterGiftError(m);
+  py::class_<Session> session(m, "Session");
+  session
+      .def(py::init(&CreateSession), py::arg("options"), py::arg("layers"),
+           py::arg("total_elements"))
+      .def_property_readonly("mode",
+                             [](const Session& s) { return s.options().mode; })
+      .def_property_readonly("total_elements", [](const Session& s) {
+        return s.base_plan().bucket_elements();
+      });
+  BindSketches(session);
+  BindSteps(session);
+  BindAttachment(session);
+  BindPlansAndState(session);
 }
 
 }  // namespace gift::client::python

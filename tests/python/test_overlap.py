@@ -140,8 +140,8 @@ def _overlap_in_bucket(rank, piece_mb):
     state = gift.init(ddp, mode="euclid", agent_socket=NOSOCK,
                       piece_mb=piece_mb)
     box["reduced"] = box["event"]
-    names = [n for n, _, _ in state._layers]
-    state.session = _Recorder(state.session, names, box)
+    names = state.layer_names
+    state._wrap_session(lambda s: _Recorder(s, names, box))
 
     def hook(st, bucket):
         box["order"].append(("hook", bucket.index()))
@@ -219,7 +219,7 @@ def _failed_piece(rank):
     dist._DEFAULT_FIRST_BUCKET_BYTES = 64 << 20
     ddp = DDP(u.make_model(), bucket_cap_mb=64)
     state = gift.init(ddp, mode="euclid", agent_socket=NOSOCK, piece_mb=0.005)
-    state.session = _FailingSession(state.session, fail_at=4)
+    state._wrap_session(lambda s: _FailingSession(s, fail_at=4))
     ddp.register_comm_hook(state, gift.comm_hook)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.1)
     for step in range(7):

@@ -1,0 +1,80 @@
+"""gift.init's keyword arguments, checked once (immutable).
+
+    options = Options(mode="euclid", piece_mb=0)   # ValueError if wrong
+
+Thread safety: immutable.
+"""
+
+import dataclasses
+from typing import Optional
+
+MODES = ("fp32", "bf16", "euclid", "gift")
+BACKENDS = ("gloo", "nccl")
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    """How a rank's GiftState runs (see gift.init for each field).
+
+    mode: "fp32", "bf16", "euclid" or "gift". agent_socket: giftd's Agent
+    socket (default $GIFT_AGENT_SOCKET, else /tmp/gift/agent.sock); when
+    every rank sees it, libgift's communicator rendezvouses through giftd;
+    otherwise through the job's own torch.distributed store (the one
+    torchrun runs; nothing to share), or a fresh folder under `store_dir`
+    when given (must be shared across hosts). job_id: the daemon's name for
+    the job (default $GIFT_JOB_ID, which deploy/slurm/gift-srun sets, else
+    a fresh id; a multi-node job's daemons serve one job id, so its ranks
+    must use it). sketch_rows: rows of each layer's input sampled for the
+    sketches. probe_interval: steps between probes of the daemon.
+    timeout_seconds: bound of the rendezvous and of every collective;
+    default the process group's timeout (PyTorch's default is 30 min), so a
+    rank waiting while rank 0 evaluates alone is not killed. backend:
+    "gloo" (host buffers) or "nccl" (device buffers, reduced on libgift's
+    side stream; needs a CUDA build). socket_ifname: the network interface
+    libgift's Gloo listens on; default $GLOO_SOCKET_IFNAME, else
+    $GIFT_SOCKET_IFNAME, else the interface that routes to $MASTER_ADDR,
+    else the host name's address. audit_interval: every this many steps
+    (modes euclid and gift) the step also runs an FP32 allreduce of the
+    same gradients and reports, per layer, the error of what was applied
+    against it (stats()["last"] layers' audit_rel_l2, audit_cosine,
+    audit_drift; giftd's gift_layer_audit_* metrics); 0 = never. An
+    attached giftd's audit_interval (giftctl set-audit-interval) overrides
+    it. audit_drift: also the drift (audit_drift): the running sum of the
+    applied gradients since the previous audit against the FP32 one. Costs
+    8 bytes of memory per gradient element and two additions per element
+    every step (on CPU ranks a large share of the step); default off.
+    piece_mb: MB of FP32 gradient per piece (whole layers; default 4): each
+    piece is reduced as soon as autograd has accumulated its gradients, so
+    communication overlaps the backward pass even inside DDP's large
+    buckets (needs the DDP model, not the module it wraps); 0 = reduce
+    DDP's buckets whole, when DDP hands them over.
+    """
+
+    mode: str = "gift"
+    agent_socket: Optional[str] = None
+    job_id: Optional[str] = None
+    sketch_rows: int = 512
+    probe_interval: int = 10
+    store_dir: Optional[str] = None
+    timeout_seconds: Optional[float] = None
+    backend: str = "gloo"
+    socket_ifname: Optional[str] = None
+    audit_interval: int = 100
+    audit_drift: bool = False
+    piece_mb: float = 4.0
+
+    def __post_init__(self):
+        if self.backend not in BACKENDS:
+            raise ValueError(f"gift: backend {self.backend!r} (gloo, nccl)")
+        if self.mode not in MODES:
+            raise ValueError(
+                f"gift: unknown mode {self.mode!r} ({', '.join(MODES)})")
+        piece_mb = float(self.piece_mb)
+        if not 0 <= piece_mb < 2**30:
+            raise ValueError(f"gift: piece_mb {piece_mb} (MB of FP32 gradient "
+                             "per piece, >= 0; 0 = DDP's buckets whole)")
+
+    @property
+    def piece_elements(self) -> int:
+        """FP32 elements per piece (0: DDP's buckets whole)."""
+        return int(float(self.piece_mb) * 2**20) // 4

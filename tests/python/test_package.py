@@ -1,0 +1,113 @@
+"""The package's parts on their own, in one process (no process group):
+init's keyword-only options and their checks, the read-only state, the
+typed messages, the pieces a run of layers is cut into, the saved buckets a
+resumed step is split by, the statistics' totals, and close()."""
+
+import dataclasses
+import inspect
+import threading
+
+import pytest
+import torch
+from torch import nn
+
+import gift
+from gift import _checkpoint, _layout, _messages, _stats
+
+NOSOCK = "/nonexistent/agent"
+
+
+def _model():
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+
+
+def test_init_takes_options_by_keyword_only(tmp_path):
+    sig = inspect.signature(gift.init)
+    names = list(sig.parameters)
+    assert names[:2] == ["model", "process_group"]
+    assert all(sig.parameters[n].kind == inspect.Parameter.KEYWORD_ONLY
+               for n in names[2:])
+    assert names[2:] == [f.name for f in dataclasses.fields(gift.Options)]
+    with pytest.raises(TypeError):
+        gift.init(_model(), None, "euclid")  # noqa: the mode by position
+    with pytest.raises(TypeError):
+        gift.init(_model(), mode="euclid", no_such_option=1)
+    with pytest.raises(ValueError, match=r"unknown mode 'fp4'"):
+        gift.init(_model(), mode="fp4")
+    with pytest.raises(ValueError, match=r"backend 'mpi'"):
+        gift.init(_model(), backend="mpi")
+
+
+def test_state_is_read_only_and_closes(tmp_path):
+    state = gift.init(_model(), mode="euclid", agent_socket=NOSOCK,
+                      store_dir=str(tmp_path), job_id="pkg-test")
+    assert (state.rank, state.world_size, state.mode) == (0, 1, "euclid")
+    assert state.rendezvous == "folder" and state.job_id == "pkg-test"
+    assert state.layer_names == ("0", "0.bias", "2", "2.bias")
+    assert state.options.mode == "euclid" and state.last_telemetry is None
+    for name in ("rank", "mode", "session", "last_telemetry", "job_id"):
+        with pytest.raises(AttributeError):
+            setattr(state, name, None)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        state.options.mode = "fp32"
+    assert state.close() is True
+    assert state.session is None and state.close() is True
+    assert state.stats()["steps"] == 0
+
+
+def test_messages_are_typed():
+    for cls in (_messages.Forward, _messages.PieceReady,
+                _messages.BucketReady, _messages.GradSource, _messages.Stop):
+        assert issubclass(cls, tuple) and hasattr(cls, "_fields")
+    assert _messages.BucketReady._fields == (
+        "view", "split", "buffer", "future", "event", "last", "error")
+
+
+def test_pieces_are_whole_layers_of_at_most_piece_mb():
+    layout = _layout.Layout.of(_model())  # sizes 32, 8, 16, 2
+    assert [layout.size(i) for i in range(4)] == [32, 8, 16, 2]
+    pieces = _layout.Pieces(layout, piece_elements=40)
+    cut = pieces.of((3, 2, 1, 0))
+    assert [(p.layers, p.offsets, p.elements) for p in cut] == [
+        ([3, 2, 1], [0, 2, 18], 26), ([0], [0], 32)]
+    whole = _layout.Pieces(layout, piece_elements=0)
+    assert not whole.enabled
+    assert [p.layers for p in whole.of((3, 2, 1, 0))] == [[3, 2, 1, 0]]
+    plan = pieces.plan((((3, 2, 1, 0), (0, 2, 18, 26), 58),))
+    assert plan.where == {3: (0, 0), 2: (0, 2), 1: (0, 18), 0: (1, 0)}
+
+
+def test_saved_buckets_split_a_first_iteration_bucket():
+    layout = _layout.Layout.of(_model())
+    saved = {"buckets": [[(3, 2), (0, 2), 18], [(1, 0), (0, 8), 40]]}
+    pinned = _checkpoint.PinnedBuckets.of(saved)
+    assert pinned.layouts() == (((3, 2), (0, 2), 18), ((1, 0), (0, 8), 40))
+    assert pinned.saved_layouts() == list(pinned.layouts())
+    ddp_bucket = _layout.Bucket(None, [3, 2, 1, 0], [0, 2, 18, 26], 58)
+    parts = pinned.split(ddp_bucket, layout.size)
+    assert [(g.layers, copies) for g, copies in parts] == [
+        ([3, 2], [(0, 0, 2), (2, 2, 16)]), ([1, 0], [(18, 0, 8), (26, 8, 32)])]
+    # DDP's own buckets are the saved ones: reduced as they are.
+    assert pinned.split(_layout.Bucket(None, [3, 2], [0, 2], 18),
+                        layout.size) is None
+    # A bucket that cuts a saved one: the saved buckets are forgotten.
+    assert pinned.split(_layout.Bucket(None, [3], [0], 2), layout.size) is None
+    assert pinned.layouts() is None
+
+
+def test_stats_total_whole_steps_under_a_lock():
+    stats = _stats.StepStats()
+    t = {"bytes_euclid": 10, "bytes_gift": 20, "bytes_control": 3,
+         "bytes_audit": 1, "audit_seconds": 0.5, "seconds": 1.0,
+         "audit_step": True}
+    threads = [threading.Thread(target=stats.record, args=(t,))
+               for _ in range(8)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    s = stats.summary("euclid", 2, 100, {"extra": 1})
+    assert s["steps"] == 8 and s["audit_steps"] == 8
+    assert s["bytes_sent"] == 8 * 34 and s["bytes_fp32_equivalent"] == 8 * 400
+    assert list(s)[-2:] == ["extra", "last"] and s["last"] is t
