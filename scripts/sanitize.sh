@@ -53,7 +53,8 @@ ASAN_TARGETS=(
   session_table_test window_collector_test factor_store_test planner_test
   beta_grid_test etcd_client_test election_test
   # libgift.so's public API: the C ABI's bad-input handling above all
-  gift_c_api_test gift_cpp_api_test
+  gift_c_api_test gift_c_api_allreduce_test gift_c_api_attachment_test
+  gift_cpp_api_test
   # tools/ and tools/giftctl: the readers of untrusted files and giftctl.
   # Not the gift-fidelity numerics (tools/fidelity/: offline Eigen code whose
   # files take a third of this build under ASan+UBSan); its .npy reader is
