@@ -42,6 +42,7 @@ ASAN_TARGETS=(
   agreement_test gift_transform_test quantized_allreduce_test
   bucketed_step_test daemon_attachment_test multiprocess_harness_test
   gloo_multiprocess_test quantized_allreduce_multiprocess_test
+  communicator_setup_test
   # shm/
   shm_region_test shm_protocol_test shm_rank_counters_test
   shm_prefix_lock_test
