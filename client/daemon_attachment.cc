@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "client/attachment_impl.h"
+#include "common/agent_socket.h"
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
 
@@ -23,11 +24,6 @@ int64_t MonotonicNs() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return int64_t{ts.tv_sec} * 1000000000 + ts.tv_nsec;
-}
-
-std::string DefaultSocket() {
-  const char* env = std::getenv("GIFT_AGENT_SOCKET");
-  return env != nullptr && *env != '\0' ? env : "/tmp/gift/agent.sock";
 }
 
 absl::Status CheckOptions(const AttachmentOptions& o) {
@@ -81,7 +77,7 @@ DaemonAttachment::Impl::Impl(const AttachmentOptions& o, BucketPlan b)
 absl::StatusOr<std::unique_ptr<DaemonAttachment>> DaemonAttachment::Create(
     const AttachmentOptions& options, const BucketPlan& base) {
   AttachmentOptions o = options;
-  if (o.agent_socket.empty()) o.agent_socket = DefaultSocket();
+  if (o.agent_socket.empty()) o.agent_socket = DefaultAgentSocket();
   RETURN_IF_ERROR(CheckOptions(o));
   auto impl = std::make_unique<Impl>(o, base);
   if (o.device_memory) {

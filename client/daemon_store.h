@@ -3,8 +3,8 @@
 // through the daemon, with no shared file system and no extra launcher
 // arguments (DESIGN §3).
 //
-//   ASSIGN_OR_RETURN(auto store, DaemonStore::Connect("/tmp/gift/agent.sock",
-//                                                     "job42"));
+//   ASSIGN_OR_RETURN(auto store,
+//                    DaemonStore::Connect(DefaultAgentSocket(), "job42"));
 //   PrefixStore grad("grad/", store.get());
 //   options.store = &grad;
 //

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/agent_socket.h"
 #include "daemon/limits.h"
 #include "daemon/selector.h"
 
@@ -30,8 +31,9 @@ namespace gift::daemon {
 struct DaemonConfig {
   // ---- identity and endpoints
   std::string node;  // Default: the host name.
-  // Unix socket of the Agent service. Default: /tmp/gift/agent.sock.
-  std::string agent_socket = "/tmp/gift/agent.sock";
+  // Unix socket of the Agent service. Default: /tmp/gift/agent.sock
+  // (kDefaultAgentSocket, the clients' default too).
+  std::string agent_socket = kDefaultAgentSocket;
   // Control service host:port. Default: 127.0.0.1:50151.
   std::string control_address = "127.0.0.1:50151";
   // Prometheus /metrics host:port; "" disables. Default: 127.0.0.1:9464.

@@ -42,6 +42,7 @@ ASAN_TARGETS=(
   agreement_test gift_transform_test quantized_allreduce_test
   bucketed_step_test daemon_attachment_test multiprocess_harness_test
   gloo_multiprocess_test quantized_allreduce_multiprocess_test
+  communicator_setup_test
   # shm/
   shm_region_test shm_protocol_test shm_rank_counters_test
   shm_prefix_lock_test
@@ -53,7 +54,8 @@ ASAN_TARGETS=(
   session_table_test window_collector_test factor_store_test planner_test
   beta_grid_test etcd_client_test election_test
   # libgift.so's public API: the C ABI's bad-input handling above all
-  gift_c_api_test gift_cpp_api_test
+  gift_c_api_test gift_c_api_allreduce_test gift_c_api_attachment_test
+  gift_cpp_api_test
   # tools/ and tools/giftctl: the readers of untrusted files and giftctl.
   # Not the gift-fidelity numerics (tools/fidelity/: offline Eigen code whose
   # files take a third of this build under ASan+UBSan); its .npy reader is

@@ -1,9 +1,9 @@
 // gift::Communicator (include/gift/communicator.h) over the internal
-// communicator factory, the rendezvous stores and the endpoint choice.
+// communicator set-up (client/communicator_setup.h): the rendezvous stores,
+// the endpoint choice and the communicator factory.
 #include "gift/communicator.h"
 
 #include <cmath>
-#include <cstdlib>
 #include <memory>
 #include <string>
 #include <utility>
@@ -12,18 +12,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "client/api/internal.h"
-#include "client/communicator_factory.h"
-#include "client/daemon_store.h"
-#include "client/net_endpoint.h"
+#include "client/communicator_setup.h"
 #include "client/store.h"
 
 namespace gift {
 namespace {
-
-std::string DefaultAgentSocket() {
-  const char* env = std::getenv("GIFT_AGENT_SOCKET");
-  return env != nullptr && *env != '\0' ? env : "/tmp/gift/agent.sock";
-}
 
 Status CheckOptions(const CommunicatorOptions& o) {
   const int backend = static_cast<int>(o.backend);
@@ -59,6 +52,25 @@ Status CheckOptions(const CommunicatorOptions& o) {
   return Status();
 }
 
+// The internal set-up of `options`; the keys go under key_prefix + "comm/".
+client::CommunicatorSetupOptions SetupOptionsOf(
+    const CommunicatorOptions& options) {
+  client::CommunicatorSetupOptions o;
+  o.backend = BackendName(options.backend);
+  o.rank = options.rank;
+  o.world_size = options.world_size;
+  o.device = options.device;
+  o.timeout = absl::Seconds(options.timeout_seconds);
+  o.daemon_store = options.daemon_store;
+  o.agent_socket = options.agent_socket;
+  o.job_id = options.job_id;
+  o.store_dir = options.store_dir;
+  o.key_prefix = absl::StrCat(options.key_prefix, "comm/");
+  o.hostname = options.hostname;
+  o.socket_ifname = options.socket_ifname;
+  return o;
+}
+
 }  // namespace
 
 const char* BackendName(Backend backend) {
@@ -80,60 +92,16 @@ Status Communicator::Create(const CommunicatorOptions& options,
   if (Status s = CheckOptions(options); !s.ok()) return s;
   if (Status s = api::CheckCpu(); !s.ok()) return s;
 
+  absl::StatusOr<client::CommunicatorSetup> setup =
+      client::SetUpCommunicator(SetupOptionsOf(options));
+  if (!setup.ok()) return api::FromAbsl(setup.status());
+
   auto rep = std::make_unique<Rep>();
   rep->options = options;
-  client::Store* base = nullptr;
-  if (options.daemon_store) {
-    absl::StatusOr<std::unique_ptr<client::DaemonStore>> store =
-        client::DaemonStore::Connect(options.agent_socket.empty()
-                                         ? DefaultAgentSocket()
-                                         : options.agent_socket,
-                                     options.job_id);
-    if (!store.ok()) return api::FromAbsl(store.status());
-    rep->store = *std::move(store);
-  } else {
-    absl::StatusOr<std::unique_ptr<client::FileStore>> store =
-        client::FileStore::Create(options.store_dir);
-    if (!store.ok()) return api::FromAbsl(store.status());
-    rep->store = *std::move(store);
-  }
-  base = rep->store.get();
-  rep->prefixed = std::make_unique<client::PrefixStore>(
-      absl::StrCat(options.key_prefix, "comm/"), base);
-
-  client::CommunicatorOptions c;
-  c.backend = BackendName(options.backend);
-  c.rank = options.rank;
-  c.world_size = options.world_size;
-  c.store = rep->prefixed.get();
-  c.timeout = absl::Seconds(options.timeout_seconds);
-  c.device = options.device;
-  if (options.backend == Backend::kGloo) {
-    if (!options.hostname.empty()) {
-      c.hostname = options.hostname;
-      rep->endpoint = absl::StrCat(options.hostname, ", set by the caller");
-    } else {
-      absl::StatusOr<client::Endpoint> e = client::ResolveEndpoint(
-          client::EndpointRequest::FromEnvironment(options.socket_ifname));
-      if (!e.ok()) return api::FromAbsl(e.status());
-      c.hostname = e->address;
-      rep->endpoint = absl::StrCat(
-          e->address, e->interface.empty() ? "" : " on " + e->interface,
-          ", chosen by ", e->source);
-    }
-  }
-  absl::StatusOr<std::unique_ptr<client::Communicator>> comm =
-      client::CreateCommunicator(c);
-  if (!comm.ok()) {
-    Status s = api::FromAbsl(comm.status());
-    if (rep->endpoint.empty()) return s;
-    return Status(s.code(),
-                  absl::StrCat(s.message(), " [gloo address ", rep->endpoint,
-                               "; ranks on other hosts must reach it: set "
-                               "GLOO_SOCKET_IFNAME or socket_ifname to the "
-                               "interface they share]"));
-  }
-  rep->comm = *std::move(comm);
+  rep->store = std::move(setup->store);
+  rep->prefixed = std::move(setup->prefixed);
+  rep->comm = std::move(setup->comm);
+  rep->endpoint = std::move(setup->endpoint);
   out->reset(new Communicator(std::move(rep)));
   return Status();
 }

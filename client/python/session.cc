@@ -6,9 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "client/communicator_factory.h"
-#include "client/daemon_store.h"
-#include "client/net_endpoint.h"
+#include "client/communicator_setup.h"
 #include "common/status_macros.h"
 
 namespace gift::client::python {
@@ -60,45 +58,28 @@ Session::~Session() {
 
 absl::Status Session::Connect() {
   const SessionOptions& o = options_;
-  Store* base = job_store_.get();
-  if (o.daemon_store) {
-    ASSIGN_OR_RETURN(store_, DaemonStore::Connect(o.agent_socket, o.job_id));
-    base = store_.get();
-  } else if (base == nullptr) {
-    ASSIGN_OR_RETURN(store_, FileStore::Create(o.store_dir));
-    base = store_.get();
-  }
-  prefixed_ =
-      std::make_unique<PrefixStore>(absl::StrCat(o.key_prefix, "grad/"), base);
-  CommunicatorOptions c;
-  if (o.backend == "gloo") {
-    ASSIGN_OR_RETURN(
-        const Endpoint e,
-        ResolveEndpoint(EndpointRequest::FromEnvironment(o.socket_ifname)));
-    c.hostname = e.address;
-    endpoint_ =
-        absl::StrCat(e.address, e.interface.empty() ? "" : " on " + e.interface,
-                     ", chosen by ", e.source);
-  }
+  CommunicatorSetupOptions c;
   c.backend = o.backend;
   c.rank = o.rank;
   c.world_size = o.world_size;
-  c.store = prefixed_.get();
   c.device = o.device;
   c.timeout = absl::Seconds(o.timeout_seconds);
-  absl::StatusOr<std::unique_ptr<Communicator>> comm = CreateCommunicator(c);
+  c.daemon_store = o.daemon_store;
+  c.agent_socket = o.agent_socket;
+  c.job_id = o.job_id;
+  c.job_store = job_store_.get();
+  c.store_dir = o.store_dir;
+  c.key_prefix = absl::StrCat(o.key_prefix, "grad/");
+  c.socket_ifname = o.socket_ifname;
+  absl::StatusOr<CommunicatorSetup> setup = SetUpCommunicator(c);
   // The store served the rendezvous only. The job's own store in particular
   // must not outlive the script's destroy_process_group() through us.
-  prefixed_.reset();
+  if (setup.ok()) setup->prefixed.reset();
   job_store_.reset();
-  if (!comm.ok() && !endpoint_.empty()) {
-    return absl::Status(
-        comm.status().code(),
-        absl::StrCat(comm.status().message(), " [gloo address ", endpoint_,
-                     "; ranks on other hosts must reach it: set "
-                     "GLOO_SOCKET_IFNAME to the interface they share]"));
-  }
-  comm_ = *std::move(comm);
+  RETURN_IF_ERROR(setup.status());
+  store_ = std::move(setup->store);
+  comm_ = std::move(setup->comm);
+  endpoint_ = std::move(setup->endpoint);
 
   QuantizedAllReduceOptions a;
   a.probe_interval = o.probe_interval;

@@ -21,6 +21,9 @@
 // communication thread while the backward pass computes): BeginStep,
 // ReduceBucket per bucket, EndStep — see QuantizedAllReduce.
 //
+// The communicator is set up as communicator_setup.h says, its keys under
+// key_prefix + "grad/".
+//
 // Thread safety: the step calls (Step, or BeginStep/ReduceBucket/EndStep)
 // from one thread at a time (the communication thread); Sketch and
 // WantsSketch may run on another (the training thread) — the attachment
@@ -71,8 +74,9 @@ struct SessionOptions {
   // Gloo: the interface to listen on; "" = chosen as net_endpoint.h says
   // (GLOO_SOCKET_IFNAME, GIFT_SOCKET_IFNAME, the route to MASTER_ADDR, ...).
   std::string socket_ifname;
-  // giftd's Agent socket (gift mode and daemon_store). Default: the
-  // attachment's default ($GIFT_AGENT_SOCKET, else /tmp/gift/agent.sock).
+  // giftd's Agent socket (gift mode and daemon_store). Default:
+  // DefaultAgentSocket() ($GIFT_AGENT_SOCKET, else /tmp/gift/agent.sock;
+  // common/agent_socket.h).
   std::string agent_socket;
   // REQUIRES: not empty in gift mode or with daemon_store; the same on
   // every rank.
@@ -170,8 +174,7 @@ class Session {
   const SessionOptions options_;
   std::shared_ptr<Store> job_store_;  // options.store, until connected
   const BucketPlan base_;
-  std::unique_ptr<Store> store_;
-  std::unique_ptr<PrefixStore> prefixed_;  // until connected
+  std::unique_ptr<Store> store_;  // the daemon's or the FileStore, or null
   std::unique_ptr<Communicator> comm_;
   std::unique_ptr<QuantizedAllReduce> allreduce_;
   std::unique_ptr<DaemonAttachment> attachment_;  // gift mode only
