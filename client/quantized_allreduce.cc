@@ -76,9 +76,10 @@ QuantizedAllReduce::QuantizedAllReduce(
       nccl_fp8_(std::move(nccl_fp8)),
       audit_interval_(options.audit_interval) {
   plans_.emplace(plan.epoch(), std::move(plan));
-  round_ = std::make_unique<Fp8Round>(comm_, backend_.get());
-  bf16_ = backend_->NewBuffer();
-  audit_ = backend_->NewBuffer();
+  round_ = std::make_unique<Fp8Round>(comm_, &backend_->memory(),
+                                      &backend_->codec(), &backend_->math());
+  bf16_ = backend_->memory().NewBuffer();
+  audit_ = backend_->memory().NewBuffer();
 }
 
 absl::StatusOr<std::unique_ptr<QuantizedAllReduce>> QuantizedAllReduce::Create(

@@ -38,23 +38,23 @@ absl::Status QuantizedAllReduce::AuditBefore(const Group& g,
     if (step_ctx_.drift) {
       DriftSums& d = drift_[l.name];
       for (std::unique_ptr<Fp8Buffer>* b : {&d.local, &d.applied}) {
-        if (*b == nullptr) *b = backend_->NewBuffer();
+        if (*b == nullptr) *b = backend_->memory().NewBuffer();
         if ((*b)->data() == nullptr || (*b)->bytes() != n * sizeof(float)) {
           RETURN_IF_ERROR((*b)->Resize(n * sizeof(float)));
           RETURN_IF_ERROR((*b)->Zero());
         }
       }
-      RETURN_IF_ERROR(backend_->AddInPlace(d.local->floats(), x, n));
+      RETURN_IF_ERROR(backend_->math().AddInPlace(d.local->floats(), x, n));
     }
     if (!audit) continue;
     // Copies as 0 + x (the backends have no plain copy).
     float* dst = audit_->floats() + g.plan.packed_offset(j);
-    RETURN_IF_ERROR(backend_->Zero(dst, n * sizeof(float)));
-    RETURN_IF_ERROR(backend_->AddInPlace(dst, x, n));
+    RETURN_IF_ERROR(backend_->memory().Zero(dst, n * sizeof(float)));
+    RETURN_IF_ERROR(backend_->math().AddInPlace(dst, x, n));
     if (sums) {
-      RETURN_IF_ERROR(backend_->Zero(dst + m, n * sizeof(float)));
-      RETURN_IF_ERROR(
-          backend_->AddInPlace(dst + m, drift_[l.name].local->floats(), n));
+      RETURN_IF_ERROR(backend_->memory().Zero(dst + m, n * sizeof(float)));
+      RETURN_IF_ERROR(backend_->math().AddInPlace(
+          dst + m, drift_[l.name].local->floats(), n));
     }
   }
   return absl::OkStatus();
@@ -72,8 +72,8 @@ absl::Status QuantizedAllReduce::AuditAfter(const Group& g, float* data,
       RETURN_IF_ERROR(d.local->Zero());
       RETURN_IF_ERROR(d.applied->Zero());
     } else {
-      RETURN_IF_ERROR(
-          backend_->AddInPlace(d.applied->floats(), data + l.offset, l.size()));
+      RETURN_IF_ERROR(backend_->math().AddInPlace(d.applied->floats(),
+                                                  data + l.offset, l.size()));
     }
   }
   if (!audit) return absl::OkStatus();
@@ -86,24 +86,24 @@ absl::Status QuantizedAllReduce::AuditAfter(const Group& g, float* data,
     RETURN_IF_ERROR(
         comm_->AllReduce(avg, avg, total, DataType::kFloat32, ReduceOp::kSum));
     t->bytes_audit += comm_->bytes_sent().Total() - before;
-    RETURN_IF_ERROR(
-        backend_->Divide(avg, total, static_cast<float>(comm_->world_size())));
+    RETURN_IF_ERROR(backend_->math().Divide(
+        avg, total, static_cast<float>(comm_->world_size())));
   }
-  RETURN_IF_ERROR(backend_->BeginCompare(2 * layers.size()));
+  RETURN_IF_ERROR(backend_->compare().BeginCompare(2 * layers.size()));
   for (size_t j = 0; j < layers.size(); ++j) {
     const LayerSpec& l = layers[j];
     if (l.size() == 0 || t->layers[j].nonfinite_result) continue;
     const int64_t p = g.plan.packed_offset(j);
     RETURN_IF_ERROR(
-        backend_->Compare(avg + p, data + l.offset, l.size(), 2 * j));
+        backend_->compare().Compare(avg + p, data + l.offset, l.size(), 2 * j));
     if (sums) {
-      RETURN_IF_ERROR(backend_->Compare(avg + m + p,
-                                        drift_.at(l.name).applied->floats(),
-                                        l.size(), 2 * j + 1));
+      RETURN_IF_ERROR(backend_->compare().Compare(
+          avg + m + p, drift_.at(l.name).applied->floats(), l.size(),
+          2 * j + 1));
     }
   }
   std::vector<kernels::QuantizeStats> cmp;
-  RETURN_IF_ERROR(backend_->EndCompare(&cmp));
+  RETURN_IF_ERROR(backend_->compare().EndCompare(&cmp));
   for (size_t j = 0; j < layers.size(); ++j) {
     LayerTelemetry& lt = t->layers[j];
     if (layers[j].size() == 0 || lt.nonfinite_result) continue;

@@ -24,12 +24,12 @@ absl::Status QuantizedAllReduce::FlushResidual(int i, const LayerSpec& l,
       st.residual->data() == nullptr) {
     return absl::OkStatus();
   }
-  if (whitened_[i] == nullptr) whitened_[i] = backend_->NewBuffer();
+  if (whitened_[i] == nullptr) whitened_[i] = backend_->memory().NewBuffer();
   RETURN_IF_ERROR(whitened_[i]->Resize(l.size() * sizeof(float)));
   float* back = whitened_[i]->floats();
-  RETURN_IF_ERROR(
-      backend_->Inverse(*st.factor, st.residual->floats(), l.d_out(), back));
-  RETURN_IF_ERROR(backend_->AddInPlace(grad, back, l.size()));
+  RETURN_IF_ERROR(backend_->transforms().Inverse(
+      *st.factor, st.residual->floats(), l.d_out(), back));
+  RETURN_IF_ERROR(backend_->math().AddInPlace(grad, back, l.size()));
   RETURN_IF_ERROR(st.residual->Zero());
   st.factor.reset();
   return absl::OkStatus();
@@ -43,24 +43,25 @@ absl::Status QuantizedAllReduce::PrepareGiftLayer(int i, const LayerSpec& l,
   GiftState& st = gift_[l.name];
   const bool ef = options_.error_feedback;
   if (ef) {
-    if (st.residual == nullptr) st.residual = backend_->NewBuffer();
+    if (st.residual == nullptr) st.residual = backend_->memory().NewBuffer();
     if (st.residual->bytes() != bytes || st.residual->data() == nullptr) {
       RETURN_IF_ERROR(st.residual->Resize(bytes));
       RETURN_IF_ERROR(st.residual->Zero());
       st.factor.reset();
     } else if (st.factor != nullptr && st.factor->version != f.version) {
-      RETURN_IF_ERROR(
-          backend_->Reproject(*st.factor, f, st.residual->floats(), l.d_out()));
+      RETURN_IF_ERROR(backend_->transforms().Reproject(
+          *st.factor, f, st.residual->floats(), l.d_out()));
     }
     if (st.factor == nullptr || st.factor->version != f.version) {
       st.factor = std::make_unique<GiftFactor>(f);
     }
   }
-  if (whitened_[i] == nullptr) whitened_[i] = backend_->NewBuffer();
+  if (whitened_[i] == nullptr) whitened_[i] = backend_->memory().NewBuffer();
   RETURN_IF_ERROR(whitened_[i]->Resize(bytes));
   float* whitened = whitened_[i]->floats();
   float* residual = ef ? st.residual->floats() : nullptr;
-  RETURN_IF_ERROR(backend_->Forward(f, grad, l.d_out(), residual, whitened));
+  RETURN_IF_ERROR(
+      backend_->transforms().Forward(f, grad, l.d_out(), residual, whitened));
   io->src = io->dst = whitened;
   io->worker_residual = residual;
   io->owner_feedback = ef;
@@ -83,7 +84,7 @@ absl::Status QuantizedAllReduce::Probe(const Group& g, const float* data,
       continue;
     }
     ProbeResult p;
-    RETURN_IF_ERROR(backend_->Probe(data + l.offset, l, *f, &p));
+    RETURN_IF_ERROR(backend_->probe().Probe(data + l.offset, l, *f, &p));
     LayerTelemetry& lt = t->layers[j];
     lt.probed = true;
     lt.probe_euclid_rel_l2 = p.euclid_rel_l2;
@@ -101,7 +102,7 @@ absl::Status QuantizedAllReduce::Probe(const Group& g, const float* data,
       bv.version = f->version;
     }
     for (int b = 0; b < kBetaGrid; ++b) {
-      RETURN_IF_ERROR(backend_->Probe(data + l.offset, l, bv.f[b], &p));
+      RETURN_IF_ERROR(backend_->probe().Probe(data + l.offset, l, bv.f[b], &p));
       lt.probe_beta_rel_l2[b] = p.gift_rel_l2;
     }
     lt.beta_probed = true;
@@ -199,7 +200,7 @@ absl::Status QuantizedAllReduce::RunRounds(const BucketPlan& plan,
       }
       std::unique_ptr<Fp8Buffer>& b = owners->pieces[k];
       const size_t bytes = piece.chunks[me].packed.size() * sizeof(float);
-      if (b == nullptr) b = backend_->NewBuffer();
+      if (b == nullptr) b = backend_->memory().NewBuffer();
       if (b->bytes() != bytes || b->data() == nullptr) {
         RETURN_IF_ERROR(b->Resize(bytes));
         RETURN_IF_ERROR(b->Zero());
@@ -225,12 +226,12 @@ absl::Status QuantizedAllReduce::FinishLayers(
     lt.nonfinite_result = outcome.nonfinite[j];
     if (lt.nonfinite_result) {
       ++t->nonfinite_layers;
-      RETURN_IF_ERROR(backend_->FillNaN(data + l.offset, l.size()));
+      RETURN_IF_ERROR(backend_->math().FillNaN(data + l.offset, l.size()));
     } else if (io[j].gift) {
       const absl::Time start = absl::Now();
-      RETURN_IF_ERROR(backend_->Inverse(*used[j],
-                                        whitened_[g.index[j]]->floats(),
-                                        l.d_out(), data + l.offset));
+      RETURN_IF_ERROR(backend_->transforms().Inverse(
+          *used[j], whitened_[g.index[j]]->floats(), l.d_out(),
+          data + l.offset));
       t->transform_seconds += absl::ToDoubleSeconds(absl::Now() - start);
     }
   }

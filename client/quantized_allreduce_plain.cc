@@ -30,22 +30,22 @@ absl::Status QuantizedAllReduce::RunPlain(float* bucket, const BucketPlan& plan,
         RETURN_IF_ERROR(bf16_->Resize(n * sizeof(uint16_t)));
       }
       auto* bf = static_cast<uint16_t*>(bf16_->data());
-      RETURN_IF_ERROR(backend_->ToBf16(x, n, bf));
+      RETURN_IF_ERROR(backend_->math().ToBf16(x, n, bf));
       RETURN_IF_ERROR(
           comm_->AllReduce(bf, bf, n, DataType::kBFloat16, ReduceOp::kSum));
-      RETURN_IF_ERROR(backend_->FromBf16(bf, n, x));
+      RETURN_IF_ERROR(backend_->math().FromBf16(bf, n, x));
     }
-    RETURN_IF_ERROR(backend_->Divide(x, n, w));
+    RETURN_IF_ERROR(backend_->math().Divide(x, n, w));
   }
   // Non-finite results, for the telemetry.
-  RETURN_IF_ERROR(backend_->BeginRound(0, layers.size()));
+  RETURN_IF_ERROR(backend_->codec().BeginRound(0, layers.size()));
   for (size_t i = 0; i < layers.size(); ++i) {
-    RETURN_IF_ERROR(backend_->FlagNonFinite(bucket + layers[i].offset,
-                                            layers[i].size(), i));
+    RETURN_IF_ERROR(backend_->codec().FlagNonFinite(bucket + layers[i].offset,
+                                                    layers[i].size(), i));
   }
   std::vector<kernels::QuantizeStats> unused;
   std::vector<uint8_t> flags;
-  RETURN_IF_ERROR(backend_->EndRound(&unused, &flags));
+  RETURN_IF_ERROR(backend_->codec().EndRound(&unused, &flags));
   for (size_t i = 0; i < layers.size(); ++i) {
     t->layers[i].nonfinite_result = flags[i] != 0;
     t->nonfinite_layers += t->layers[i].nonfinite_result;

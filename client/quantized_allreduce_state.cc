@@ -20,11 +20,11 @@ std::vector<float> CopyOut(Fp8Buffer* b) {
   return std::vector<float>(f, f + b->bytes() / sizeof(float));
 }
 
-absl::Status CopyIn(const std::vector<float>& v, Fp8Backend* backend,
+absl::Status CopyIn(const std::vector<float>& v, BackendMemory* memory,
                     std::unique_ptr<Fp8Buffer>* b) {
   b->reset();
   if (v.empty()) return absl::OkStatus();
-  *b = backend->NewBuffer();
+  *b = memory->NewBuffer();
   RETURN_IF_ERROR((*b)->Resize(v.size() * sizeof(float)));
   std::memcpy((*b)->data(), v.data(), v.size() * sizeof(float));
   return absl::OkStatus();
@@ -36,7 +36,7 @@ absl::StatusOr<AllReduceState> QuantizedAllReduce::ExportState() const {
   if (step_ctx_.open) {
     return absl::FailedPreconditionError("ExportState: a step is in progress");
   }
-  if (backend_->memory_kind() != MemoryKind::kHost) {
+  if (backend_->memory().memory_kind() != MemoryKind::kHost) {
     return absl::FailedPreconditionError(
         "ExportState: host-memory allreduces only");
   }
@@ -68,7 +68,7 @@ absl::Status QuantizedAllReduce::ImportState(const AllReduceState& state) {
   if (step_ctx_.open) {
     return absl::FailedPreconditionError("ImportState: a step is in progress");
   }
-  if (backend_->memory_kind() != MemoryKind::kHost) {
+  if (backend_->memory().memory_kind() != MemoryKind::kHost) {
     return absl::FailedPreconditionError(
         "ImportState: host-memory allreduces only");
   }
@@ -96,7 +96,7 @@ absl::Status QuantizedAllReduce::ImportState(const AllReduceState& state) {
           absl::StrCat("ImportState: bad GIFT layer state '", l.name, "'"));
     }
     GiftState& g = gift[l.name];
-    RETURN_IF_ERROR(CopyIn(l.residual, backend_.get(), &g.residual));
+    RETURN_IF_ERROR(CopyIn(l.residual, &backend_->memory(), &g.residual));
     if (l.has_factor) {
       RETURN_IF_ERROR(l.factor.Validate(layout.layers()[i].d_in()));
       g.factor = std::make_unique<GiftFactor>(l.factor);
@@ -121,7 +121,7 @@ absl::Status QuantizedAllReduce::ImportState(const AllReduceState& state) {
     std::vector<std::unique_ptr<Fp8Buffer>>& pieces = os.pieces;
     pieces.resize(o.pieces.size());
     for (size_t k = 0; k < pieces.size(); ++k) {
-      RETURN_IF_ERROR(CopyIn(o.pieces[k], backend_.get(), &pieces[k]));
+      RETURN_IF_ERROR(CopyIn(o.pieces[k], &backend_->memory(), &pieces[k]));
     }
   }
   plans_ = std::move(plans);
