@@ -3,18 +3,15 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cmath>
-#include <cstring>
-#include <map>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "client/device_fp8_backend_transforms.h"
 #include "client/device_ops.h"
 #include "client/staging_communicator.h"
 #include "common/cuda_check.h"
 #include "common/status_macros.h"
 #include "kernels/gpu.h"
-#include "kernels/whiten.h"
 
 namespace gift::client {
 namespace {
@@ -59,70 +56,43 @@ class DeviceBuffer : public Fp8Buffer {
   size_t capacity_ = 0;
 };
 
-// A factor's arrays on the device.
-struct DeviceFactor {
-  int64_t version = -1;
-  int64_t used = 0;               // the step that last used it
-  const float* host_u = nullptr;  // identity of the uploaded arrays
-  const float* host_t = nullptr;
-  std::unique_ptr<Fp8Buffer> u, c, c_inv, t, t_inv;
-};
-
-class DeviceFp8Backend : public Fp8Backend {
+class DeviceMemory : public BackendMemory {
  public:
-  DeviceFp8Backend(Communicator* comm, std::unique_ptr<gpu::Context> ctx)
-      : comm_(comm),
-        ctx_(std::move(ctx)),
-        stream_(static_cast<cudaStream_t>(ctx_->stream())),
-        control_(comm, ctx_->stream()) {
-    stats_ = NewBuffer();
-    flags_ = NewBuffer();
-    scratch_ = NewBuffer();
-    tmp_ = NewBuffer();
-    probe_codes_ = NewBuffer();
-    probe_scales_ = NewBuffer();
-    probe_a_ = NewBuffer();
-    probe_b_ = NewBuffer();
-    sums_ = NewBuffer();
-    compare_ = NewBuffer();
-  }
-
-  ~DeviceFp8Backend() override {
-    // Leave no dangling stream in the communicator; work is complete (every
-    // step ends with EndStep), and a later backend sets its own stream.
-    (void)ctx_->Synchronize();
-    (void)comm_->SetStream(nullptr);
-  }
+  explicit DeviceMemory(cudaStream_t stream) : stream_(stream) {}
 
   MemoryKind memory_kind() const override { return MemoryKind::kDevice; }
-  // Also drops the device copies of factors the previous step did not use
-  // (replaced versions, and the copies a switch re-projected from).
-  absl::Status BeginStep() override {
-    ++steps_;
-    bool stale = false;
-    for (const auto& [key, d] : factors_) stale |= d.used < steps_ - 1;
-    if (stale) {
-      RETURN_IF_ERROR(ctx_->Synchronize());  // a failed step may be in flight
-      std::erase_if(factors_,
-                    [&](const auto& e) { return e.second.used < steps_ - 1; });
-    }
-    return comm_->SetStream(stream_);
-  }
-  absl::Status EndStep() override { return ctx_->Synchronize(); }
-  void* stream() const override { return stream_; }
-  Communicator* control() override { return &control_; }
   std::unique_ptr<Fp8Buffer> NewBuffer() override {
     return std::make_unique<DeviceBuffer>(stream_);
   }
+  absl::Status Zero(void* p, size_t bytes) override {
+    if (bytes > 0) {
+      GIFT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(p, 0, bytes, stream_));
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  cudaStream_t stream_;
+};
+
+// Per-round statistics and non-finite flags stay on the device until
+// EndRound reads them back.
+class DeviceFp8Codec : public Fp8Codec {
+ public:
+  DeviceFp8Codec(gpu::Context* ctx, BackendMemory* memory)
+      : ctx_(ctx),
+        memory_(memory),
+        stats_(memory->NewBuffer()),
+        flags_(memory->NewBuffer()) {}
 
   absl::Status BeginRound(int stat_slots, int flags) override {
     num_stats_ = stat_slots;
     num_flags_ = flags;
-    RETURN_IF_ERROR(Grow(*stats_, stat_slots * sizeof(kernels::QuantizeStats)));
-    RETURN_IF_ERROR(Grow(*flags_, flags));
-    RETURN_IF_ERROR(
-        Zero(stats_->data(), stat_slots * sizeof(kernels::QuantizeStats)));
-    return Zero(flags_->data(), flags);
+    RETURN_IF_ERROR(stats_->Grow(stat_slots * sizeof(kernels::QuantizeStats)));
+    RETURN_IF_ERROR(flags_->Grow(flags));
+    RETURN_IF_ERROR(memory_->Zero(stats_->data(),
+                                  stat_slots * sizeof(kernels::QuantizeStats)));
+    return memory_->Zero(flags_->data(), flags);
   }
 
   absl::Status Quantize(const float* x, int64_t n,
@@ -154,14 +124,6 @@ class DeviceFp8Backend : public Fp8Backend {
                                                spec, true, acc);
   }
 
-  absl::Status AddInPlace(float* acc, const float* x, int64_t n) override {
-    return device::AddInPlace(*ctx_, acc, x, n);
-  }
-
-  absl::Status Divide(float* x, int64_t n, float w) override {
-    return device::Divide(*ctx_, x, n, w);
-  }
-
   absl::Status FlagNonFinite(const float* x, int64_t n, int flag) override {
     if (flag < 0 || flag >= num_flags_) {
       return absl::InvalidArgumentError(
@@ -172,29 +134,41 @@ class DeviceFp8Backend : public Fp8Backend {
 
   absl::Status EndRound(std::vector<kernels::QuantizeStats>* stats,
                         std::vector<uint8_t>* flags) override {
+    const cudaStream_t stream = static_cast<cudaStream_t>(ctx_->stream());
     stats->resize(num_stats_);
     flags->resize(num_flags_);
     if (num_stats_ > 0) {
       GIFT_CUDA_RETURN_IF_ERROR(
           cudaMemcpyAsync(stats->data(), stats_->data(),
                           num_stats_ * sizeof(kernels::QuantizeStats),
-                          cudaMemcpyDeviceToHost, stream_));
+                          cudaMemcpyDeviceToHost, stream));
     }
     if (num_flags_ > 0) {
       GIFT_CUDA_RETURN_IF_ERROR(
           cudaMemcpyAsync(flags->data(), flags_->data(), num_flags_,
-                          cudaMemcpyDeviceToHost, stream_));
+                          cudaMemcpyDeviceToHost, stream));
     }
     return ctx_->Synchronize();
   }
 
-  absl::Status Zero(void* p, size_t bytes) override {
-    if (bytes > 0) {
-      GIFT_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(p, 0, bytes, stream_));
-    }
-    return absl::OkStatus();
-  }
+ private:
+  gpu::Context* const ctx_;
+  BackendMemory* const memory_;
+  std::unique_ptr<Fp8Buffer> stats_, flags_;
+  int num_stats_ = 0;
+  int num_flags_ = 0;
+};
 
+class DeviceVectorMath : public VectorMath {
+ public:
+  explicit DeviceVectorMath(gpu::Context* ctx) : ctx_(ctx) {}
+
+  absl::Status AddInPlace(float* acc, const float* x, int64_t n) override {
+    return device::AddInPlace(*ctx_, acc, x, n);
+  }
+  absl::Status Divide(float* x, int64_t n, float w) override {
+    return device::Divide(*ctx_, x, n, w);
+  }
   absl::Status FillNaN(float* x, int64_t n) override {
     return device::FillNaN(*ctx_, x, n);
   }
@@ -205,98 +179,21 @@ class DeviceFp8Backend : public Fp8Backend {
     return device::FromBf16(*ctx_, x, n, out);
   }
 
-  absl::Status Forward(const GiftFactor& f, const float* x, int64_t rows,
-                       const float* add, float* out) override {
-    ASSIGN_OR_RETURN(DeviceFactor * d, Upload(f));
-    if (f.kind == GiftTransform::kFull) {
-      return kernels::cuda::ApplyDense(*ctx_, x, rows, f.d_in, d->t->floats(),
-                                       add, out);
-    }
-    ASSIGN_OR_RETURN(float* ws, Scratch(rows, f.d_in, f.r));
-    return kernels::cuda::ApplyLowRank(*ctx_, x, rows, View(*d, f, false), add,
-                                       out, ws);
-  }
+ private:
+  gpu::Context* const ctx_;
+};
 
-  absl::Status Inverse(const GiftFactor& f, const float* x, int64_t rows,
-                       float* out) override {
-    ASSIGN_OR_RETURN(DeviceFactor * d, Upload(f));
-    if (f.kind == GiftTransform::kFull) {
-      return kernels::cuda::ApplyDense(*ctx_, x, rows, f.d_in,
-                                       d->t_inv->floats(), nullptr, out);
-    }
-    ASSIGN_OR_RETURN(float* ws, Scratch(rows, f.d_in, f.r));
-    return kernels::cuda::ApplyLowRank(*ctx_, x, rows, View(*d, f, true),
-                                       nullptr, out, ws);
-  }
-
-  // The same steps as GiftTransformer::Reproject.
-  absl::Status Reproject(const GiftFactor& old_f, const GiftFactor& new_f,
-                         float* residual, int64_t rows) override {
-    if (old_f.kind == GiftTransform::kLowRank &&
-        new_f.kind == GiftTransform::kLowRank) {
-      ASSIGN_OR_RETURN(DeviceFactor * o, Upload(old_f));
-      ASSIGN_OR_RETURN(DeviceFactor * n, Upload(new_f));
-      ASSIGN_OR_RETURN(float* ws,
-                       Scratch(rows, old_f.d_in, std::max(old_f.r, new_f.r)));
-      return kernels::cuda::ReprojectResidual(*ctx_, residual, rows,
-                                              View(*o, old_f, true),
-                                              View(*n, new_f, false), ws);
-    }
-    const size_t bytes = static_cast<size_t>(rows * old_f.d_in) * sizeof(float);
-    RETURN_IF_ERROR(Grow(*tmp_, bytes));
-    RETURN_IF_ERROR(Inverse(old_f, residual, rows, tmp_->floats()));
-    if (new_f.kind == GiftTransform::kFull) {
-      return Forward(new_f, tmp_->floats(), rows, nullptr, residual);
-    }
-    if (bytes > 0) {
-      GIFT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
-          residual, tmp_->data(), bytes, cudaMemcpyDeviceToDevice, stream_));
-    }
-    return Forward(new_f, residual, rows, nullptr, residual);
-  }
-
-  // ProbeLayer's steps on the device; RelL2 sums in double.
-  absl::Status Probe(const float* grad, const LayerSpec& layer,
-                     const GiftFactor& factor, ProbeResult* result) override {
-    RETURN_IF_ERROR(factor.Validate(layer.d_in()));
-    const int64_t n = layer.size(), rows = layer.d_out();
-    const kernels::QuantizeSpec spec{layer.format, layer.block_size};
-    RETURN_IF_ERROR(Grow(*probe_codes_, n));
-    RETURN_IF_ERROR(
-        Grow(*probe_scales_, kernels::NumScales(n, spec.block_size) * 4));
-    RETURN_IF_ERROR(Grow(*probe_a_, n * 4));
-    RETURN_IF_ERROR(Grow(*probe_b_, n * 4));
-    RETURN_IF_ERROR(Grow(*sums_, 4 * sizeof(double)));
-    RETURN_IF_ERROR(sums_->Zero());
-    uint8_t* q = probe_codes_->u8();
-    float* s = probe_scales_->floats();
-    float* a = probe_a_->floats();
-    float* b = probe_b_->floats();
-    auto* sums = static_cast<double*>(sums_->data());
-    RETURN_IF_ERROR(
-        kernels::cuda::Quantize(*ctx_, grad, n, spec, q, s, nullptr, nullptr));
-    RETURN_IF_ERROR(kernels::cuda::Dequantize(*ctx_, q, s, n, spec, a));
-    RETURN_IF_ERROR(device::AddSquaredError(*ctx_, grad, a, n, sums));
-    RETURN_IF_ERROR(Forward(factor, grad, rows, nullptr, a));
-    RETURN_IF_ERROR(
-        kernels::cuda::Quantize(*ctx_, a, n, spec, q, s, nullptr, nullptr));
-    RETURN_IF_ERROR(kernels::cuda::Dequantize(*ctx_, q, s, n, spec, a));
-    RETURN_IF_ERROR(Inverse(factor, a, rows, b));
-    RETURN_IF_ERROR(device::AddSquaredError(*ctx_, grad, b, n, sums + 2));
-    double h[4];
-    GIFT_CUDA_RETURN_IF_ERROR(
-        cudaMemcpyAsync(h, sums, sizeof(h), cudaMemcpyDeviceToHost, stream_));
-    RETURN_IF_ERROR(ctx_->Synchronize());
-    result->euclid_rel_l2 = h[1] > 0 ? std::sqrt(h[0] / h[1]) : 0.0;
-    result->gift_rel_l2 = h[3] > 0 ? std::sqrt(h[2] / h[3]) : 0.0;
-    return absl::OkStatus();
-  }
+// 3 doubles per comparison slot on the device, read back at EndCompare.
+class DeviceComparator : public Comparator {
+ public:
+  DeviceComparator(gpu::Context* ctx, BackendMemory* memory)
+      : ctx_(ctx), memory_(memory), compare_(memory->NewBuffer()) {}
 
   absl::Status BeginCompare(int slots) override {
     if (slots < 0) return absl::InvalidArgumentError("BeginCompare: slots < 0");
     num_compare_ = slots;
-    RETURN_IF_ERROR(Grow(*compare_, std::max(slots, 1) * 3 * sizeof(double)));
-    return Zero(compare_->data(), slots * 3 * sizeof(double));
+    RETURN_IF_ERROR(compare_->Grow(std::max(slots, 1) * 3 * sizeof(double)));
+    return memory_->Zero(compare_->data(), slots * 3 * sizeof(double));
   }
 
   absl::Status Compare(const float* ref, const float* x, int64_t n,
@@ -312,9 +209,9 @@ class DeviceFp8Backend : public Fp8Backend {
   absl::Status EndCompare(std::vector<kernels::QuantizeStats>* sums) override {
     std::vector<double> h(3 * num_compare_);
     if (num_compare_ > 0) {
-      GIFT_CUDA_RETURN_IF_ERROR(
-          cudaMemcpyAsync(h.data(), compare_->data(), h.size() * sizeof(double),
-                          cudaMemcpyDeviceToHost, stream_));
+      GIFT_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
+          h.data(), compare_->data(), h.size() * sizeof(double),
+          cudaMemcpyDeviceToHost, static_cast<cudaStream_t>(ctx_->stream())));
     }
     RETURN_IF_ERROR(ctx_->Synchronize());
     sums->assign(num_compare_, kernels::QuantizeStats());
@@ -327,80 +224,61 @@ class DeviceFp8Backend : public Fp8Backend {
   }
 
  private:
-  // Capacity-only growth for scratch (keeps the allocation when smaller).
-  absl::Status Grow(Fp8Buffer& b, size_t bytes) {
-    if (b.data() != nullptr && b.bytes() >= bytes) return absl::OkStatus();
-    return b.Resize(bytes);
+  gpu::Context* const ctx_;
+  BackendMemory* const memory_;
+  std::unique_ptr<Fp8Buffer> compare_;
+  int num_compare_ = 0;
+};
+
+// The parts above on one gpu::Context, whose stream is also the
+// communicator's.
+class DeviceFp8Backend : public Fp8Backend {
+ public:
+  DeviceFp8Backend(Communicator* comm, std::unique_ptr<gpu::Context> ctx)
+      : comm_(comm),
+        ctx_(std::move(ctx)),
+        stream_(static_cast<cudaStream_t>(ctx_->stream())),
+        control_(comm, ctx_->stream()),
+        memory_(stream_),
+        codec_(ctx_.get(), &memory_),
+        math_(ctx_.get()),
+        transforms_(ctx_.get(), &memory_),
+        probe_(ctx_.get(), &memory_, &transforms_),
+        compare_(ctx_.get(), &memory_) {}
+
+  ~DeviceFp8Backend() override {
+    // Leave no dangling stream in the communicator; work is complete (every
+    // step ends with EndStep), and a later backend sets its own stream.
+    (void)ctx_->Synchronize();
+    (void)comm_->SetStream(nullptr);
   }
 
-  absl::StatusOr<float*> Scratch(int64_t rows, int64_t d, int64_t r) {
-    const int64_t floats = kernels::WhitenWorkspaceFloats(rows, d, r);
-    RETURN_IF_ERROR(Grow(*scratch_, std::max<int64_t>(floats, 1) * 4));
-    return scratch_->floats();
+  absl::Status BeginStep() override {
+    RETURN_IF_ERROR(transforms_.BeginStep());
+    return comm_->SetStream(stream_);
   }
+  absl::Status EndStep() override { return ctx_->Synchronize(); }
+  void* stream() const override { return stream_; }
+  Communicator* control() override { return &control_; }
 
-  static kernels::LowRankView View(DeviceFactor& d, const GiftFactor& f,
-                                   bool inverse) {
-    return {d.u->floats(), inverse ? d.c_inv->floats() : d.c->floats(), f.d_in,
-            f.r};
-  }
+  BackendMemory& memory() override { return memory_; }
+  Fp8Codec& codec() override { return codec_; }
+  VectorMath& math() override { return math_; }
+  GiftTransforms& transforms() override { return transforms_; }
+  LayerProbe& probe() override { return probe_; }
+  Comparator& compare() override { return compare_; }
 
-  absl::Status Put(std::unique_ptr<Fp8Buffer>& dst,
-                   const std::vector<float>& src) {
-    dst = NewBuffer();
-    RETURN_IF_ERROR(dst->Resize(src.size() * sizeof(float)));
-    if (!src.empty()) {
-      GIFT_CUDA_RETURN_IF_ERROR(
-          cudaMemcpyAsync(dst->data(), src.data(), src.size() * sizeof(float),
-                          cudaMemcpyHostToDevice, stream_));
-    }
-    return absl::OkStatus();
-  }
-
-  // The device copy of f, uploaded on first use. Keyed by the factor object
-  // and checked against its version and array addresses, so a factor object
-  // that was replaced is uploaded again. Entries live until a step does not
-  // use them (BeginStep), so pointers stay valid within a step.
-  absl::StatusOr<DeviceFactor*> Upload(const GiftFactor& f) {
-    auto it = factors_.find(&f);
-    if (it != factors_.end() && it->second.version == f.version &&
-        it->second.host_u == f.u.data() && it->second.host_t == f.t.data()) {
-      it->second.used = steps_;
-      return &it->second;
-    }
-    if (it != factors_.end()) {
-      // A different factor at a recycled address: its arrays may still be
-      // read by queued work.
-      RETURN_IF_ERROR(ctx_->Synchronize());
-      factors_.erase(it);
-    }
-    DeviceFactor& d = factors_[&f];
-    d.used = steps_;
-    d.version = f.version;
-    d.host_u = f.u.data();
-    d.host_t = f.t.data();
-    RETURN_IF_ERROR(Put(d.u, f.u));
-    RETURN_IF_ERROR(Put(d.c, f.c));
-    RETURN_IF_ERROR(Put(d.c_inv, f.c_inv));
-    RETURN_IF_ERROR(Put(d.t, f.t));
-    RETURN_IF_ERROR(Put(d.t_inv, f.t_inv));
-    return &d;
-  }
-
+ private:
   Communicator* const comm_;
   std::unique_ptr<gpu::Context> ctx_;
   cudaStream_t stream_;
   StagingCommunicator control_;
-  std::unique_ptr<Fp8Buffer> stats_, flags_, scratch_, tmp_;
-  std::unique_ptr<Fp8Buffer> probe_codes_, probe_scales_, probe_a_, probe_b_,
-      sums_;
-  std::unique_ptr<Fp8Buffer> compare_;  // 3 doubles per comparison slot
-  int num_compare_ = 0;
-  int num_stats_ = 0;
-  int num_flags_ = 0;
-  int64_t steps_ = 0;
-  // Node-based: entries keep their addresses while others come and go.
-  std::map<const GiftFactor*, DeviceFactor> factors_;
+  DeviceMemory memory_;
+  DeviceFp8Codec codec_;
+  DeviceVectorMath math_;
+  DeviceGiftTransforms transforms_;
+  DeviceLayerProbe probe_;
+  DeviceComparator compare_;
 };
 
 }  // namespace

@@ -1,10 +1,13 @@
 // Fp8Backend on device memory: the kernels' cuda:: variants and a few
-// elementwise kernels of its own, all queued on one gpu::Context whose
-// stream is also the communicator's (SetStream), so every kernel and
-// collective of a step is ordered on one stream. Per-round statistics and
-// non-finite flags stay on the device until EndRound reads them back (a few
-// bytes per layer); the payload never leaves the device. GIFT factors are
-// uploaded once per (factor object, version) and cached.
+// elementwise kernels of its own (device_ops.h), all queued on one
+// gpu::Context whose stream is also the communicator's (SetStream), so every
+// kernel and collective of a step is ordered on one stream. Each part of
+// fp8_backend.h is a small class: memory, codec, vector math and comparator
+// in device_fp8_backend.cc, the GIFT transforms and the probe in
+// device_fp8_backend_transforms.h. Per-round statistics and non-finite flags
+// stay on the device until EndRound reads them back (a few bytes per layer);
+// the payload never leaves the device. GIFT factors are uploaded once per
+// (factor object, version) and cached.
 // Compiled only when GIFT_HAVE_CUDA; create through CreateFp8Backend.
 //
 // Thread safety: not thread-safe.

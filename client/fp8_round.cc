@@ -32,14 +32,17 @@ void RoundOutcome::Reset(size_t layers) {
   bytes_euclid = bytes_gift = 0;
 }
 
-Fp8Round::Fp8Round(Communicator* comm, Fp8Backend* backend)
+Fp8Round::Fp8Round(Communicator* comm, BackendMemory* memory, Fp8Codec* codec,
+                   VectorMath* math)
     : comm_(comm),
-      backend_(backend),
-      send_(backend->NewBuffer()),
-      recv_(backend->NewBuffer()),
-      gather_send_(backend->NewBuffer()),
-      gather_recv_(backend->NewBuffer()),
-      acc_(backend->NewBuffer()) {}
+      memory_(memory),
+      codec_(codec),
+      math_(math),
+      send_(memory->NewBuffer()),
+      recv_(memory->NewBuffer()),
+      gather_send_(memory->NewBuffer()),
+      gather_recv_(memory->NewBuffer()),
+      acc_(memory->NewBuffer()) {}
 
 absl::Status Fp8Round::Pack(const BucketPlan& plan, const PieceLayout& piece,
                             const std::vector<LayerIo>& io) {
@@ -60,9 +63,9 @@ absl::Status Fp8Round::Pack(const BucketPlan& plan, const PieceLayout& piece,
       float* res = x.worker_residual == nullptr
                        ? nullptr
                        : x.worker_residual + s.layer_begin;
-      RETURN_IF_ERROR(backend_->Quantize(x.src + s.layer_begin, s.count,
-                                         SpecOf(l), chunk + s.code_offset,
-                                         ScalesOf(chunk, c, s), res, slot++));
+      RETURN_IF_ERROR(codec_->Quantize(x.src + s.layer_begin, s.count,
+                                       SpecOf(l), chunk + s.code_offset,
+                                       ScalesOf(chunk, c, s), res, slot++));
     }
   }
   return absl::OkStatus();
@@ -85,16 +88,16 @@ absl::Status Fp8Round::Reduce(const BucketPlan& plan, const ChunkLayout& mine,
     }
     float* acc = acc_->floats() + s.code_offset;
     RETURN_IF_ERROR(
-        backend_->Accumulate(sources.data(), w, s.count, SpecOf(l), acc));
+        codec_->Accumulate(sources.data(), w, s.count, SpecOf(l), acc));
     float* res = nullptr;
     if (io[s.layer].owner_feedback && owner_residual != nullptr) {
       res = owner_residual + s.code_offset;
       if (io[s.layer].reset_owner_residual) {
-        RETURN_IF_ERROR(backend_->Zero(res, s.count * sizeof(float)));
+        RETURN_IF_ERROR(memory_->Zero(res, s.count * sizeof(float)));
       }
-      RETURN_IF_ERROR(backend_->AddInPlace(acc, res, s.count));
+      RETURN_IF_ERROR(math_->AddInPlace(acc, res, s.count));
     }
-    RETURN_IF_ERROR(backend_->Quantize(
+    RETURN_IF_ERROR(codec_->Quantize(
         acc, s.count, SpecOf(l), gather_send_->u8() + s.code_offset,
         ScalesOf(gather_send_->u8(), mine, s), res, -1));
   }
@@ -110,11 +113,11 @@ absl::Status Fp8Round::Unpack(const BucketPlan& plan, const PieceLayout& piece,
     for (const Segment& s : c.segments) {
       const LayerSpec& l = plan.layers()[s.layer];
       const float* scales = ScalesOf(chunk, c, s);
-      RETURN_IF_ERROR(backend_->FlagNonFinite(scales, s.num_scales, s.layer));
+      RETURN_IF_ERROR(codec_->FlagNonFinite(scales, s.num_scales, s.layer));
       float* out = io[s.layer].dst + s.layer_begin;
-      RETURN_IF_ERROR(backend_->Dequantize(chunk + s.code_offset, scales,
-                                           s.count, SpecOf(l), out));
-      RETURN_IF_ERROR(backend_->Divide(out, s.count, w));
+      RETURN_IF_ERROR(codec_->Dequantize(chunk + s.code_offset, scales, s.count,
+                                         SpecOf(l), out));
+      RETURN_IF_ERROR(math_->Divide(out, s.count, w));
     }
   }
   return absl::OkStatus();
@@ -126,7 +129,7 @@ absl::Status Fp8Round::Collect(const PieceLayout& piece,
                                RoundOutcome* outcome) {
   std::vector<kernels::QuantizeStats> stats;
   std::vector<uint8_t> flags;
-  RETURN_IF_ERROR(backend_->EndRound(&stats, &flags));
+  RETURN_IF_ERROR(codec_->EndRound(&stats, &flags));
   size_t slot = 0;
   for (const ChunkLayout& c : piece.chunks) {
     for (const Segment& s : c.segments) {
@@ -172,7 +175,7 @@ absl::Status Fp8Round::Run(const BucketPlan& plan, const PieceLayout& piece,
   const int w = comm_->world_size(), me = comm_->rank();
   int segments = 0;
   for (const ChunkLayout& c : piece.chunks) segments += c.segments.size();
-  RETURN_IF_ERROR(backend_->BeginRound(segments, plan.layers().size()));
+  RETURN_IF_ERROR(codec_->BeginRound(segments, plan.layers().size()));
   RETURN_IF_ERROR(Pack(plan, piece, io));
   const ChunkLayout& mine = piece.chunks[me];
   const size_t bytes = mine.wire_bytes();

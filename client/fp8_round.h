@@ -12,9 +12,10 @@
 // its scales (one AllGatherV). Every rank then dequantizes every chunk and
 // divides by W once, in FP32, into the layers' destinations.
 //
-// The arithmetic and the staging buffers come from an Fp8Backend
-// (fp8_backend.h): host memory with the CPU kernels, or device memory with
-// the CUDA kernels on the communicator's stream; the steps are the same.
+// The arithmetic and the staging buffers come from three parts of an
+// Fp8Backend (fp8_backend.h) — its memory, FP8 codec and vector math: host
+// memory with the CPU kernels, or device memory with the CUDA kernels on the
+// communicator's stream; the steps are the same.
 //
 // A NaN/Inf anywhere in a block on any rank makes the owner's sum and thus
 // its re-quantized scale NaN; every rank sees that scale after the gather
@@ -31,7 +32,9 @@
 #include "absl/status/status.h"
 #include "client/chunking.h"
 #include "client/communicator.h"
-#include "client/fp8_backend.h"
+#include "client/fp8_backend_codec.h"
+#include "client/fp8_backend_math.h"
+#include "client/fp8_backend_memory.h"
 #include "kernels/quantize.h"
 
 namespace gift::client {
@@ -62,9 +65,10 @@ struct RoundOutcome {
 
 class Fp8Round {
  public:
-  // REQUIRES: comm and backend not null, outlive this; backend's memory kind
-  // is comm's.
-  Fp8Round(Communicator* comm, Fp8Backend* backend);
+  // REQUIRES: no argument null, all outlive this; the parts are one
+  // backend's, whose memory kind is comm's.
+  Fp8Round(Communicator* comm, BackendMemory* memory, Fp8Codec* codec,
+           VectorMath* math);
 
   // Runs the round over `piece`. io has one entry per plan layer; every
   // pointer is of the backend's memory kind.
@@ -87,7 +91,9 @@ class Fp8Round {
                   uint64_t gather_bytes, RoundOutcome* outcome) const;
 
   Communicator* const comm_;
-  Fp8Backend* const backend_;
+  BackendMemory* const memory_;
+  Fp8Codec* const codec_;
+  VectorMath* const math_;
   std::unique_ptr<Fp8Buffer> send_, recv_, gather_send_, gather_recv_, acc_;
   std::vector<size_t> offsets_;
 };

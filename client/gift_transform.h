@@ -18,21 +18,23 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "client/fp8_backend_transforms.h"
 #include "client/versioned_factors.h"
 
 namespace gift::client {
 
-class GiftTransformer {
+// The host implementation of GiftTransforms (fp8_backend_transforms.h).
+class GiftTransformer : public GiftTransforms {
  public:
   // out (rows × d_in) = x T + add (add nullable; may alias out, not x).
   absl::Status Forward(const GiftFactor& f, const float* x, int64_t rows,
-                       const float* add, float* out);
+                       const float* add, float* out) override;
   // out = x T⁻¹. out must not alias x.
   absl::Status Inverse(const GiftFactor& f, const float* x, int64_t rows,
-                       float* out);
+                       float* out) override;
   // residual ← (residual T_old⁻¹) T_new, in place.
   absl::Status Reproject(const GiftFactor& old_f, const GiftFactor& new_f,
-                         float* residual, int64_t rows);
+                         float* residual, int64_t rows) override;
 
  private:
   float* Scratch(int64_t floats);

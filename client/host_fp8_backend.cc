@@ -1,10 +1,12 @@
 #include "client/host_fp8_backend.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "client/probe.h"
 
 namespace gift::client {
 namespace {
@@ -30,20 +32,25 @@ class HostBuffer : public Fp8Buffer {
 
 }  // namespace
 
-std::unique_ptr<Fp8Buffer> HostFp8Backend::NewBuffer() {
+std::unique_ptr<Fp8Buffer> HostMemory::NewBuffer() {
   return std::make_unique<HostBuffer>();
 }
 
-absl::Status HostFp8Backend::BeginRound(int stat_slots, int flags) {
+absl::Status HostMemory::Zero(void* p, size_t bytes) {
+  if (bytes > 0) std::memset(p, 0, bytes);
+  return absl::OkStatus();
+}
+
+absl::Status HostFp8Codec::BeginRound(int stat_slots, int flags) {
   stats_.assign(stat_slots, kernels::QuantizeStats());
   flags_.assign(flags, 0);
   return absl::OkStatus();
 }
 
-absl::Status HostFp8Backend::Quantize(const float* x, int64_t n,
-                                      const kernels::QuantizeSpec& spec,
-                                      uint8_t* codes, float* scales,
-                                      float* residual, int stat_slot) {
+absl::Status HostFp8Codec::Quantize(const float* x, int64_t n,
+                                    const kernels::QuantizeSpec& spec,
+                                    uint8_t* codes, float* scales,
+                                    float* residual, int stat_slot) {
   if (stat_slot >= static_cast<int>(stats_.size())) {
     return absl::InvalidArgumentError(
         absl::StrCat("Quantize: stat slot ", stat_slot, " of ", stats_.size()));
@@ -52,33 +59,22 @@ absl::Status HostFp8Backend::Quantize(const float* x, int64_t n,
                            stat_slot < 0 ? nullptr : &stats_[stat_slot]);
 }
 
-absl::Status HostFp8Backend::Dequantize(const uint8_t* codes,
-                                        const float* scales, int64_t n,
-                                        const kernels::QuantizeSpec& spec,
-                                        float* out) {
+absl::Status HostFp8Codec::Dequantize(const uint8_t* codes, const float* scales,
+                                      int64_t n,
+                                      const kernels::QuantizeSpec& spec,
+                                      float* out) {
   return kernels::Dequantize(codes, scales, n, spec, out);
 }
 
-absl::Status HostFp8Backend::Accumulate(const kernels::Fp8Source* sources,
-                                        int num_sources, int64_t n,
-                                        const kernels::QuantizeSpec& spec,
-                                        float* acc) {
+absl::Status HostFp8Codec::Accumulate(const kernels::Fp8Source* sources,
+                                      int num_sources, int64_t n,
+                                      const kernels::QuantizeSpec& spec,
+                                      float* acc) {
   return kernels::DequantizeAccumulate(sources, num_sources, n, spec, true,
                                        acc);
 }
 
-absl::Status HostFp8Backend::AddInPlace(float* acc, const float* x, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) acc[i] = acc[i] + x[i];
-  return absl::OkStatus();
-}
-
-absl::Status HostFp8Backend::Divide(float* x, int64_t n, float w) {
-  for (int64_t i = 0; i < n; ++i) x[i] = x[i] / w;
-  return absl::OkStatus();
-}
-
-absl::Status HostFp8Backend::FlagNonFinite(const float* x, int64_t n,
-                                           int flag) {
+absl::Status HostFp8Codec::FlagNonFinite(const float* x, int64_t n, int flag) {
   if (flag < 0 || flag >= static_cast<int>(flags_.size())) {
     return absl::InvalidArgumentError(
         absl::StrCat("FlagNonFinite: flag ", flag, " of ", flags_.size()));
@@ -92,24 +88,29 @@ absl::Status HostFp8Backend::FlagNonFinite(const float* x, int64_t n,
   return absl::OkStatus();
 }
 
-absl::Status HostFp8Backend::EndRound(
-    std::vector<kernels::QuantizeStats>* stats, std::vector<uint8_t>* flags) {
+absl::Status HostFp8Codec::EndRound(std::vector<kernels::QuantizeStats>* stats,
+                                    std::vector<uint8_t>* flags) {
   *stats = stats_;
   *flags = flags_;
   return absl::OkStatus();
 }
 
-absl::Status HostFp8Backend::Zero(void* p, size_t bytes) {
-  if (bytes > 0) std::memset(p, 0, bytes);
+absl::Status HostVectorMath::AddInPlace(float* acc, const float* x, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) acc[i] = acc[i] + x[i];
   return absl::OkStatus();
 }
 
-absl::Status HostFp8Backend::FillNaN(float* x, int64_t n) {
+absl::Status HostVectorMath::Divide(float* x, int64_t n, float w) {
+  for (int64_t i = 0; i < n; ++i) x[i] = x[i] / w;
+  return absl::OkStatus();
+}
+
+absl::Status HostVectorMath::FillNaN(float* x, int64_t n) {
   std::fill(x, x + n, std::numeric_limits<float>::quiet_NaN());
   return absl::OkStatus();
 }
 
-absl::Status HostFp8Backend::ToBf16(const float* x, int64_t n, uint16_t* out) {
+absl::Status HostVectorMath::ToBf16(const float* x, int64_t n, uint16_t* out) {
   for (int64_t k = 0; k < n; ++k) {
     uint32_t u;
     std::memcpy(&u, &x[k], 4);
@@ -123,7 +124,7 @@ absl::Status HostFp8Backend::ToBf16(const float* x, int64_t n, uint16_t* out) {
   return absl::OkStatus();
 }
 
-absl::Status HostFp8Backend::FromBf16(const uint16_t* x, int64_t n,
+absl::Status HostVectorMath::FromBf16(const uint16_t* x, int64_t n,
                                       float* out) {
   for (int64_t k = 0; k < n; ++k) {
     const uint32_t u = static_cast<uint32_t>(x[k]) << 16;
@@ -132,36 +133,19 @@ absl::Status HostFp8Backend::FromBf16(const uint16_t* x, int64_t n,
   return absl::OkStatus();
 }
 
-absl::Status HostFp8Backend::Forward(const GiftFactor& f, const float* x,
-                                     int64_t rows, const float* add,
-                                     float* out) {
-  return transformer_.Forward(f, x, rows, add, out);
-}
-
-absl::Status HostFp8Backend::Inverse(const GiftFactor& f, const float* x,
-                                     int64_t rows, float* out) {
-  return transformer_.Inverse(f, x, rows, out);
-}
-
-absl::Status HostFp8Backend::Reproject(const GiftFactor& old_f,
-                                       const GiftFactor& new_f, float* residual,
-                                       int64_t rows) {
-  return transformer_.Reproject(old_f, new_f, residual, rows);
-}
-
-absl::Status HostFp8Backend::Probe(const float* grad, const LayerSpec& layer,
+absl::Status HostLayerProbe::Probe(const float* grad, const LayerSpec& layer,
                                    const GiftFactor& factor,
                                    ProbeResult* result) {
-  return ProbeLayer(grad, layer, factor, &transformer_, result);
+  return ProbeLayer(grad, layer, factor, transformer_, result);
 }
 
-absl::Status HostFp8Backend::BeginCompare(int slots) {
+absl::Status HostComparator::BeginCompare(int slots) {
   if (slots < 0) return absl::InvalidArgumentError("BeginCompare: slots < 0");
   compare_.assign(slots, kernels::QuantizeStats());
   return absl::OkStatus();
 }
 
-absl::Status HostFp8Backend::Compare(const float* ref, const float* x,
+absl::Status HostComparator::Compare(const float* ref, const float* x,
                                      int64_t n, int slot) {
   if (slot < 0 || slot >= static_cast<int>(compare_.size())) {
     return absl::InvalidArgumentError(
@@ -181,7 +165,7 @@ absl::Status HostFp8Backend::Compare(const float* ref, const float* x,
   return absl::OkStatus();
 }
 
-absl::Status HostFp8Backend::EndCompare(
+absl::Status HostComparator::EndCompare(
     std::vector<kernels::QuantizeStats>* sums) {
   *sums = compare_;
   return absl::OkStatus();

@@ -7,21 +7,20 @@
 //   RETURN_IF_ERROR(ProbeLayer(grad, spec, factor, &transformer, &p));
 //   double gain = 1 - p.gift_rel_l2 / p.euclid_rel_l2;
 //
+// ProbeLayer is the host reference; fp8_backend_probe.h's LayerProbe runs it
+// on either backend's memory.
+//
 // Thread safety: pure apart from the transformer's scratch.
 #ifndef GIFT_CLIENT_PROBE_H_
 #define GIFT_CLIENT_PROBE_H_
 
 #include "absl/status/status.h"
 #include "client/bucket_plan.h"
+#include "client/fp8_backend_probe.h"
 #include "client/gift_transform.h"
 #include "client/versioned_factors.h"
 
 namespace gift::client {
-
-struct ProbeResult {
-  double euclid_rel_l2 = 0;
-  double gift_rel_l2 = 0;
-};
 
 // grad is the layer's d_out × d_in gradient. Euclidean: quantize with the
 // layer's format and granularity (over the whole layer). GIFT: W T,

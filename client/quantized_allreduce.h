@@ -279,6 +279,17 @@ class QuantizedAllReduce {
                              GiftState& st);
   absl::Status RunFp8(float* data, const Group& g, const BucketGroup& layout,
                       StepTelemetry* t);
+  // RunFp8's three stages: the layers' inputs (GIFT whitening), the rounds
+  // over the pieces, the layers' outputs (NaN fill, un-whitening).
+  absl::Status PrepareLayers(float* data, const Group& g, StepTelemetry* t,
+                             std::vector<LayerIo>* io,
+                             std::vector<const GiftFactor*>* used);
+  absl::Status RunRounds(const BucketPlan& plan, const BucketGroup& layout,
+                         const std::vector<LayerIo>& io, RoundOutcome* outcome);
+  absl::Status FinishLayers(float* data, const Group& g,
+                            const std::vector<LayerIo>& io,
+                            const std::vector<const GiftFactor*>& used,
+                            const RoundOutcome& outcome, StepTelemetry* t);
   absl::StatusOr<const BucketPlan*> AgreeOnStep(const VersionedFactors& factors,
                                                 std::vector<int64_t>* versions);
   // Audit steps: the running sums before the round, the audit after it.

@@ -118,7 +118,7 @@ class DeviceBackendTest : public ::testing::Test {
     auto b = CreateFp8Backend(comm_.get());
     ASSERT_OK(b);
     dev_ = std::move(*b);
-    ASSERT_EQ(dev_->memory_kind(), MemoryKind::kDevice);
+    ASSERT_EQ(dev_->memory().memory_kind(), MemoryKind::kDevice);
   }
   void TearDown() override {
     dev_.reset();
@@ -129,7 +129,7 @@ class DeviceBackendTest : public ::testing::Test {
   // A device buffer holding `fill` bytes everywhere (to see unwritten
   // outputs).
   std::unique_ptr<Fp8Buffer> Sentinel(size_t bytes, int fill) {
-    std::unique_ptr<Fp8Buffer> b = dev_->NewBuffer();
+    std::unique_ptr<Fp8Buffer> b = dev_->memory().NewBuffer();
     EXPECT_OK(b->Resize(bytes));
     EXPECT_EQ(cudaMemset(b->data(), fill, bytes), cudaSuccess);
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
@@ -147,32 +147,33 @@ TEST_F(DeviceBackendTest, ElementwiseOpsMatchHostBitwise) {
   constexpr int64_t kN = 300007;
   const std::vector<float> x = RandomData(kN, 1, true);
   const std::vector<float> y = RandomData(kN, 2, true);
-  auto dx = dev_->NewBuffer(), dy = dev_->NewBuffer();
+  auto dx = dev_->memory().NewBuffer(), dy = dev_->memory().NewBuffer();
   Upload(*dx, x);
   Upload(*dy, y);
 
   std::vector<float> h = x;  // acc + y, then / 3
-  ASSERT_OK(host_.AddInPlace(h.data(), y.data(), kN));
-  ASSERT_OK(host_.Divide(h.data(), kN, 3.0f));
-  ASSERT_OK(dev_->AddInPlace(dx->floats(), dy->floats(), kN));
-  ASSERT_OK(dev_->Divide(dx->floats(), kN, 3.0f));
+  ASSERT_OK(host_.math().AddInPlace(h.data(), y.data(), kN));
+  ASSERT_OK(host_.math().Divide(h.data(), kN, 3.0f));
+  ASSERT_OK(dev_->math().AddInPlace(dx->floats(), dy->floats(), kN));
+  ASSERT_OK(dev_->math().Divide(dx->floats(), kN, 3.0f));
   EXPECT_EQ(BitDiffs(Download<float>(*dx, kN), h), 0) << "add + divide";
 
   std::vector<uint16_t> hb(kN);
   std::vector<float> hf(kN);
-  ASSERT_OK(host_.ToBf16(y.data(), kN, hb.data()));
-  ASSERT_OK(host_.FromBf16(hb.data(), kN, hf.data()));
+  ASSERT_OK(host_.math().ToBf16(y.data(), kN, hb.data()));
+  ASSERT_OK(host_.math().FromBf16(hb.data(), kN, hf.data()));
   auto db = Sentinel(kN * 2, 0xA5), df = Sentinel(kN * 4, 0xA5);
-  ASSERT_OK(dev_->ToBf16(dy->floats(), kN, static_cast<uint16_t*>(db->data())));
-  ASSERT_OK(
-      dev_->FromBf16(static_cast<uint16_t*>(db->data()), kN, df->floats()));
+  ASSERT_OK(dev_->math().ToBf16(dy->floats(), kN,
+                                static_cast<uint16_t*>(db->data())));
+  ASSERT_OK(dev_->math().FromBf16(static_cast<uint16_t*>(db->data()), kN,
+                                  df->floats()));
   EXPECT_EQ(BitDiffs(Download<uint16_t>(*db, kN), hb), 0) << "to bf16";
   EXPECT_EQ(BitDiffs(Download<float>(*df, kN), hf), 0) << "from bf16";
 
   auto dn = Sentinel(kN * 4, 0);
-  ASSERT_OK(dev_->FillNaN(dn->floats(), kN));
+  ASSERT_OK(dev_->math().FillNaN(dn->floats(), kN));
   std::vector<float> hn(kN);
-  ASSERT_OK(host_.FillNaN(hn.data(), kN));
+  ASSERT_OK(host_.math().FillNaN(hn.data(), kN));
   EXPECT_EQ(BitDiffs(Download<float>(*dn, kN), hn), 0) << "fill NaN";
 }
 
@@ -182,19 +183,20 @@ TEST_F(DeviceBackendTest, CompareSlotsMatchHost) {
   constexpr int64_t kN = 200003;
   const std::vector<float> ref = RandomData(kN, 3, true);
   const std::vector<float> x = RandomData(kN, 4, true);
-  auto dref = dev_->NewBuffer(), dx = dev_->NewBuffer();
+  auto dref = dev_->memory().NewBuffer(), dx = dev_->memory().NewBuffer();
   Upload(*dref, ref);
   Upload(*dx, x);
-  ASSERT_OK(host_.BeginCompare(3));
-  ASSERT_OK(host_.Compare(ref.data(), x.data(), kN, 0));
-  ASSERT_OK(host_.Compare(x.data(), x.data(), kN, 2));
-  ASSERT_OK(dev_->BeginCompare(3));
-  ASSERT_OK(dev_->Compare(dref->floats(), dx->floats(), kN, 0));
-  ASSERT_OK(dev_->Compare(dx->floats(), dx->floats(), kN, 2));
-  EXPECT_FALSE(dev_->Compare(dref->floats(), dx->floats(), kN, 3).ok());
+  ASSERT_OK(host_.compare().BeginCompare(3));
+  ASSERT_OK(host_.compare().Compare(ref.data(), x.data(), kN, 0));
+  ASSERT_OK(host_.compare().Compare(x.data(), x.data(), kN, 2));
+  ASSERT_OK(dev_->compare().BeginCompare(3));
+  ASSERT_OK(dev_->compare().Compare(dref->floats(), dx->floats(), kN, 0));
+  ASSERT_OK(dev_->compare().Compare(dx->floats(), dx->floats(), kN, 2));
+  EXPECT_FALSE(
+      dev_->compare().Compare(dref->floats(), dx->floats(), kN, 3).ok());
   std::vector<kernels::QuantizeStats> h, d;
-  ASSERT_OK(host_.EndCompare(&h));
-  ASSERT_OK(dev_->EndCompare(&d));
+  ASSERT_OK(host_.compare().EndCompare(&h));
+  ASSERT_OK(dev_->compare().EndCompare(&d));
   ASSERT_EQ(d.size(), 3u);
   for (int i : {0, 2}) {
     EXPECT_NEAR(d[i].err_sq, h[i].err_sq, 1e-9 * (1 + h[i].err_sq)) << i;
@@ -215,31 +217,31 @@ TEST_F(DeviceBackendTest, RoundPrimitivesMatchHost) {
   x[12345] = kNaN;  // a flagged block
   std::vector<uint8_t> hq(kN);
   std::vector<float> hs(ns), hr(kN), hacc(kN);
-  ASSERT_OK(host_.BeginRound(2, 3));
-  ASSERT_OK(
-      host_.Quantize(x.data(), kN, spec, hq.data(), hs.data(), hr.data(), 1));
+  ASSERT_OK(host_.codec().BeginRound(2, 3));
+  ASSERT_OK(host_.codec().Quantize(x.data(), kN, spec, hq.data(), hs.data(),
+                                   hr.data(), 1));
   const kernels::Fp8Source hsrc[2] = {{hq.data(), hs.data()},
                                       {hq.data(), hs.data()}};
-  ASSERT_OK(host_.Accumulate(hsrc, 2, kN, spec, hacc.data()));
-  ASSERT_OK(host_.FlagNonFinite(hs.data(), ns, 2));
-  ASSERT_OK(host_.FlagNonFinite(hr.data(), kN, 0));
+  ASSERT_OK(host_.codec().Accumulate(hsrc, 2, kN, spec, hacc.data()));
+  ASSERT_OK(host_.codec().FlagNonFinite(hs.data(), ns, 2));
+  ASSERT_OK(host_.codec().FlagNonFinite(hr.data(), kN, 0));
   std::vector<kernels::QuantizeStats> hst, dst;
   std::vector<uint8_t> hfl, dfl;
-  ASSERT_OK(host_.EndRound(&hst, &hfl));
+  ASSERT_OK(host_.codec().EndRound(&hst, &hfl));
 
-  auto dx = dev_->NewBuffer();
+  auto dx = dev_->memory().NewBuffer();
   Upload(*dx, x);
   auto dq = Sentinel(kN, 0x55), ds = Sentinel(ns * 4, 0x55),
        dr = Sentinel(kN * 4, 0x55), dacc = Sentinel(kN * 4, 0x55);
-  ASSERT_OK(dev_->BeginRound(2, 3));
-  ASSERT_OK(dev_->Quantize(dx->floats(), kN, spec, dq->u8(), ds->floats(),
-                           dr->floats(), 1));
+  ASSERT_OK(dev_->codec().BeginRound(2, 3));
+  ASSERT_OK(dev_->codec().Quantize(dx->floats(), kN, spec, dq->u8(),
+                                   ds->floats(), dr->floats(), 1));
   const kernels::Fp8Source dsrc[2] = {{dq->u8(), ds->floats()},
                                       {dq->u8(), ds->floats()}};
-  ASSERT_OK(dev_->Accumulate(dsrc, 2, kN, spec, dacc->floats()));
-  ASSERT_OK(dev_->FlagNonFinite(ds->floats(), ns, 2));
-  ASSERT_OK(dev_->FlagNonFinite(dr->floats(), kN, 0));
-  ASSERT_OK(dev_->EndRound(&dst, &dfl));
+  ASSERT_OK(dev_->codec().Accumulate(dsrc, 2, kN, spec, dacc->floats()));
+  ASSERT_OK(dev_->codec().FlagNonFinite(ds->floats(), ns, 2));
+  ASSERT_OK(dev_->codec().FlagNonFinite(dr->floats(), kN, 0));
+  ASSERT_OK(dev_->codec().EndRound(&dst, &dfl));
 
   EXPECT_EQ(BitDiffs(Download<uint8_t>(*dq, kN), hq), 0) << "codes";
   EXPECT_EQ(BitDiffs(Download<float>(*ds, ns), hs), 0) << "scales";
@@ -263,7 +265,7 @@ TEST_F(DeviceBackendTest, GiftTransformsAndProbeMatchHost) {
   const GiftFactor full = SyntheticFull(3, kD, 7);
   const std::vector<float> x = RandomData(kRows * kD, 8, false);
   const std::vector<float> add = RandomData(kRows * kD, 9, false);
-  auto dx = dev_->NewBuffer(), dadd = dev_->NewBuffer();
+  auto dx = dev_->memory().NewBuffer(), dadd = dev_->memory().NewBuffer();
   Upload(*dx, x);
   Upload(*dadd, add);
   auto rel = [](const std::vector<float>& a, const std::vector<float>& b) {
@@ -277,28 +279,29 @@ TEST_F(DeviceBackendTest, GiftTransformsAndProbeMatchHost) {
   for (const GiftFactor* f : {&low1, &full}) {
     SCOPED_TRACE(f->kind == GiftTransform::kFull ? "full" : "low-rank");
     std::vector<float> h(x.size()), hi(x.size());
-    ASSERT_OK(host_.Forward(*f, x.data(), kRows, add.data(), h.data()));
-    ASSERT_OK(host_.Inverse(*f, h.data(), kRows, hi.data()));
-    auto d = Sentinel(x.size() * 4, 0x7F), di = Sentinel(x.size() * 4, 0x7F);
     ASSERT_OK(
-        dev_->Forward(*f, dx->floats(), kRows, dadd->floats(), d->floats()));
-    ASSERT_OK(dev_->Inverse(*f, d->floats(), kRows, di->floats()));
+        host_.transforms().Forward(*f, x.data(), kRows, add.data(), h.data()));
+    ASSERT_OK(host_.transforms().Inverse(*f, h.data(), kRows, hi.data()));
+    auto d = Sentinel(x.size() * 4, 0x7F), di = Sentinel(x.size() * 4, 0x7F);
+    ASSERT_OK(dev_->transforms().Forward(*f, dx->floats(), kRows,
+                                         dadd->floats(), d->floats()));
+    ASSERT_OK(dev_->transforms().Inverse(*f, d->floats(), kRows, di->floats()));
     EXPECT_LT(rel(Download<float>(*d, x.size()), h), 1e-5);
     EXPECT_LT(rel(Download<float>(*di, x.size()), hi), 1e-5);
   }
   // Re-projection low → low (fused kernel) and low → full (two products).
   for (const GiftFactor* next : {&low2, &full}) {
     std::vector<float> h = add;
-    ASSERT_OK(host_.Reproject(low1, *next, h.data(), kRows));
-    auto d = dev_->NewBuffer();
+    ASSERT_OK(host_.transforms().Reproject(low1, *next, h.data(), kRows));
+    auto d = dev_->memory().NewBuffer();
     Upload(*d, add);
-    ASSERT_OK(dev_->Reproject(low1, *next, d->floats(), kRows));
+    ASSERT_OK(dev_->transforms().Reproject(low1, *next, d->floats(), kRows));
     EXPECT_LT(rel(Download<float>(*d, x.size()), h), 1e-5);
   }
   LayerSpec layer{.name = "w", .shape = {kRows, kD}};
   ProbeResult hp, dp;
-  ASSERT_OK(host_.Probe(x.data(), layer, low1, &hp));
-  ASSERT_OK(dev_->Probe(dx->floats(), layer, low1, &dp));
+  ASSERT_OK(host_.probe().Probe(x.data(), layer, low1, &hp));
+  ASSERT_OK(dev_->probe().Probe(dx->floats(), layer, low1, &dp));
   EXPECT_GT(hp.euclid_rel_l2, 0.0);
   EXPECT_NEAR(dp.euclid_rel_l2, hp.euclid_rel_l2, 1e-9);
   EXPECT_NEAR(dp.gift_rel_l2, hp.gift_rel_l2, 1e-3 * hp.gift_rel_l2);
