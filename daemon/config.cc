@@ -3,11 +3,6 @@
 // The table itself, and the texts printed from it, are in config_options.cc.
 #include "daemon/config.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cstring>
 #include <map>
 #include <utility>
@@ -24,6 +19,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/types/optional.h"
+#include "common/file.h"
 #include "common/status_macros.h"
 #include "daemon/config_options.h"
 #include "daemon/coord/etcd_client.h"
@@ -220,49 +216,9 @@ absl::Status ApplyFlags(const std::vector<std::string>& flags, Sources& sources,
   return absl::OkStatus();
 }
 
-// Bounds of the files giftd reads: a full --print-config is about 6 KB.
+// The bound of the config file giftd reads: a full --print-config is about
+// 6 KB.
 constexpr int64_t kMaxConfigBytes = 1 << 20;
-constexpr int64_t kMaxTokenBytes = 64 << 10;
-
-// A regular file of at most `max_bytes`. `what` names the file in the
-// error: "config file", "job_token_file". A FIFO, a device (/dev/zero) or a
-// directory is refused before any read, so a bad path cannot block giftd or
-// feed it without end.
-absl::StatusOr<std::string> ReadFile(const std::string& path, const char* what,
-                                     int64_t max_bytes) {
-  auto fail = [&path, what](const std::string& why) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("cannot read %s '%s': %s", what, path, why));
-  };
-  // O_NONBLOCK: opening a FIFO must not wait for a writer.
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) return fail(std::strerror(errno));
-  struct stat st;
-  std::string why;
-  if (::fstat(fd, &st) != 0) {
-    why = std::strerror(errno);
-  } else if (!S_ISREG(st.st_mode)) {
-    why = "not a regular file";
-  } else if (st.st_size > max_bytes) {
-    why = absl::StrFormat("%d bytes, more than the %d allowed",
-                          static_cast<int64_t>(st.st_size), max_bytes);
-  }
-  std::string text;
-  char buf[4096];
-  while (why.empty()) {
-    const ssize_t n = ::read(fd, buf, sizeof(buf));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) why = std::strerror(errno);
-    if (n <= 0) break;
-    text.append(buf, static_cast<size_t>(n));
-    if (static_cast<int64_t>(text.size()) > max_bytes) {
-      why = absl::StrFormat("more than the %d bytes allowed", max_bytes);
-    }
-  }
-  ::close(fd);
-  if (!why.empty()) return fail(why);
-  return text;
-}
 
 // ---- cross-field checks
 
@@ -501,7 +457,7 @@ absl::Status ValidateKeyed(const DaemonConfig& config) {
 
 absl::StatusOr<std::string> ReadSecretFile(const std::string& path,
                                            const char* option) {
-  return ReadFile(path, option, kMaxTokenBytes);
+  return ReadFile(path, kMaxTokenFileBytes, option);
 }
 
 absl::Status ValidateConfig(const DaemonConfig& config) {
@@ -547,7 +503,7 @@ absl::StatusOr<DaemonConfig> LoadConfig(int argc, const char* const* argv) {
   }
   std::string yaml;
   if (have_file) {
-    ASSIGN_OR_RETURN(yaml, ReadFile(file, "config file", kMaxConfigBytes));
+    ASSIGN_OR_RETURN(yaml, ReadFile(file, kMaxConfigBytes, "config file"));
   }
   return LoadConfigFromString(yaml, file, flags);
 }

@@ -11,10 +11,8 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <memory>
 #include <mutex>
-#include <sstream>
 #include <string>
 #include <utility>
 
@@ -22,6 +20,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "common/file.h"
 #include "common/status_macros.h"
 #include "daemon/grpc/grpc_services.h"
 
@@ -57,19 +56,6 @@ bool IsLoopback(absl::string_view address) {
          IN6_IS_ADDR_LOOPBACK(&v6);
 }
 
-// `what` names the option, so the operator knows which file is wrong.
-absl::StatusOr<std::string> ReadFile(const std::string& path,
-                                     absl::string_view what) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream content;
-  if (in) content << in.rdbuf();
-  if (!in || in.bad()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cannot read ", what, " ", path, ": ", strerror(errno)));
-  }
-  return content.str();
-}
-
 // The Control bearer token; "" when none is configured (loopback only).
 absl::StatusOr<std::string> ReadToken(const GrpcServerOptions& options) {
   if (options.control_token_file.empty()) {
@@ -82,7 +68,8 @@ absl::StatusOr<std::string> ReadToken(const GrpcServerOptions& options) {
     return std::string();
   }
   ASSIGN_OR_RETURN(std::string token,
-                   ReadFile(options.control_token_file, "control_token_file"));
+                   ReadFile(options.control_token_file, kMaxTokenFileBytes,
+                            "control_token_file"));
   absl::StripTrailingAsciiWhitespace(&token);
   if (token.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -99,10 +86,12 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ControlCredentials(
   }
   if (options.tls_cert_file.empty()) return grpc::InsecureServerCredentials();
   grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
-  ASSIGN_OR_RETURN(pair.cert_chain,
-                   ReadFile(options.tls_cert_file, "tls_cert_file"));
-  ASSIGN_OR_RETURN(pair.private_key,
-                   ReadFile(options.tls_key_file, "tls_key_file"));
+  ASSIGN_OR_RETURN(
+      pair.cert_chain,
+      ReadFile(options.tls_cert_file, kMaxPemFileBytes, "tls_cert_file"));
+  ASSIGN_OR_RETURN(
+      pair.private_key,
+      ReadFile(options.tls_key_file, kMaxPemFileBytes, "tls_key_file"));
   grpc::SslServerCredentialsOptions ssl;
   ssl.pem_key_cert_pairs.push_back(std::move(pair));
   return grpc::SslServerCredentials(ssl);

@@ -5,14 +5,13 @@
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/file.h"
 #include "common/status_macros.h"
 #include "daemon/peer/peer_link_impl.h"
 
@@ -45,14 +44,16 @@ std::string WithPort(const std::string& address, int port) {
 
 absl::StatusOr<std::string> ReadPem(const std::string& path,
                                     const char* field) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  if (in) text << in.rdbuf();
-  if (!in || text.str().empty()) {
+  absl::StatusOr<std::string> text = ReadRegularFile(path, kMaxPemFileBytes);
+  if (!text.ok()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: cannot read '%s': %s", field, path, text.status().message()));
+  }
+  if (text->empty()) {
     return absl::InvalidArgumentError(
         absl::StrFormat("%s: cannot read '%s' (or it is empty)", field, path));
   }
-  return text.str();
+  return text;
 }
 
 absl::StatusOr<PeerTls> ReadTls(const PeerLinkOptions& o) {
