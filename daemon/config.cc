@@ -20,6 +20,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/types/optional.h"
 #include "common/file.h"
+#include "common/net.h"
 #include "common/status_macros.h"
 #include "daemon/config_options.h"
 #include "daemon/coord/etcd_client.h"
@@ -224,33 +225,21 @@ constexpr int64_t kMaxConfigBytes = 1 << 20;
 
 // host:port, IPv6 hosts in brackets, numeric port (0 = any free port).
 absl::Status CheckAddress(const std::string& name, const std::string& addr) {
-  size_t colon = addr.rfind(':');
-  std::string host = colon == std::string::npos ? "" : addr.substr(0, colon);
-  bool bracketed = absl::StartsWith(host, "[") && absl::EndsWith(host, "]");
-  if (host.empty() || (host.find(':') != std::string::npos && !bracketed)) {
+  absl::StatusOr<net::SplitAddress> split = net::SplitHostPort(addr);
+  if (!split.ok() || split->host.empty()) {
     return Invalid(
         absl::StrFormat(
             "%s must be host:port, IPv6 hosts in brackets (got '%s')", name,
             addr),
         {name});
   }
-  std::string port = addr.substr(colon + 1);
-  int p = -1;
-  bool digits = !port.empty() && port.size() <= 5 &&
-                port.find_first_not_of("0123456789") == std::string::npos;
-  if (!digits || !absl::SimpleAtoi(port, &p) || p > 65535) {
+  if (!net::ParsePort(split->port).ok()) {
     return Invalid(
         absl::StrFormat("%s: port must be a number in 0..65535 (got '%s')",
-                        name, port),
+                        name, split->port),
         {name});
   }
   return absl::OkStatus();
-}
-
-bool IsLoopback(const std::string& addr) {
-  std::string host = addr.substr(0, addr.rfind(':'));
-  return host == "127.0.0.1" || host == "[::1]" || host == "::1" ||
-         host == "localhost";
 }
 
 absl::Status CheckPaths(const DaemonConfig& c) {
@@ -352,8 +341,8 @@ absl::Status CheckPeerTls(const DaemonConfig& c) {
 }
 
 bool IsWildcard(const std::string& addr) {
-  std::string host = addr.substr(0, addr.rfind(':'));
-  return host == "0.0.0.0" || host == "[::]";
+  absl::StatusOr<net::SplitAddress> split = net::SplitHostPort(addr);
+  return split.ok() && net::IsWildcardHost(split->host);
 }
 
 absl::Status CheckPeer(const DaemonConfig& c) {
@@ -400,7 +389,8 @@ absl::Status CheckEndpoints(const DaemonConfig& c) {
   if (!c.metrics_address.empty()) {
     RETURN_IF_ERROR(CheckAddress("metrics_address", c.metrics_address));
   }
-  if (!IsLoopback(c.control_address) && c.control_token_file.empty()) {
+  if (!net::IsLoopbackAddress(c.control_address) &&
+      c.control_token_file.empty()) {
     return Invalid(absl::StrFormat("control_token_file is required when "
                                    "control_address is not loopback (got '%s')",
                                    c.control_address),

@@ -1,6 +1,5 @@
 #include "daemon/grpc/grpc_server.h"
 
-#include <arpa/inet.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
@@ -19,8 +18,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/string_view.h"
 #include "common/file.h"
+#include "common/net.h"
 #include "common/status_macros.h"
 #include "daemon/grpc/grpc_services.h"
 
@@ -30,36 +29,10 @@ namespace {
 constexpr char kAgentServiceName[] = "gift.v1.Agent";
 constexpr char kControlServiceName[] = "gift.v1.Control";
 
-// The host of "host:port" or "[v6]:port".
-absl::string_view HostOf(absl::string_view address) {
-  if (!address.empty() && address.front() == '[') {
-    size_t close = address.find(']');
-    return address.substr(0,
-                          close == absl::string_view::npos ? close : close + 1);
-  }
-  size_t colon = address.rfind(':');
-  return colon == absl::string_view::npos ? address : address.substr(0, colon);
-}
-
-bool IsLoopback(absl::string_view address) {
-  std::string host = absl::AsciiStrToLower(HostOf(address));
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
-  if (host == "localhost") return true;
-  in_addr v4;
-  if (inet_pton(AF_INET, host.c_str(), &v4) == 1) {
-    return (ntohl(v4.s_addr) >> 24) == 127;  // 127.0.0.0/8
-  }
-  in6_addr v6;
-  return inet_pton(AF_INET6, host.c_str(), &v6) == 1 &&
-         IN6_IS_ADDR_LOOPBACK(&v6);
-}
-
 // The Control bearer token; "" when none is configured (loopback only).
 absl::StatusOr<std::string> ReadToken(const GrpcServerOptions& options) {
   if (options.control_token_file.empty()) {
-    if (!IsLoopback(options.control_address)) {
+    if (!net::IsLoopbackAddress(options.control_address)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "control_address ", options.control_address,
           " is not loopback: a bearer token file (control_token_file) is "
