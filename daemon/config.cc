@@ -3,11 +3,6 @@
 // The table itself, and the texts printed from it, are in config_options.cc.
 #include "daemon/config.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cstring>
 #include <map>
 #include <utility>
@@ -24,6 +19,8 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/types/optional.h"
+#include "common/file.h"
+#include "common/net.h"
 #include "common/status_macros.h"
 #include "daemon/config_options.h"
 #include "daemon/coord/etcd_client.h"
@@ -220,81 +217,29 @@ absl::Status ApplyFlags(const std::vector<std::string>& flags, Sources& sources,
   return absl::OkStatus();
 }
 
-// Bounds of the files giftd reads: a full --print-config is about 6 KB.
+// The bound of the config file giftd reads: a full --print-config is about
+// 6 KB.
 constexpr int64_t kMaxConfigBytes = 1 << 20;
-constexpr int64_t kMaxTokenBytes = 64 << 10;
-
-// A regular file of at most `max_bytes`. `what` names the file in the
-// error: "config file", "job_token_file". A FIFO, a device (/dev/zero) or a
-// directory is refused before any read, so a bad path cannot block giftd or
-// feed it without end.
-absl::StatusOr<std::string> ReadFile(const std::string& path, const char* what,
-                                     int64_t max_bytes) {
-  auto fail = [&path, what](const std::string& why) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("cannot read %s '%s': %s", what, path, why));
-  };
-  // O_NONBLOCK: opening a FIFO must not wait for a writer.
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  if (fd < 0) return fail(std::strerror(errno));
-  struct stat st;
-  std::string why;
-  if (::fstat(fd, &st) != 0) {
-    why = std::strerror(errno);
-  } else if (!S_ISREG(st.st_mode)) {
-    why = "not a regular file";
-  } else if (st.st_size > max_bytes) {
-    why = absl::StrFormat("%d bytes, more than the %d allowed",
-                          static_cast<int64_t>(st.st_size), max_bytes);
-  }
-  std::string text;
-  char buf[4096];
-  while (why.empty()) {
-    const ssize_t n = ::read(fd, buf, sizeof(buf));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) why = std::strerror(errno);
-    if (n <= 0) break;
-    text.append(buf, static_cast<size_t>(n));
-    if (static_cast<int64_t>(text.size()) > max_bytes) {
-      why = absl::StrFormat("more than the %d bytes allowed", max_bytes);
-    }
-  }
-  ::close(fd);
-  if (!why.empty()) return fail(why);
-  return text;
-}
 
 // ---- cross-field checks
 
 // host:port, IPv6 hosts in brackets, numeric port (0 = any free port).
 absl::Status CheckAddress(const std::string& name, const std::string& addr) {
-  size_t colon = addr.rfind(':');
-  std::string host = colon == std::string::npos ? "" : addr.substr(0, colon);
-  bool bracketed = absl::StartsWith(host, "[") && absl::EndsWith(host, "]");
-  if (host.empty() || (host.find(':') != std::string::npos && !bracketed)) {
+  absl::StatusOr<net::SplitAddress> split = net::SplitHostPort(addr);
+  if (!split.ok() || split->host.empty()) {
     return Invalid(
         absl::StrFormat(
             "%s must be host:port, IPv6 hosts in brackets (got '%s')", name,
             addr),
         {name});
   }
-  std::string port = addr.substr(colon + 1);
-  int p = -1;
-  bool digits = !port.empty() && port.size() <= 5 &&
-                port.find_first_not_of("0123456789") == std::string::npos;
-  if (!digits || !absl::SimpleAtoi(port, &p) || p > 65535) {
+  if (!net::ParsePort(split->port).ok()) {
     return Invalid(
         absl::StrFormat("%s: port must be a number in 0..65535 (got '%s')",
-                        name, port),
+                        name, split->port),
         {name});
   }
   return absl::OkStatus();
-}
-
-bool IsLoopback(const std::string& addr) {
-  std::string host = addr.substr(0, addr.rfind(':'));
-  return host == "127.0.0.1" || host == "[::1]" || host == "::1" ||
-         host == "localhost";
 }
 
 absl::Status CheckPaths(const DaemonConfig& c) {
@@ -396,8 +341,8 @@ absl::Status CheckPeerTls(const DaemonConfig& c) {
 }
 
 bool IsWildcard(const std::string& addr) {
-  std::string host = addr.substr(0, addr.rfind(':'));
-  return host == "0.0.0.0" || host == "[::]";
+  absl::StatusOr<net::SplitAddress> split = net::SplitHostPort(addr);
+  return split.ok() && net::IsWildcardHost(split->host);
 }
 
 absl::Status CheckPeer(const DaemonConfig& c) {
@@ -444,7 +389,8 @@ absl::Status CheckEndpoints(const DaemonConfig& c) {
   if (!c.metrics_address.empty()) {
     RETURN_IF_ERROR(CheckAddress("metrics_address", c.metrics_address));
   }
-  if (!IsLoopback(c.control_address) && c.control_token_file.empty()) {
+  if (!net::IsLoopbackAddress(c.control_address) &&
+      c.control_token_file.empty()) {
     return Invalid(absl::StrFormat("control_token_file is required when "
                                    "control_address is not loopback (got '%s')",
                                    c.control_address),
@@ -501,7 +447,7 @@ absl::Status ValidateKeyed(const DaemonConfig& config) {
 
 absl::StatusOr<std::string> ReadSecretFile(const std::string& path,
                                            const char* option) {
-  return ReadFile(path, option, kMaxTokenBytes);
+  return ReadFile(path, kMaxTokenFileBytes, option);
 }
 
 absl::Status ValidateConfig(const DaemonConfig& config) {
@@ -547,7 +493,7 @@ absl::StatusOr<DaemonConfig> LoadConfig(int argc, const char* const* argv) {
   }
   std::string yaml;
   if (have_file) {
-    ASSIGN_OR_RETURN(yaml, ReadFile(file, "config file", kMaxConfigBytes));
+    ASSIGN_OR_RETURN(yaml, ReadFile(file, kMaxConfigBytes, "config file"));
   }
   return LoadConfigFromString(yaml, file, flags);
 }

@@ -39,7 +39,8 @@ struct DaemonConfig {
   // Prometheus /metrics host:port; "" disables. Default: 127.0.0.1:9464.
   std::string metrics_address = "127.0.0.1:9464";
   // Bearer token file for Control when not bound to loopback (required
-  // then). Default: "".
+  // then; loopback is localhost, 127.0.0.0/8 or ::1, net::IsLoopbackHost).
+  // Default: "".
   std::string control_token_file;
   // TLS for Control (both or neither). Default: "".
   std::string tls_cert_file;

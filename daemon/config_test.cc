@@ -506,12 +506,18 @@ TEST(ConfigTest, EndpointErrors) {
   expect_bad({"--tls-cert-file=/c.pem"}, "tls_cert_file and tls_key_file");
   expect_bad({"--control-address=0.0.0.0:50151"}, "control_token_file");
   expect_bad({"--control-address=[::]:50151"}, "control_token_file");
+  expect_bad({"--control-address=128.0.0.1:50151"}, "control_token_file");
+  expect_bad({"--control-address=[]:50151"}, "control_address must be");
 }
 
 TEST(ConfigTest, EndpointsAccepted) {
   EXPECT_OK(Load("", {"--metrics-address="}));  // disabled
   EXPECT_OK(Load("", {"--control-address=[::1]:0"}));
   EXPECT_OK(Load("", {"--control-address=localhost:50151"}));
+  // Loopback as the Control server sees it (net::IsLoopbackHost): all of
+  // 127.0.0.0/8 and any spelling of ::1 need no token.
+  EXPECT_OK(Load("", {"--control-address=127.0.0.2:50151"}));
+  EXPECT_OK(Load("", {"--control-address=[0:0:0:0:0:0:0:1]:50151"}));
   EXPECT_OK(Load("", {"--control-address=0.0.0.0:50151",
                       "--control-token-file=/etc/gift/token",
                       "--tls-cert-file=/c.pem", "--tls-key-file=/k.pem"}));

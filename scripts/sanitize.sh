@@ -36,6 +36,8 @@ export FUZZ_SECONDS=${FUZZ_SECONDS:-60}
 
 # ---- what each part builds and runs ------------------------------------
 ASAN_TARGETS=(
+  # common/: host:port parsing, the bounded reader of untrusted files
+  net_test file_test
   # client/ and tests/multiprocess
   store_test communicator_factory_test gloo_communicator_test
   net_endpoint_test gloo_store_adapter_test bucket_plan_test chunking_test
@@ -60,7 +62,7 @@ ASAN_TARGETS=(
   # Not the gift-fidelity numerics (tools/fidelity/: offline Eigen code whose
   # files take a third of this build under ASan+UBSan); its .npy reader is
   # npy_test here and fuzz_npy in the fuzz part.
-  read_file_test npy_test giftctl_format_test giftctl_cli_test
+  npy_test giftctl_format_test giftctl_cli_test
   giftctl_commands_test giftctl_health_test
   # integration: giftd end to end, the Peer cluster, ranks in namespaces
   giftd_integration_test peer_integration_test netns_allreduce_test

@@ -9,8 +9,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/file.h"
 #include "common/status_macros.h"
-#include "tools/read_file.h"
 
 namespace gift::tools {
 namespace {

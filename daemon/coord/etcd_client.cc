@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/net.h"
 #include "common/status_macros.h"
 #include "daemon/coord/http_post.h"
 #include "daemon/log.h"
@@ -182,16 +183,10 @@ absl::Status CheckOptions(const EtcdOptions& o) {
 }
 
 bool ValidHostPort(absl::string_view hp) {
-  size_t colon = hp.rfind(':');
-  if (colon == absl::string_view::npos || colon == 0) return false;
-  absl::string_view host = hp.substr(0, colon);
-  int port = 0;
-  if (!absl::SimpleAtoi(hp.substr(colon + 1), &port) || port < 1 ||
-      port > 65535) {
-    return false;
-  }
-  if (host.front() == '[') return host.size() > 2 && host.back() == ']';
-  for (char c : host) {
+  absl::StatusOr<net::HostPort> parsed = net::ParseHostPort(hp);
+  if (!parsed.ok() || parsed->host.empty() || parsed->port < 1) return false;
+  if (hp.front() == '[') return true;  // [IPv6], not checked further
+  for (char c : parsed->host) {
     if (!absl::ascii_isalnum(c) && c != '-' && c != '.' && c != '_')
       return false;
   }

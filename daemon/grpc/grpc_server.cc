@@ -1,6 +1,5 @@
 #include "daemon/grpc/grpc_server.h"
 
-#include <arpa/inet.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
@@ -11,17 +10,16 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <memory>
 #include <mutex>
-#include <sstream>
 #include <string>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/string_view.h"
+#include "common/file.h"
+#include "common/net.h"
 #include "common/status_macros.h"
 #include "daemon/grpc/grpc_services.h"
 
@@ -31,49 +29,10 @@ namespace {
 constexpr char kAgentServiceName[] = "gift.v1.Agent";
 constexpr char kControlServiceName[] = "gift.v1.Control";
 
-// The host of "host:port" or "[v6]:port".
-absl::string_view HostOf(absl::string_view address) {
-  if (!address.empty() && address.front() == '[') {
-    size_t close = address.find(']');
-    return address.substr(0,
-                          close == absl::string_view::npos ? close : close + 1);
-  }
-  size_t colon = address.rfind(':');
-  return colon == absl::string_view::npos ? address : address.substr(0, colon);
-}
-
-bool IsLoopback(absl::string_view address) {
-  std::string host = absl::AsciiStrToLower(HostOf(address));
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
-    host = host.substr(1, host.size() - 2);
-  }
-  if (host == "localhost") return true;
-  in_addr v4;
-  if (inet_pton(AF_INET, host.c_str(), &v4) == 1) {
-    return (ntohl(v4.s_addr) >> 24) == 127;  // 127.0.0.0/8
-  }
-  in6_addr v6;
-  return inet_pton(AF_INET6, host.c_str(), &v6) == 1 &&
-         IN6_IS_ADDR_LOOPBACK(&v6);
-}
-
-// `what` names the option, so the operator knows which file is wrong.
-absl::StatusOr<std::string> ReadFile(const std::string& path,
-                                     absl::string_view what) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream content;
-  if (in) content << in.rdbuf();
-  if (!in || in.bad()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cannot read ", what, " ", path, ": ", strerror(errno)));
-  }
-  return content.str();
-}
-
 // The Control bearer token; "" when none is configured (loopback only).
 absl::StatusOr<std::string> ReadToken(const GrpcServerOptions& options) {
   if (options.control_token_file.empty()) {
-    if (!IsLoopback(options.control_address)) {
+    if (!net::IsLoopbackAddress(options.control_address)) {
       return absl::InvalidArgumentError(absl::StrCat(
           "control_address ", options.control_address,
           " is not loopback: a bearer token file (control_token_file) is "
@@ -82,7 +41,8 @@ absl::StatusOr<std::string> ReadToken(const GrpcServerOptions& options) {
     return std::string();
   }
   ASSIGN_OR_RETURN(std::string token,
-                   ReadFile(options.control_token_file, "control_token_file"));
+                   ReadFile(options.control_token_file, kMaxTokenFileBytes,
+                            "control_token_file"));
   absl::StripTrailingAsciiWhitespace(&token);
   if (token.empty()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -99,10 +59,12 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> ControlCredentials(
   }
   if (options.tls_cert_file.empty()) return grpc::InsecureServerCredentials();
   grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
-  ASSIGN_OR_RETURN(pair.cert_chain,
-                   ReadFile(options.tls_cert_file, "tls_cert_file"));
-  ASSIGN_OR_RETURN(pair.private_key,
-                   ReadFile(options.tls_key_file, "tls_key_file"));
+  ASSIGN_OR_RETURN(
+      pair.cert_chain,
+      ReadFile(options.tls_cert_file, kMaxPemFileBytes, "tls_cert_file"));
+  ASSIGN_OR_RETURN(
+      pair.private_key,
+      ReadFile(options.tls_key_file, kMaxPemFileBytes, "tls_key_file"));
   grpc::SslServerCredentialsOptions ssl;
   ssl.pem_key_cert_pairs.push_back(std::move(pair));
   return grpc::SslServerCredentials(ssl);

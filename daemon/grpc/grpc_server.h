@@ -1,11 +1,12 @@
 // giftd's gRPC servers around a DaemonCore (DESIGN §6):
 //  * Agent on a unix socket (`unix:/path`), created owner-only (the
 //    directory 0700 if giftd creates it, the socket 0600);
-//  * Control on TCP. Bound to loopback it needs no credentials. Bound
-//    anywhere else it requires a bearer token (read from a file, never from
-//    the command line: "authorization: Bearer <token>" metadata, compared in
-//    constant time; UNAUTHENTICATED otherwise) and, when cert and key files
-//    are given, serves TLS;
+//  * Control on TCP. Bound to loopback (localhost, 127.0.0.0/8 or ::1:
+//    net::IsLoopbackHost) it needs no credentials. Bound anywhere else it
+//    requires a bearer token (read from a file, never from the command
+//    line: "authorization: Bearer <token>" metadata, compared in constant
+//    time; UNAUTHENTICATED otherwise) and, when cert and key files are
+//    given, serves TLS;
 //  * both with the standard health service (grpc.health.v1, "" and each
 //    service name SERVING while up, NOT_SERVING while draining) and server
 //    reflection.

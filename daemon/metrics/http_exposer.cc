@@ -13,8 +13,8 @@
 #include <thread>
 
 #include "absl/status/status.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/net.h"
 
 namespace gift::metrics {
 namespace {
@@ -32,31 +32,29 @@ struct ListenAddress {
 };
 
 absl::StatusOr<ListenAddress> ParseListen(const std::string& listen) {
-  const size_t colon = listen.rfind(':');
-  int port = -1;
-  if (colon == std::string::npos || colon + 1 == listen.size() ||
-      listen.find_first_not_of("0123456789", colon + 1) != std::string::npos ||
-      !absl::SimpleAtoi(listen.substr(colon + 1), &port) || port > 65535) {
+  absl::StatusOr<net::HostPort> parsed = net::ParseHostPort(listen);
+  if (!parsed.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "metrics listen address \"", listen, "\": want host:port"));
   }
-  std::string host = listen.substr(0, colon);
+  std::string host = parsed->host;
+  const int port = parsed->port;
+  const bool bracketed = listen.front() == '[';  // "[v6]:port"
   ListenAddress out;
   auto* v4 = reinterpret_cast<sockaddr_in*>(&out.reach);
   auto* v6 = reinterpret_cast<sockaddr_in6*>(&out.reach);
-  if (host.empty() || host == "*" || host == "0.0.0.0") {
+  if (!bracketed && (host.empty() || host == "*" || host == "0.0.0.0")) {
     out.option = std::to_string(port);
     host = "127.0.0.1";
-  } else if (host == "localhost") {
+  } else if (!bracketed && host == "localhost") {
     host = "127.0.0.1";
   }
-  if (inet_pton(AF_INET, host.c_str(), &v4->sin_addr) == 1) {
+  if (!bracketed && inet_pton(AF_INET, host.c_str(), &v4->sin_addr) == 1) {
     v4->sin_family = AF_INET;
     v4->sin_port = htons(port);
     out.reach_len = sizeof(sockaddr_in);
-  } else if (host.size() > 2 && host.front() == '[' && host.back() == ']' &&
-             inet_pton(AF_INET6, host.substr(1, host.size() - 2).c_str(),
-                       &v6->sin6_addr) == 1) {
+  } else if (bracketed &&
+             inet_pton(AF_INET6, host.c_str(), &v6->sin6_addr) == 1) {
     if (mg_check_feature(8) == 0) {  // 8: USE_IPV6; Debian 12 builds without
       return absl::InvalidArgumentError(
           absl::StrCat("metrics listen address \"", listen,
@@ -73,7 +71,7 @@ absl::StatusOr<ListenAddress> ParseListen(const std::string& listen) {
         absl::StrCat("metrics listen address \"", listen,
                      "\": host must be an IP literal, [IPv6] or localhost"));
   }
-  if (out.option.empty()) out.option = absl::StrCat(host, ":", port);
+  if (out.option.empty()) out.option = net::JoinHostPort(host, port);
   return out;
 }
 

@@ -5,14 +5,14 @@
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/file.h"
+#include "common/net.h"
 #include "common/status_macros.h"
 #include "daemon/peer/peer_link_impl.h"
 
@@ -22,37 +22,36 @@ namespace {
 
 constexpr char kSelfKey[] = "<self>";  // sender key of local deliveries
 
-std::string HostOf(const std::string& address) {
-  size_t colon = address.rfind(':');
-  return colon == std::string::npos ? address : address.substr(0, colon);
-}
-
+// The port of "host:port" as written; "" when it does not split.
 std::string PortOf(const std::string& address) {
-  size_t colon = address.rfind(':');
-  return colon == std::string::npos ? "" : address.substr(colon + 1);
+  absl::StatusOr<net::SplitAddress> split = net::SplitHostPort(address);
+  return split.ok() ? split->port : "";
 }
 
 bool IsWildcard(const std::string& address) {
-  std::string host = HostOf(address);
-  return host.empty() || host == "0.0.0.0" || host == "[::]" || host == "::";
+  absl::StatusOr<net::SplitAddress> split = net::SplitHostPort(address);
+  return split.ok() && net::IsWildcardHost(split->host);
 }
 
 // `address` with port 0 replaced by the bound `port`.
 std::string WithPort(const std::string& address, int port) {
-  if (PortOf(address) != "0") return address;
-  return absl::StrCat(HostOf(address), ":", port);
+  absl::StatusOr<net::SplitAddress> split = net::SplitHostPort(address);
+  if (!split.ok() || split->port != "0") return address;
+  return net::JoinHostPort(split->host, port);
 }
 
 absl::StatusOr<std::string> ReadPem(const std::string& path,
                                     const char* field) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  if (in) text << in.rdbuf();
-  if (!in || text.str().empty()) {
+  absl::StatusOr<std::string> text = ReadRegularFile(path, kMaxPemFileBytes);
+  if (!text.ok()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s: cannot read '%s': %s", field, path, text.status().message()));
+  }
+  if (text->empty()) {
     return absl::InvalidArgumentError(
         absl::StrFormat("%s: cannot read '%s' (or it is empty)", field, path));
   }
-  return text.str();
+  return text;
 }
 
 absl::StatusOr<PeerTls> ReadTls(const PeerLinkOptions& o) {

@@ -11,9 +11,9 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/file.h"
 #include "common/grpc_status.h"
 #include "tools/giftctl/format.h"
-#include "tools/read_file.h"
 
 namespace gift::giftctl {
 namespace {
@@ -22,17 +22,12 @@ namespace {
 constexpr int64_t kMaxTokenBytes = 64 << 10;
 constexpr int64_t kMaxCaBytes = 4 << 20;
 
-// Only a regular file of at most max_bytes (tools/read_file.h): a FIFO or
+// Only a regular file of at most max_bytes (common/file.h): a FIFO or
 // /dev/zero given as --token-file must not hang giftctl.
 absl::StatusOr<std::string> ReadFile(const std::string& what,
                                      const std::string& path,
                                      int64_t max_bytes) {
-  absl::StatusOr<std::string> text = tools::ReadRegularFile(path, max_bytes);
-  if (!text.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "cannot read ", what, " '", path, "': ", text.status().message()));
-  }
-  return text;
+  return gift::ReadFile(path, max_bytes, what);
 }
 
 // A context with the deadline and the token. Watch streams get no deadline:

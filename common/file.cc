@@ -1,4 +1,4 @@
-#include "tools/read_file.h"
+#include "common/file.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -10,7 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 
-namespace gift::tools {
+namespace gift {
 namespace {
 
 absl::Status TooLarge(int64_t size, int64_t max_bytes) {
@@ -40,6 +40,7 @@ absl::StatusOr<std::string> ReadAll(int fd, int64_t expected,
 
 absl::StatusOr<std::string> ReadRegularFile(const std::string& path,
                                             int64_t max_bytes) {
+  // O_NONBLOCK: opening a FIFO must not wait for a writer.
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0) return absl::NotFoundError(std::strerror(errno));
   struct stat st;
@@ -57,4 +58,14 @@ absl::StatusOr<std::string> ReadRegularFile(const std::string& path,
   return bytes;
 }
 
-}  // namespace gift::tools
+absl::StatusOr<std::string> ReadFile(const std::string& path, int64_t max_bytes,
+                                     absl::string_view what) {
+  absl::StatusOr<std::string> bytes = ReadRegularFile(path, max_bytes);
+  if (!bytes.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot read ", what, " '", path, "': ", bytes.status().message()));
+  }
+  return bytes;
+}
+
+}  // namespace gift

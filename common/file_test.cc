@@ -1,4 +1,4 @@
-#include "tools/read_file.h"
+#include "common/file.h"
 
 #include <fcntl.h>
 #include <gmock/gmock.h>
@@ -11,15 +11,16 @@
 
 #include "common/status_matchers.h"
 
-namespace gift::tools {
+namespace gift {
 namespace {
 
 using ::gift::testing::StatusIs;
+using ::testing::HasSubstr;
 
 class ReadFileTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/read_file_test_XXXXXX";
+    char tmpl[] = "/tmp/file_test_XXXXXX";
     ASSERT_NE(mkdtemp(tmpl), nullptr);
     dir_ = tmpl;
   }
@@ -82,5 +83,42 @@ TEST_F(ReadFileTest, CannotOpenIsNotFound) {
       StatusIs(absl::StatusCode::kNotFound, "No such file or directory"));
 }
 
+// ReadFile names the file and says which one it is, whatever went wrong,
+// always as INVALID_ARGUMENT (a bad option value).
+TEST_F(ReadFileTest, ReadFileNamesTheFile) {
+  const std::string path = Write("token", "t0k\n");
+  absl::StatusOr<std::string> got = ReadFile(path, 4, "job_token_file");
+  ASSERT_OK(got);
+  EXPECT_EQ(*got, "t0k\n");
+  EXPECT_THAT(ReadFile(path, 3, "job_token_file"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "cannot read job_token_file '" + path +
+                           "': 4 bytes, more than the 3 allowed"));
+  EXPECT_THAT(ReadFile(dir_ + "/missing", 10, "config file"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "cannot read config file '" + dir_ +
+                           "/missing': No such file or directory"));
+  const std::string fifo = dir_ + "/fifo";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_THAT(
+      ReadFile(fifo, 10, "tls_cert_file"),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr("tls_cert_file '" + fifo + "': not a regular file")));
+}
+
+// The descriptor is closed on exec and after every read, success or not.
+TEST_F(ReadFileTest, LeavesNoDescriptorOpen) {
+  const std::string path = Write("f", "x");
+  const int before = open("/dev/null", O_RDONLY);
+  ASSERT_GE(before, 0);
+  close(before);
+  EXPECT_OK(ReadRegularFile(path, 1));
+  EXPECT_FALSE(ReadRegularFile(path, 0).ok());
+  EXPECT_FALSE(ReadRegularFile(dir_, 1).ok());
+  const int after = open("/dev/null", O_RDONLY);
+  EXPECT_EQ(after, before);  // the lowest free descriptor is free again
+  close(after);
+}
+
 }  // namespace
-}  // namespace gift::tools
+}  // namespace gift
