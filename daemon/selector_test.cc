@@ -66,53 +66,6 @@ class SelectorTest : public ::testing::Test {
   std::map<std::string, SelectorSettings> settings_;
 };
 
-TEST(SelectorPolicyTest, DefaultsAreValid) {
-  EXPECT_OK(SelectorPolicy{}.Validate());
-}
-
-TEST(SelectorPolicyTest, ValidateNamesTheBadField) {
-  auto check = [](auto mutate, const std::string& message) {
-    SelectorPolicy p;
-    mutate(p);
-    absl::Status s = p.Validate();
-    EXPECT_THAT(s, StatusIs(absl::StatusCode::kInvalidArgument));
-    EXPECT_THAT(std::string(s.message()), HasSubstr(message));
-  };
-  check([](auto& p) { p.top_k = 0; }, "selection.top_k must be >= 1 (got 0)");
-  check([](auto& p) { p.threshold = 1.5; }, "selection.threshold");
-  check([](auto& p) { p.threshold = NAN; }, "selection.threshold");
-  check([](auto& p) { p.hysteresis = 1; }, "selection.hysteresis");
-  check([](auto& p) { p.hysteresis = -0.1; }, "selection.hysteresis");
-  check([](auto& p) { p.window_steps = 0; }, "selection.window_steps");
-  check([](auto& p) { p.max_layers = -1; }, "selection.max_layers");
-  check([](auto& p) { p.max_extra_flops = -1; }, "selection.max_extra_flops");
-  check([](auto& p) { p.min_gain = 1; }, "selection.min_gain");
-  check([](auto& p) { p.gain_hold = 0.5; }, "selection.gain_hold");
-  check([](auto& p) { p.gain_hold = NAN; }, "selection.gain_hold");
-  check([](auto& p) { p.warmup_steps = -1; }, "selection.warmup_steps");
-  check([](auto& p) { p.plan_interval_steps = -1; },
-        "selection.plan_interval_steps");
-  check([](auto& p) { p.plan_interval_steps = 2000000; },
-        "selection.plan_interval_steps");
-  check([](auto& p) { p.audit_window = 0; }, "selection.audit_window");
-  check([](auto& p) { p.audit_margin = -0.1; }, "selection.audit_margin");
-  check([](auto& p) { p.audit_margin = NAN; }, "selection.audit_margin");
-  check([](auto& p) { p.kind = static_cast<SelectionKind>(7); },
-        "selection.kind");
-}
-
-TEST(SelectorPolicyTest, KindNamesRoundTrip) {
-  for (SelectionKind k : {SelectionKind::kTopK, SelectionKind::kElbow,
-                          SelectionKind::kThreshold}) {
-    auto parsed = ParseSelectionKind(SelectionKindName(k));
-    ASSERT_OK(parsed.status());
-    EXPECT_EQ(*parsed, k);
-  }
-  EXPECT_STREQ(SelectionKindName(SelectionKind::kTopK), "top-k");
-  EXPECT_THAT(ParseSelectionKind("topk"),
-              StatusIs(absl::StatusCode::kInvalidArgument));
-}
-
 TEST_F(SelectorTest, AddLayerRejectsBadInput) {
   Make(Classic(), 1);
   EXPECT_THAT(selector_->AddLayer({"l0", 1, 1}),
