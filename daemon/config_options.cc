@@ -17,6 +17,8 @@
 #include "absl/strings/str_replace.h"
 #include "daemon/config.h"
 #include "daemon/limits.h"
+#include "daemon/selection_policy_schema.h"
+#include "daemon/selector_policy.h"
 #include "shm/layout.h"
 
 namespace gift::daemon {
@@ -200,11 +202,11 @@ Option SeedOption() {
 }
 
 Option SelectionKindOption() {
-  Option o = MakeOption("selection.kind", "top-k|elbow|threshold",
-                        "Layer selection policy on the vulnerability score");
+  Option o = MakeOption("selection.kind", SelectionKindList("|", "|"),
+                        kSelectionKindDoc);
   o.set = [](const std::string& text, DaemonConfig& c) {
     absl::StatusOr<SelectionKind> kind = ParseSelectionKind(text);
-    if (!kind.ok()) return BadValue("top-k, elbow or threshold", text);
+    if (!kind.ok()) return BadValue(SelectionKindList(", ", " or "), text);
     c.selection.kind = *kind;
     return absl::OkStatus();
   };
@@ -212,6 +214,22 @@ Option SelectionKindOption() {
     return std::string(SelectionKindName(c.selection.kind));
   };
   return o;
+}
+
+// A numeric selection.* option from the schema (selection_policy_schema.h):
+// its key, help and lower bound; SelectorPolicy::Validate checks the upper
+// bound (its message says "selection: ").
+Option SelectionFieldOption(const PolicyMember& m) {
+  const PolicyField& f = *m.field;
+  const std::string name = absl::StrCat("selection.", f.name);
+  if (m.int_member != nullptr) {
+    return IntOption(
+        name, [p = m.int_member](auto& c) -> auto& { return c.selection.*p; },
+        static_cast<int>(f.min), PolicyHelp(f));
+  }
+  return DoubleOption(
+      name, [p = m.double_member](auto& c) -> auto& { return c.selection.*p; },
+      f.min, /*above_min=*/false, PolicyHelp(f));
 }
 
 // The option's name is the field's path: `selection.top_k` is both the C++
@@ -347,37 +365,14 @@ std::vector<Option> Plan() {
   };
 }
 
-// Lower bounds here name the key; SelectorPolicy::Validate has the rest.
+// The schema's fields; lower bounds here name the key, SelectorPolicy::
+// Validate has the rest.
 std::vector<Option> Selection() {
-  return {
-      SelectionKindOption(),
-      GIFT_INT(selection.top_k, 1, "top-k: number of candidate layers"),
-      GIFT_DOUBLE(selection.threshold, 0, false,
-                  "threshold: minimum vulnerability score, [0, 1]"),
-      GIFT_DOUBLE(selection.hysteresis, 0, false,
-                  "Relative score margin to enter/leave, [0, 1)"),
-      GIFT_INT(selection.window_steps, 1, "Score window, in steps"),
-      GIFT_INT(selection.max_layers, 0,
-               "Budget: most selected layers; 0 = unlimited"),
-      GIFT_DOUBLE(selection.max_extra_flops, 0, false,
-                  "Budget: extra whitening flops per step; 0 = unlimited"),
-      GIFT_DOUBLE(selection.min_gain, 0, false, "Measured-gain guard, [0, 1)"),
-      GIFT_DOUBLE(selection.gain_hold, 1, false,
-                  "A GIFT layer that gains keeps its candidate place this many "
-                  "times as firmly (top-k: a newcomer must beat it by this "
-                  "factor times 1 + hysteresis), [1, 1000]; 1 = plain "
-                  "hysteresis"),
-      GIFT_INT(selection.warmup_steps, 0,
-               "Steps before the plan pace applies (the plan settles)"),
-      GIFT_INT(selection.plan_interval_steps, 0,
-               "After the warm-up, the selector's own plan changes come at "
-               "most once per this many steps; 0 = at once"),
-      GIFT_INT(selection.audit_window, 1,
-               "Audits per layer the audit rule averages, [1, 1000]"),
-      GIFT_DOUBLE(selection.audit_margin, 0, false,
-                  "A layer leaves the GIFT path when its audited RelL2 exceeds "
-                  "the Euclidean reference by this relative margin, [0, 10]"),
-  };
+  std::vector<Option> v = {SelectionKindOption()};
+  for (const PolicyMember& m : PolicyMembers()) {
+    v.push_back(SelectionFieldOption(m));
+  }
+  return v;
 }
 
 std::vector<Option> Daemon() {

@@ -67,6 +67,10 @@
 // The decision changes (and the daemon emits a new plan epoch) only when the
 // candidate or selected set changes (or an early refresh is listed).
 //
+// The rooms: selector_policy.h (the policy and its check), selector_window.h
+// (the windows and each layer's memory), selector_stages.h (steps 1–6),
+// selector_pace.h (step 7); this file's LayerSelector ties them together.
+//
 //   LayerSelector selector(SelectorPolicy{});
 //   selector.AddLayer({"blocks.0.mlp.fc2", 64, 128});
 //   selector.Observe("blocks.0.mlp.fc2", sample);
@@ -87,64 +91,14 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "common/beta_grid.h"
+#include "daemon/selector_policy.h"
 
 namespace gift::daemon {
+namespace internal {
+struct LayerState;  // one layer's windows and memory (selector_window.h)
+}  // namespace internal
 
-enum class SelectionKind { kTopK, kElbow, kThreshold };
 enum class PinState { kAuto, kIn, kOut };
-
-const char* SelectionKindName(SelectionKind kind);  // "top-k", "elbow", ...
-absl::StatusOr<SelectionKind> ParseSelectionKind(const std::string& name);
-
-// Largest top_k, window_steps and max_layers (a window keeps one sample
-// per poll and layer, so its length is bounded too).
-inline constexpr int kMaxSelectionCount = 1000000;
-
-struct SelectorPolicy {
-  // Default: top-k.
-  SelectionKind kind = SelectionKind::kTopK;
-  // top-k: k. Default: 8. REQUIRES: [1, kMaxSelectionCount].
-  int top_k = 8;
-  // threshold: minimum vulnerability. Default: 0.01. REQUIRES: [0, 1].
-  double threshold = 0.01;
-  // Relative margin to enter/leave. Default: 0.1. REQUIRES: [0, 1).
-  double hysteresis = 0.1;
-  // Score window in steps. Default: 50. REQUIRES: [1, kMaxSelectionCount].
-  int window_steps = 50;
-  // Budget: at most this many selected layers; 0 = unlimited. Default: 0.
-  // REQUIRES: [0, kMaxSelectionCount].
-  int max_layers = 0;
-  // Budget: extra whitening flops per step; 0 = unlimited. Default: 0.
-  // REQUIRES: >= 0.
-  double max_extra_flops = 0;
-  // Measured-gain guard. Default: 0.05. REQUIRES: [0, 1).
-  double min_gain = 0.05;
-  // How much more firmly a gaining candidate (selected, gain >= the guard's
-  // stay level) holds its candidate place; 1 = plain hysteresis. Default: 2
-  // (a flat tail of near-equal scores never displaces a layer that gains;
-  // one at least twice as vulnerable does). REQUIRES: [1, 1000].
-  double gain_hold = 2;
-  // Steps (of the selector's clock) before the plan pace applies. Default:
-  // 100 (two default refresh intervals: the first candidates get a factor
-  // and a measured gain). REQUIRES: [0, kMaxSelectionCount].
-  int warmup_steps = 100;
-  // After the warm-up, the policy's own moves take effect at most once per
-  // this many steps; 0 = at once. Default: 200 (at most 5 such plan changes
-  // per 1000 steps). REQUIRES: [0, kMaxSelectionCount].
-  int plan_interval_steps = 200;
-  // Audits per layer the audit rule averages. Default: 3 (300 steps at
-  // libgift's default audit interval of 100). REQUIRES: [1, 1000].
-  int audit_window = 3;
-  // Relative margin by which the audited GIFT-path RelL2 must exceed the
-  // Euclidean reference for the layer to leave the GIFT path. Default: 0.1
-  // (the calibration of the probe reference varies by about ±10% between
-  // layers). REQUIRES: [0, 10].
-  double audit_margin = 0.1;
-
-  // INVALID_ARGUMENT naming the first bad field.
-  absl::Status Validate() const;
-  bool operator==(const SelectorPolicy&) const = default;
-};
 
 struct SelectorLayer {
   std::string name;
@@ -299,13 +253,9 @@ class LayerSelector {
       const std::map<std::string, SelectorSettings>& settings);
 
  private:
-  struct Window;  // per-layer ring of samples (selector.cc)
-  struct Audits;  // per-layer ring of audits
-  struct State;
-
   SelectorPolicy policy_;
   std::vector<SelectorLayer> layers_;
-  std::map<std::string, std::shared_ptr<State>> state_;
+  std::map<std::string, std::shared_ptr<internal::LayerState>> state_;
   std::vector<std::string> last_candidates_;
   std::vector<std::string> last_selected_;
   int64_t clock_ = 0;             // steps seen (the most of any layer)

@@ -3,6 +3,9 @@
 // each command's parser consumes; anything left over is a usage error.
 #include "tools/giftctl/cli.h"
 
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/message.h>
+
 #include <cmath>
 #include <limits>
 #include <map>
@@ -15,7 +18,8 @@
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 #include "daemon/limits.h"
-#include "daemon/selector.h"
+#include "daemon/selection_policy_schema.h"
+#include "tools/giftctl/format.h"
 
 namespace gift::giftctl {
 
@@ -102,7 +106,7 @@ struct CommandArgs {
 };
 
 // The range a number must be in, as giftd checks it (control.proto,
-// daemon/limits.h, SelectorPolicy::Validate), so that a bad value is a
+// daemon/limits.h, the selection policy's schema), so that a bad value is a
 // usage error before any call instead of a value the daemon reads as "keep"
 // or a call that fails. What only the daemon knows (r <= max_rank and d_in)
 // stays its check.
@@ -133,13 +137,6 @@ constexpr Range kNonNegative = {0, false, kInf, false};
 constexpr Range kInterval = {1, false, daemon::kMaxRefreshInterval, false};
 constexpr Range kAuditInterval = {0, false, daemon::kMaxAuditInterval, false};
 constexpr Range kBeta = {daemon::kMinBeta, false, daemon::kMaxBeta, false};
-constexpr Range kCount = {1, false, daemon::kMaxSelectionCount, false};
-constexpr Range kCountOrZero = {0, false, daemon::kMaxSelectionCount, false};
-constexpr Range kUnit = {0, false, 1, false};            // [0, 1]
-constexpr Range kUnitOpen = {0, false, 1, true};         // [0, 1)
-constexpr Range kGainHold = {1, false, 1000, false};     // [1, 1000]
-constexpr Range kAuditWindow = {1, false, 1000, false};  // [1, 1000]
-constexpr Range kAuditMargin = {0, false, 10, false};    // [0, 10]
 // A call's deadline: the chrono conversion of a larger one would overflow.
 constexpr Range kTimeout = {0, true, 86400, false};  // a day
 
@@ -251,15 +248,37 @@ absl::Status ParseLayer(CommandArgs& a, Invocation& inv) {
 }
 
 absl::Status ParseKind(const std::string& text, gift::v1::SelectionPolicy* p) {
-  if (text == "top-k") {
-    p->set_kind(gift::v1::SELECTION_KIND_TOP_K);
-  } else if (text == "elbow") {
-    p->set_kind(gift::v1::SELECTION_KIND_ELBOW);
-  } else if (text == "threshold") {
-    p->set_kind(gift::v1::SELECTION_KIND_THRESHOLD);
+  const daemon::SelectionKindSpelling* kind = daemon::FindSelectionKind(text);
+  if (kind == nullptr) {
+    return Usage("--kind: expected " + daemon::SelectionKindList(", ", " or ") +
+                 ", got '" + text + "'");
+  }
+  p->set_kind(ProtoSelectionKind(kind->kind));
+  return absl::OkStatus();
+}
+
+// A schema field's option (daemon/selection_policy_schema.h: its giftctl
+// name and range) into the SelectionPolicy field of the same name; a given
+// option makes its field present (0 too: --max-layers 0 lifts the budget),
+// a missing one leaves it absent (keep).
+absl::Status ParsePolicyField(CommandArgs& a, const daemon::PolicyField& f,
+                              gift::v1::SelectionPolicy* p) {
+  const google::protobuf::FieldDescriptor* field =
+      p->GetDescriptor()->FindFieldByName(f.name);
+  if (field == nullptr) {
+    return absl::InternalError(
+        absl::StrCat("SelectionPolicy has no field ", f.name));
+  }
+  const Range range = {f.min, false, f.max, f.max_open};
+  bool given;
+  if (f.type == daemon::PolicyField::Type::kInt) {
+    int v = 0;
+    RETURN_IF_ERROR(OptField(a, f.flag, range, false, &v, &given));
+    if (given) p->GetReflection()->SetInt32(p, field, v);
   } else {
-    return Usage("--kind: expected top-k, elbow or threshold, got '" + text +
-                 "'");
+    double v = 0;
+    RETURN_IF_ERROR(OptField(a, f.flag, range, false, &v, &given));
+    if (given) p->GetReflection()->SetDouble(p, field, v);
   }
   return absl::OkStatus();
 }
@@ -269,53 +288,8 @@ absl::Status ParsePolicy(CommandArgs& a, Invocation& inv) {
   gift::v1::SelectionPolicy* p = inv.set_policy.mutable_policy();
   std::string text;
   if (a.Take("kind", &text)) RETURN_IF_ERROR(ParseKind(text, p));
-  // Option name, range (SelectorPolicy::Validate's), proto setter; a given
-  // option makes its field present (0 too: --max-layers 0 lifts the budget),
-  // a missing one leaves it absent (keep).
-  struct IntField {
-    const char* option;
-    Range range;
-    void (gift::v1::SelectionPolicy::*set)(int32_t);
-  };
-  for (IntField f :
-       {IntField{"top-k", kCount, &gift::v1::SelectionPolicy::set_top_k},
-        IntField{"window", kCount,
-                 &gift::v1::SelectionPolicy::set_window_steps},
-        IntField{"max-layers", kCountOrZero,
-                 &gift::v1::SelectionPolicy::set_max_layers},
-        IntField{"warmup", kCountOrZero,
-                 &gift::v1::SelectionPolicy::set_warmup_steps},
-        IntField{"plan-interval", kCountOrZero,
-                 &gift::v1::SelectionPolicy::set_plan_interval_steps},
-        IntField{"audit-window", kAuditWindow,
-                 &gift::v1::SelectionPolicy::set_audit_window}}) {
-    int v = 0;
-    bool given;
-    RETURN_IF_ERROR(OptField(a, f.option, f.range, false, &v, &given));
-    if (given) (p->*f.set)(v);
-  }
-  struct DoubleField {
-    const char* option;
-    Range range;
-    void (gift::v1::SelectionPolicy::*set)(double);
-  };
-  for (DoubleField f :
-       {DoubleField{"threshold", kUnit,
-                    &gift::v1::SelectionPolicy::set_threshold},
-        DoubleField{"hysteresis", kUnitOpen,
-                    &gift::v1::SelectionPolicy::set_hysteresis},
-        DoubleField{"max-flops", kNonNegative,
-                    &gift::v1::SelectionPolicy::set_max_extra_flops},
-        DoubleField{"min-gain", kUnitOpen,
-                    &gift::v1::SelectionPolicy::set_min_gain},
-        DoubleField{"gain-hold", kGainHold,
-                    &gift::v1::SelectionPolicy::set_gain_hold},
-        DoubleField{"audit-margin", kAuditMargin,
-                    &gift::v1::SelectionPolicy::set_audit_margin}}) {
-    double v = 0;
-    bool given;
-    RETURN_IF_ERROR(OptField(a, f.option, f.range, false, &v, &given));
-    if (given) (p->*f.set)(v);
+  for (const daemon::PolicyField& f : daemon::kPolicyFields) {
+    RETURN_IF_ERROR(ParsePolicyField(a, f, p));
   }
   return a.Done();
 }

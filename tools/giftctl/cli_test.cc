@@ -18,8 +18,10 @@
 
 #include "absl/synchronization/mutex.h"
 #include "common/status_matchers.h"
+#include "daemon/selection_policy_schema.h"
 #include "gift/v1/control.grpc.pb.h"
 #include "tools/giftctl/commands.h"
+#include "tools/giftctl/format.h"
 
 namespace gift::giftctl {
 namespace {
@@ -154,6 +156,37 @@ TEST(ParseTest, PolicyFields) {
   EXPECT_FALSE(z.has_top_k() || z.has_window_steps());
   EXPECT_EQ(z.max_layers(), 0);
   EXPECT_EQ(z.min_gain(), 0);
+}
+
+// Every field of the selection policy's schema is a `policy` option that
+// the usage lists, and its range is the schema's, at both ends.
+TEST(ParseTest, PolicyOptionsFollowTheSchema) {
+  const std::string usage = kUsage;
+  EXPECT_THAT(usage,
+              HasSubstr("--kind " + daemon::SelectionKindList("|", "|")));
+  for (const daemon::PolicyField& f : daemon::kPolicyFields) {
+    const std::string option = std::string("--") + f.flag;
+    EXPECT_THAT(usage, HasSubstr("[" + option + " ")) << f.name;
+    const bool is_int = f.type == daemon::PolicyField::Type::kInt;
+    auto text = [is_int](double v) {
+      return is_int ? std::to_string(static_cast<long long>(v))
+                    : std::to_string(v);
+    };
+    EXPECT_OK(Parse({"policy", option, text(f.min)})) << f.name;
+    std::vector<double> outside = {f.min - 1};
+    if (f.HasMax()) outside.push_back(f.max_open ? f.max : f.max + 1);
+    for (double v : outside) {
+      absl::StatusOr<Invocation> inv = Parse({"policy", option, text(v)});
+      EXPECT_THAT(inv, StatusIs(absl::StatusCode::kInvalidArgument)) << v;
+      EXPECT_THAT(std::string(inv.status().message()),
+                  HasSubstr(option + ": must be "));
+    }
+  }
+  for (const daemon::SelectionKindSpelling& k : daemon::kSelectionKinds) {
+    absl::StatusOr<Invocation> inv = Parse({"policy", "--kind", k.name});
+    ASSERT_OK(inv);
+    EXPECT_EQ(inv->set_policy.policy().kind(), ProtoSelectionKind(k.kind));
+  }
 }
 
 TEST(ParseTest, UsageErrors) {

@@ -91,17 +91,24 @@ std::string FormatTable(const std::vector<std::vector<std::string>>& rows) {
   return out;
 }
 
-std::string KindName(gift::v1::SelectionKind kind) {
+gift::v1::SelectionKind ProtoSelectionKind(daemon::SelectionKind kind) {
   switch (kind) {
-    case gift::v1::SELECTION_KIND_TOP_K:
-      return "top-k";
-    case gift::v1::SELECTION_KIND_ELBOW:
-      return "elbow";
-    case gift::v1::SELECTION_KIND_THRESHOLD:
-      return "threshold";
-    default:
-      return "-";
+    case daemon::SelectionKind::kTopK:
+      return gift::v1::SELECTION_KIND_TOP_K;
+    case daemon::SelectionKind::kElbow:
+      return gift::v1::SELECTION_KIND_ELBOW;
+    case daemon::SelectionKind::kThreshold:
+      return gift::v1::SELECTION_KIND_THRESHOLD;
   }
+  return gift::v1::SELECTION_KIND_UNSPECIFIED;
+}
+
+// The schema's spelling (daemon/selection_policy_schema.h).
+std::string KindName(gift::v1::SelectionKind kind) {
+  for (const daemon::SelectionKindSpelling& k : daemon::kSelectionKinds) {
+    if (ProtoSelectionKind(k.kind) == kind) return k.name;
+  }
+  return "-";
 }
 
 std::string TransformName(gift::v1::Transform transform) {

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "daemon/selection_policy_schema.h"
 #include "gift/v1/control.pb.h"
 #include "gift/v1/types.pb.h"
 
@@ -23,6 +24,8 @@ std::string FormatTable(const std::vector<std::vector<std::string>>& rows);
 
 // "top-k", "lowrank", "e4m3", "in", ...; "-" for UNSPECIFIED.
 std::string KindName(gift::v1::SelectionKind kind);
+// The proto value of a kind of the selection policy's schema.
+gift::v1::SelectionKind ProtoSelectionKind(daemon::SelectionKind kind);
 std::string TransformName(gift::v1::Transform transform);
 std::string FormatName(gift::v1::Fp8Format format);
 std::string PinName(gift::v1::Pin pin);
