@@ -7,7 +7,8 @@
 // overwrites it as a rank could (any byte of the control block and of the
 // data regions: chosen protocol fields with boundary values, or raw bytes),
 // and the daemon-side readers run on it with the daemon's own geometry and
-// window count, in the order of daemon_poll.cc:
+// window count, in the order of daemon/core/telemetry.cc and
+// factor_pipeline.cc:
 //   ReadTelemetry + CountersSince, ReadStepCounters + CountersSince,
 //   ReadWindow + CheckSketchData, ConsumeWindow, PublishFactor, PublishPlan;
 // then the client-side checks (CheckControlBlock, EntryGeometry) and, only
@@ -370,7 +371,8 @@ bool AllFinite(const std::vector<float>& v) {
   return true;
 }
 
-// The daemon's poll of one session (daemon_poll.cc), on what the rank left.
+// The daemon's poll of one session (daemon/core/telemetry.cc,
+// factor_pipeline.cc), on what the rank left.
 void DaemonReads(Session& s, const int64_t consumed_in[kLayers]) {
   StepCounters totals;
   if (ReadStepCounters(*Header(s.block()), &totals)) {
@@ -389,7 +391,7 @@ void DaemonReads(Session& s, const int64_t consumed_in[kLayers]) {
       if (d.ok()) (void)CountersSince(now, now);
     }
     // The daemon's own count of consumed windows, and the windows it would
-    // read after its guard (daemon_poll.cc TakeWindows) — and two it would
+    // read after its guard (FactorPipeline::TakeWindows) — and two it would
     // not, which ReadWindow must refuse by itself.
     const int64_t consumed = consumed_in[i];
     const int64_t closed = e->window_closed.load(std::memory_order_acquire);

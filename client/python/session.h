@@ -1,5 +1,5 @@
 // One training rank's libgift session behind the Python package `gift`
-// (client/python/gift/__init__.py): the communicator, ONE bucket plan over
+// (client/python/gift/_state.py): the communicator, ONE bucket plan over
 // all of the model's trainable parameters (a flat buffer in the order the
 // Python side chooses), ONE QuantizedAllReduce over it, and in gift mode the
 // attachment to the local giftd. The Python comm hook gathers DDP's
