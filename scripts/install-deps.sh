@@ -14,6 +14,8 @@ PACKAGES=(
   libeigen3-dev liblapacke-dev libopenblas-dev
   nlohmann-json3-dev pybind11-dev
   python3-numpy python3-torch python3-pytest
+  # pip install . (pyproject.toml) and the python_pip_venv test
+  python3-venv python3-pip python3-setuptools python3-wheel
   libyaml-cpp-dev prometheus python3-grpcio python3-matplotlib python3-yaml
   systemd
   clang-format iproute2
