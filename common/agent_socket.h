@@ -5,7 +5,8 @@
 //   std::string path = options.agent_socket.empty() ? DefaultAgentSocket()
 //                                                   : options.agent_socket;
 //
-// The Python package spells the same default in client/python/gift/.
+// The Python package reads it through its extension (gift._gift.
+// default_agent_socket).
 //
 // Thread safety: DefaultAgentSocket reads the environment; call it while no
 // thread changes the environment (setenv).

@@ -35,40 +35,18 @@ target_link_libraries(giftd PRIVATE gift_daemon gift_grpc_server gift_metrics_pr
   gift_metrics_http gift_kernels ${CMAKE_DL_LIBS})
 
 if(GIFT_BUILD_TESTS)
-  gift_add_test(kv_store_test SOURCES core/kv_store_test.cc LIBS gift_daemon)
-  # The core's components, each without a Daemon.
-  gift_add_test(session_table_test SOURCES core/session_table_test.cc
-    LIBS gift_daemon)
-  gift_add_test(window_collector_test SOURCES core/window_collector_test.cc
-    LIBS gift_daemon)
-  gift_add_test(factor_store_test SOURCES core/factor_store_test.cc
-    LIBS gift_daemon)
-  gift_add_test(planner_test SOURCES core/planner_test.cc LIBS gift_daemon)
-  gift_add_test(job_layout_test SOURCES core/job_layout_test.cc
-    LIBS gift_daemon)
-  gift_add_test(telemetry_test SOURCES core/telemetry_test.cc
-    LIBS gift_daemon)
-  gift_add_test(factor_pipeline_test SOURCES core/factor_pipeline_test.cc
-    LIBS gift_daemon)
+  # The core's components, each without a Daemon, and the façade
+  # (core/NAME_test.cc).
+  foreach(t kv_store session_table window_collector factor_store planner
+          job_layout telemetry factor_pipeline registrar control_plane
+          plan_publisher gauges peer_messages daemon daemon_shm daemon_control
+          daemon_limits)
+    gift_add_test(${t}_test SOURCES core/${t}_test.cc LIBS gift_daemon)
+  endforeach()
   gift_add_test(peer_coordinator_test SOURCES core/peer_coordinator_test.cc
     LIBS gift_daemon gift_fake_peer_link)
-  gift_add_test(registrar_test SOURCES core/registrar_test.cc LIBS gift_daemon)
-  gift_add_test(control_plane_test SOURCES core/control_plane_test.cc
-    LIBS gift_daemon)
-  gift_add_test(plan_publisher_test SOURCES core/plan_publisher_test.cc
-    LIBS gift_daemon)
-  gift_add_test(gauges_test SOURCES core/gauges_test.cc LIBS gift_daemon)
-  gift_add_test(peer_messages_test SOURCES core/peer_messages_test.cc
-    LIBS gift_daemon)
-  gift_add_test(daemon_test SOURCES core/daemon_test.cc LIBS gift_daemon)
-  gift_add_test(daemon_shm_test SOURCES core/daemon_shm_test.cc
-    LIBS gift_daemon)
-  gift_add_test(daemon_control_test SOURCES core/daemon_control_test.cc
-    LIBS gift_daemon)
   gift_add_test(factor_check_test SOURCES factor_check_test.cc
     LIBS gift_daemon gift_linalg Eigen3::Eigen)
-  gift_add_test(daemon_limits_test SOURCES core/daemon_limits_test.cc
-    LIBS gift_daemon)
   gift_add_test(daemon_peer_test SOURCES core/daemon_peer_test.cc
     LIBS gift_daemon gift_fake_peer_link)
 endif()

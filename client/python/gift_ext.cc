@@ -18,6 +18,7 @@
 #include "client/python/py_store.h"
 #include "client/python/session.h"
 #include "client/python/state_convert.h"
+#include "common/agent_socket.h"
 #include "kernels/cpu_baseline.h"
 
 namespace gift::client::python {
@@ -253,6 +254,10 @@ PYBIND11_MODULE(_gift, m) {
     throw py::import_error(std::string("gift: ") + std::string(cpu.message()));
   }
   RegisterGiftError(m);
+  m.def("default_agent_socket", &gift::DefaultAgentSocket,
+        "giftd's Agent socket without an explicit one: $GIFT_AGENT_SOCKET "
+        "when set and not empty, else the daemon's default "
+        "(common/agent_socket.h)");
   py::class_<Session> session(m, "Session");
   session
       .def(py::init(&CreateSession), py::arg("options"), py::arg("layers"),

@@ -5,8 +5,7 @@
 // leader instead (the daemon routes them; PeerCoordinator::Forward), whose
 // next plan carries the change back.
 //
-//   ControlPlane control({&config, &instance, started, &layout, &sessions,
-//                         &planner, &plans, &factors, &registrar});
+//   ControlPlane control({core, started, &plans, &factors, &registrar});
 //   ASSIGN_OR_RETURN(v1::SetRankResponse out, control.SetRank(request));
 //   v1::GetStatusResponse status = control.Status();
 //
@@ -21,6 +20,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "daemon/config.h"
+#include "daemon/core/core_state.h"
 #include "daemon/core/factor_pipeline.h"
 #include "daemon/core/job_layout.h"
 #include "daemon/core/plan_publisher.h"
@@ -35,14 +35,10 @@ inline constexpr char kGiftVersion[] = "0.1.0";
 
 class ControlPlane {
  public:
-  // What it reads and writes; every pointer must outlive it.
-  struct Parts {
-    const DaemonConfig* config;
-    const std::string* instance;
+  // What it reads and writes: the core's shared state (core_state.h) and the components it
+  // calls; every pointer must outlive it.
+  struct Parts : CoreState {
     absl::Time started;
-    JobLayout* layout;
-    const SessionTable* sessions;
-    Planner* planner;
     PlanPublisher* plans;
     const FactorPipeline* factors;
     const Registrar* registrar;

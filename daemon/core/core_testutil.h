@@ -49,20 +49,15 @@ struct CoreParts {
         layout(config),
         planner(PlannerOptions{c.refresh_interval, c.audit_interval, c.rank,
                                c.selection, c.beta, !c.peer_address.empty()}),
-        plans({&config, &instance, &layout, &sessions, &planner, &peers,
-               &metrics}),
-        telemetry({&config, &instance, &layout, &sessions, &planner, &peers,
-                   &metrics}),
-        factors({&config, &layout, &sessions, &planner, &peers, &telemetry,
-                 &metrics}),
-        gauges({&config, &layout, &sessions, &planner, &peers, &factors,
-                &metrics}),
-        registrar({&config, &instance, &layout, &sessions, &planner, &peers,
-                   &plans, &factors, &store, &metrics}),
-        control({&config, &instance, absl::Now(), &layout, &sessions, &planner,
-                 &plans, &factors, &registrar}),
-        messages({&config, &instance, &layout, &planner, &peers, &plans,
-                  &telemetry, &registrar, &gauges, &metrics}) {}
+        core{&config,  &instance, &layout, &sessions,
+             &planner, &peers,    &metrics},
+        plans(core),
+        telemetry(core),
+        factors({core, &telemetry}),
+        gauges({core, &factors}),
+        registrar({core, &plans, &factors, &store}),
+        control({core, absl::Now(), &plans, &factors, &registrar}),
+        messages({core, &plans, &telemetry, &registrar, &gauges}) {}
   ~CoreParts() { registrar.DropAll("test done"); }
 
   std::string Text() const { return metrics::Serialize(registry); }
@@ -77,6 +72,7 @@ struct CoreParts {
   JobLayout layout;
   SessionTable sessions;
   Planner planner;
+  const CoreState core;
   PlanPublisher plans;
   Telemetry telemetry;
   FactorPipeline factors;

@@ -64,6 +64,7 @@
 #include "daemon/config.h"
 #include "daemon/core/control_plane.h"
 #include "daemon/core/core.h"
+#include "daemon/core/core_state.h"
 #include "daemon/core/factor_pipeline.h"
 #include "daemon/core/gauges.h"
 #include "daemon/core/job_layout.h"
@@ -182,6 +183,8 @@ class Daemon : public DaemonCore, public PeerHandler {
   // process lives).
   SessionTable sessions_ ABSL_GUARDED_BY(mu_);
   Planner planner_ ABSL_GUARDED_BY(mu_);
+  // The pointers above, as every component below gets them.
+  const CoreState core_;
   PlanPublisher plans_ ABSL_GUARDED_BY(mu_);
   Telemetry telemetry_ ABSL_GUARDED_BY(mu_);
   FactorPipeline factors_ ABSL_GUARDED_BY(mu_);

@@ -12,8 +12,7 @@
 // The owner sends the newest factor again to a node whose windows lag in
 // an older basis, and a follower that (re)joins broadcasts its newest ones.
 //
-//   FactorPipeline f({&config, &layout, &sessions, &planner, &peers,
-//                     &telemetry, &metrics});
+//   FactorPipeline f({core, &telemetry});  // core: core_state.h
 //   f.set_refresher(refresher.get());
 //   f.Collect();          // every poll: windows → refresher
 //   f.PublishResults();   // finished refreshes → slots (and peers)
@@ -33,6 +32,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "daemon/config.h"
+#include "daemon/core/core_state.h"
 #include "daemon/core/job_layout.h"
 #include "daemon/core/peer_coordinator.h"
 #include "daemon/core/planner.h"
@@ -57,15 +57,10 @@ absl::StatusOr<std::unique_ptr<shm::FactorData>> FactorFromMessage(
 
 class FactorPipeline {
  public:
-  // What it reads and writes; every pointer must outlive it.
-  struct Parts {
-    const DaemonConfig* config;
-    JobLayout* layout;
-    SessionTable* sessions;
-    const Planner* planner;
-    const PeerCoordinator* peers;
+  // What it reads and writes: the core's shared state (core_state.h) and the components it
+  // calls; every pointer must outlive it.
+  struct Parts : CoreState {
     Telemetry* telemetry;
-    DaemonMetrics* metrics;
   };
   explicit FactorPipeline(Parts parts) : p_(parts) {}
   // REQUIRES: before the first Collect; outlives every call.

@@ -7,8 +7,7 @@
 // that (re)joined its leader broadcasts its newest factors
 // (FactorPipeline::BroadcastNewest).
 //
-//   Gauges g({&config, &layout, &sessions, &planner, &peers, &factors,
-//             &metrics});
+//   Gauges g({core, &factors});  // core: core_state.h
 //   g.Update();            // every poll with ranks or layers
 //   g.UpdatePeer();        // every poll of a peered daemon without them
 //   g.ResetLinkCounts();   // a new Peer link counts from 0
@@ -23,6 +22,7 @@
 #include <string>
 
 #include "daemon/config.h"
+#include "daemon/core/core_state.h"
 #include "daemon/core/factor_pipeline.h"
 #include "daemon/core/job_layout.h"
 #include "daemon/core/peer_coordinator.h"
@@ -34,15 +34,10 @@ namespace gift::daemon {
 
 class Gauges {
  public:
-  // What it reads; every pointer must outlive it.
-  struct Parts {
-    const DaemonConfig* config;
-    const JobLayout* layout;
-    const SessionTable* sessions;
-    const Planner* planner;
-    const PeerCoordinator* peers;
+  // What it reads: the core's shared state (core_state.h) and the components it
+  // calls; every pointer must outlive it.
+  struct Parts : CoreState {
     FactorPipeline* factors;
-    DaemonMetrics* metrics;
   };
   explicit Gauges(Parts parts) : p_(parts) {}
 

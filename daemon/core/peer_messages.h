@@ -8,9 +8,7 @@
 // the leader's term; one of an older term is refused and counted
 // (CheckTerm).
 //
-//   PeerMessages peer({&config, &instance, &layout, &planner, &peers,
-//                      &plans, &telemetry, &registrar, &gauges,
-//                      &metrics});
+//   PeerMessages peer({core, &plans, &telemetry, &registrar, &gauges});
 //   ASSIGN_OR_RETURN(v1::PeerPlan plan, peer.Join(request));
 //
 // Thread safety: not thread-safe; guarded by the caller's lock (the
@@ -24,6 +22,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "daemon/config.h"
+#include "daemon/core/core_state.h"
 #include "daemon/core/gauges.h"
 #include "daemon/core/job_layout.h"
 #include "daemon/core/peer_coordinator.h"
@@ -41,18 +40,13 @@ absl::Status CheckJoinLayout(const v1::JoinRequest& r);
 
 class PeerMessages {
  public:
-  // What it reads and writes; every pointer must outlive it.
-  struct Parts {
-    const DaemonConfig* config;
-    const std::string* instance;
-    JobLayout* layout;
-    Planner* planner;
-    PeerCoordinator* peers;
+  // What it reads and writes: the core's shared state (core_state.h) and the components it
+  // calls; every pointer must outlive it.
+  struct Parts : CoreState {
     PlanPublisher* plans;
     Telemetry* telemetry;
     Registrar* registrar;
     Gauges* gauges;
-    DaemonMetrics* metrics;
   };
   explicit PeerMessages(Parts parts) : p_(parts) {}
 

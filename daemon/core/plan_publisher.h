@@ -6,8 +6,7 @@
 // and term; the plan gauges follow. A newly registered rank gets the plan
 // alone (PublishTo).
 //
-//   PlanPublisher plans({&config, &instance, &layout, &sessions, &planner,
-//                        &peers, &metrics});
+//   PlanPublisher plans(core);  // core: core_state.h
 //   plans.ApplySelection();           // a changed selection: a new epoch
 //   plans.NewEpoch("refresh interval K = 20");
 //   link->SetPlan(plans.Plan());
@@ -21,6 +20,7 @@
 
 #include "absl/status/status.h"
 #include "daemon/config.h"
+#include "daemon/core/core_state.h"
 #include "daemon/core/job_layout.h"
 #include "daemon/core/peer_coordinator.h"
 #include "daemon/core/planner.h"
@@ -32,16 +32,9 @@ namespace gift::daemon {
 
 class PlanPublisher {
  public:
-  // What it reads and writes; every pointer must outlive it.
-  struct Parts {
-    const DaemonConfig* config;
-    const std::string* instance;
-    JobLayout* layout;
-    SessionTable* sessions;
-    Planner* planner;
-    const PeerCoordinator* peers;
-    DaemonMetrics* metrics;
-  };
+  // What it reads and writes: the core's shared state (core_state.h); every pointer must
+  // outlive it.
+  using Parts = CoreState;
   explicit PlanPublisher(Parts parts) : p_(parts) {}
 
   // The plan into one rank's control block.

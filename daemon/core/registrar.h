@@ -6,8 +6,7 @@
 // becomes the node's; a member of a multi-node job serves config.job_id
 // and keeps its layers while local ranks come and go.
 //
-//   Registrar reg({&config, &instance, &layout, &sessions, &planner, &peers,
-//                  &plans, &factors, &store, &metrics});
+//   Registrar reg({core, &plans, &factors, &store});  // core: core_state.h
 //   ASSIGN_OR_RETURN(v1::RegisterResponse out, reg.Register(request));
 //   reg.ReapDead();   // every poll
 //
@@ -23,6 +22,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "daemon/config.h"
+#include "daemon/core/core_state.h"
 #include "daemon/core/factor_pipeline.h"
 #include "daemon/core/job_layout.h"
 #include "daemon/core/kv_store.h"
@@ -37,18 +37,12 @@ namespace gift::daemon {
 
 class Registrar {
  public:
-  // What it reads and writes; every pointer must outlive it.
-  struct Parts {
-    const DaemonConfig* config;
-    const std::string* instance;
-    JobLayout* layout;
-    SessionTable* sessions;
-    Planner* planner;
-    const PeerCoordinator* peers;
+  // What it reads and writes: the core's shared state (core_state.h) and the components it
+  // calls; every pointer must outlive it.
+  struct Parts : CoreState {
     PlanPublisher* plans;
     FactorPipeline* factors;
     KvStore* store;
-    DaemonMetrics* metrics;
   };
   explicit Registrar(Parts parts) : p_(parts) {}
 

@@ -11,7 +11,7 @@
 // kMalformedPollsBeforeDisconnect polls in a row is disconnected
 // (DisconnectMalformed, the caller reaps it).
 //
-//   Telemetry t({&config, &layout, &sessions, &planner, &peers, &metrics});
+//   Telemetry t(core);  // core: core_state.h
 //   t.Read();                                      // every poll
 //   t.DisconnectMalformed([&](id, why) { Reap(id, why); });
 //   RETURN_IF_ERROR(t.AcceptReport(follower_report));  // leader
@@ -28,6 +28,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "daemon/config.h"
+#include "daemon/core/core_state.h"
 #include "daemon/core/job_layout.h"
 #include "daemon/core/peer_coordinator.h"
 #include "daemon/core/planner.h"
@@ -51,16 +52,9 @@ absl::Status CheckReport(const v1::ReportTelemetryRequest& r);
 
 class Telemetry {
  public:
-  // What it reads and writes; every pointer must outlive it.
-  struct Parts {
-    const DaemonConfig* config;
-    const std::string* instance;
-    JobLayout* layout;
-    SessionTable* sessions;
-    Planner* planner;
-    const PeerCoordinator* peers;
-    DaemonMetrics* metrics;
-  };
+  // What it reads and writes: the core's shared state (core_state.h); every pointer must
+  // outlive it.
+  using Parts = CoreState;
   explicit Telemetry(Parts parts) : p_(parts) {}
 
   // One poll: every local rank's samples and step counters, plus (leader)

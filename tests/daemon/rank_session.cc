@@ -4,49 +4,42 @@
 #include <utility>
 
 #include "absl/time/time.h"
-#include "client/communicator_factory.h"
-#include "client/daemon_store.h"
+#include "client/communicator_setup.h"
 #include "common/status_macros.h"
 
 namespace gift::testing_daemon {
-namespace {
-
-absl::StatusOr<std::unique_ptr<client::Store>> OpenStore(const RankFlags& f) {
-  if (f.store == "daemon") {
-    return client::DaemonStore::Connect(f.agent_socket, f.job);
-  }
-  return client::FileStore::Create(f.store);
-}
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<RankSession>> RankSession::Connect(
     const RankFlags& f, const client::BucketPlan& plan,
     const RankDevice& device) {
   auto s = std::make_unique<RankSession>();
-  ASSIGN_OR_RETURN(s->base_store, OpenStore(f));
-  s->store =
-      std::make_unique<client::PrefixStore>("grad/", s->base_store.get());
-  client::CommunicatorOptions co;
+  client::CommunicatorSetupOptions co;
   if (device.on_device) {
     co.backend = "nccl";
     co.device = device.device;
   }
-  // In a network namespace of scripts/netns.sh the ranks of other nodes
-  // reach this one only at the namespace's own address.
-  if (const char* addr = std::getenv("GIFT_NETNS_ADDR"); addr != nullptr) {
-    co.hostname = addr;
-  }
   co.rank = f.rank;
   co.world_size = f.world_size;
-  co.store = s->store.get();
   co.timeout = absl::Seconds(f.comm_timeout_s);
-  ASSIGN_OR_RETURN(s->comm, client::CreateCommunicator(co));
+  if (f.store == "daemon") {
+    co.daemon_store = true;
+    co.agent_socket = f.agent_socket;
+    co.job_id = f.job;
+  } else {
+    co.store_dir = f.store;
+  }
+  co.key_prefix = "grad/";
+  // In a network namespace of scripts/netns.sh the ranks of other nodes
+  // reach this one only at the namespace's own address.
+  const char* addr = std::getenv("GIFT_NETNS_ADDR");
+  co.hostname = addr != nullptr ? addr : "127.0.0.1";
+  ASSIGN_OR_RETURN(s->setup, client::SetUpCommunicator(co));
+  s->comm = s->setup.comm.get();
   client::QuantizedAllReduceOptions qo;
   qo.probe_interval = f.probe_interval;
   qo.audit_drift = f.audit_drift != 0;
   ASSIGN_OR_RETURN(s->ar,
-                   client::QuantizedAllReduce::Create(s->comm.get(), plan, qo));
+                   client::QuantizedAllReduce::Create(s->comm, plan, qo));
   client::AttachmentOptions ao;
   ao.agent_socket = f.agent_socket;
   ao.job_id = f.job;

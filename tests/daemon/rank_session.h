@@ -27,9 +27,9 @@
 #include "absl/status/statusor.h"
 #include "client/bucket_plan.h"
 #include "client/communicator.h"
+#include "client/communicator_setup.h"
 #include "client/daemon_attachment.h"
 #include "client/quantized_allreduce.h"
-#include "client/store.h"
 #include "client/telemetry.h"
 #include "nlohmann/json.hpp"
 #include "tests/daemon/rank_testutil.h"
@@ -65,9 +65,8 @@ struct RankSession {
 
   // Destroyed last to first: the attachment before the allreduce it
   // feeds, the stores after the communicator.
-  std::unique_ptr<client::Store> base_store;
-  std::unique_ptr<client::PrefixStore> store;
-  std::unique_ptr<client::Communicator> comm;
+  client::CommunicatorSetup setup;
+  client::Communicator* comm = nullptr;  // setup.comm
   std::unique_ptr<client::QuantizedAllReduce> ar;
   std::unique_ptr<client::DaemonAttachment> att;
 };

@@ -23,11 +23,10 @@ from typing import Any, Dict, NamedTuple, Optional
 import torch
 import torch.distributed as dist
 
-from gift import _compat
+from gift import _compat, _gift
 from gift._options import Options
 
 log = logging.getLogger("gift")
-DEFAULT_AGENT_SOCKET = "/tmp/gift/agent.sock"
 
 
 class Rendezvous(NamedTuple):
@@ -85,8 +84,8 @@ def _timeout(options: Options, store: Any, rank: int) -> float:
 def rendezvous(group: Any, rank: int, options: Options) -> Rendezvous:
     """Agrees with every rank of `group` on how to rendezvous (collective);
     rank 0 makes the fresh folder when one is used."""
-    socket = (options.agent_socket or os.environ.get("GIFT_AGENT_SOCKET")
-              or DEFAULT_AGENT_SOCKET)
+    # The one default, libgift's (common/agent_socket.h).
+    socket = options.agent_socket or _gift.default_agent_socket()
     store = _compat.default_store() if group is not None else None
     timeout = _timeout(options, store, rank)
     use_daemon = all_true(os.path.exists(socket), group)
