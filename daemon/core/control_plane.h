@@ -35,8 +35,8 @@ inline constexpr char kGiftVersion[] = "0.1.0";
 
 class ControlPlane {
  public:
-  // What it reads and writes: the core's shared state (core_state.h) and the components it
-  // calls; every pointer must outlive it.
+  // What it reads and writes: the core's shared state (core_state.h) and the
+  // components it calls; every pointer must outlive it.
   struct Parts : CoreState {
     absl::Time started;
     PlanPublisher* plans;

@@ -57,8 +57,8 @@ absl::StatusOr<std::unique_ptr<shm::FactorData>> FactorFromMessage(
 
 class FactorPipeline {
  public:
-  // What it reads and writes: the core's shared state (core_state.h) and the components it
-  // calls; every pointer must outlive it.
+  // What it reads and writes: the core's shared state (core_state.h) and the
+  // components it calls; every pointer must outlive it.
   struct Parts : CoreState {
     Telemetry* telemetry;
   };

@@ -40,8 +40,8 @@ absl::Status CheckJoinLayout(const v1::JoinRequest& r);
 
 class PeerMessages {
  public:
-  // What it reads and writes: the core's shared state (core_state.h) and the components it
-  // calls; every pointer must outlive it.
+  // What it reads and writes: the core's shared state (core_state.h) and the
+  // components it calls; every pointer must outlive it.
   struct Parts : CoreState {
     PlanPublisher* plans;
     Telemetry* telemetry;

@@ -32,8 +32,8 @@ namespace gift::daemon {
 
 class PlanPublisher {
  public:
-  // What it reads and writes: the core's shared state (core_state.h); every pointer must
-  // outlive it.
+  // What it reads and writes: the core's shared state (core_state.h); every
+  // pointer must outlive it.
   using Parts = CoreState;
   explicit PlanPublisher(Parts parts) : p_(parts) {}
 

@@ -37,8 +37,8 @@ namespace gift::daemon {
 
 class Registrar {
  public:
-  // What it reads and writes: the core's shared state (core_state.h) and the components it
-  // calls; every pointer must outlive it.
+  // What it reads and writes: the core's shared state (core_state.h) and the
+  // components it calls; every pointer must outlive it.
   struct Parts : CoreState {
     PlanPublisher* plans;
     FactorPipeline* factors;

@@ -52,8 +52,8 @@ absl::Status CheckReport(const v1::ReportTelemetryRequest& r);
 
 class Telemetry {
  public:
-  // What it reads and writes: the core's shared state (core_state.h); every pointer must
-  // outlive it.
+  // What it reads and writes: the core's shared state (core_state.h); every
+  // pointer must outlive it.
   using Parts = CoreState;
   explicit Telemetry(Parts parts) : p_(parts) {}
 
