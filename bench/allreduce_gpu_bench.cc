@@ -1,4 +1,4 @@
-// QuantizedAllReduce on the NCCL backend, on one GPU: time per step and
+// AllReduceEngine on the NCCL backend, on one GPU: time per step and
 // bytes per step of fp8 (two-phase), fp32 and bf16 (ncclAllReduce) and
 // nccl-fp8 (sm_90) for buckets of 4, 64 and 256 MiB (Euclidean layers of
 // 4 MiB each), as ratios against fp32; plus the kernel time of the fp8
@@ -31,9 +31,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
-#include "client/communicator_factory.h"
-#include "client/quantized_allreduce.h"
+#include "client/allreduce_engine.h"
 #include "client/store.h"
+#include "client/transport_factory.h"
 #include "kernels/accumulate.h"
 #include "kernels/gpu.h"
 #include "kernels/quantize.h"
@@ -43,22 +43,22 @@ namespace gift::bench {
 namespace {
 
 using client::AllReduceMode;
-using client::BucketPlan;
-using client::LayerSpec;
+using client::BucketLayer;
+using client::EpochPlan;
 
 constexpr int kExitDuplicateGpu = 3;
 constexpr int64_t kLayerFloats = int64_t{1} << 20;  // 4 MiB layers
 constexpr int kSizesMib[] = {4, 64, 256};
 
-BucketPlan PlanOf(int mib) {
+EpochPlan PlanOf(int mib) {
   const int64_t n = int64_t{mib} << 18;  // floats
-  std::vector<LayerSpec> layers;
+  std::vector<BucketLayer> layers;
   for (int64_t off = 0; off < n; off += kLayerFloats) {
     layers.push_back({.name = absl::StrCat("l", off / kLayerFloats),
                       .shape = {std::min(kLayerFloats, n - off)},
                       .offset = off});
   }
-  return *BucketPlan::Create(1, n, std::move(layers));
+  return *EpochPlan::Create(1, n, std::move(layers));
 }
 
 struct Figure {
@@ -67,13 +67,13 @@ struct Figure {
 };
 
 // Times `steps` Runs of one mode; NaN-free Gaussian-ish data.
-absl::StatusOr<Figure> TimeMode(client::Communicator& comm, AllReduceMode mode,
-                                const BucketPlan& plan, float* bucket,
+absl::StatusOr<Figure> TimeMode(client::Transport& comm, AllReduceMode mode,
+                                const EpochPlan& plan, float* bucket,
                                 const std::vector<float>& host, int steps) {
-  client::QuantizedAllReduceOptions o;
+  client::AllReduceEngineOptions o;
   o.mode = mode;
   o.probe_interval = 0;
-  auto ar = client::QuantizedAllReduce::Create(&comm, plan, o);
+  auto ar = client::AllReduceEngine::Create(&comm, plan, o);
   if (!ar.ok()) return ar.status();
   client::VersionedFactors none;
   client::StepTelemetry t;
@@ -145,13 +145,13 @@ int Worker(int steps) {
   if (!env.ok()) return 2;
   auto store = client::FileStore::Create(env->store_dir);
   if (!store.ok()) return 2;
-  client::CommunicatorOptions o;
+  client::TransportOptions o;
   o.backend = "nccl";
   o.rank = env->rank;
   o.world_size = env->world_size;
   o.store = store->get();
   o.timeout = absl::Seconds(60);
-  auto comm = client::CreateCommunicator(o);
+  auto comm = client::CreateTransport(o);
   if (!comm.ok()) {
     std::cerr << "rank " << env->rank << ": " << comm.status() << std::endl;
     const bool dup =
@@ -165,7 +165,7 @@ int Worker(int steps) {
       w, steps, "mode", "MiB", "ms/step", "bytes/step", "t/fp32", "B/fp32",
       "kernel ms");
   for (int mib : kSizesMib) {
-    const BucketPlan plan = PlanOf(mib);
+    const EpochPlan plan = PlanOf(mib);
     const int64_t n = plan.bucket_elements();
     std::vector<float> host(n);
     uint64_t z = 0x9E3779B97F4A7C15ull * (env->rank + 1);

@@ -8,7 +8,7 @@
 namespace gift::client {
 
 absl::StatusOr<std::vector<int64_t>> AgreeOnVersions(
-    Communicator& comm, const std::vector<std::vector<int64_t>>& held,
+    Transport& comm, const std::vector<std::vector<int64_t>>& held,
     AgreementStats* stats) {
   const size_t n = held.size();
   std::vector<int64_t> v(2 * n);

@@ -19,7 +19,7 @@
 //                    AgreeOnVersions(*comm, held));
 //   // agreed[0] is the epoch to use, agreed[i] a version or kNoVersion.
 //
-// Thread safety: a collective; see Communicator.
+// Thread safety: a collective; see Transport.
 #ifndef GIFT_CLIENT_AGREEMENT_H_
 #define GIFT_CLIENT_AGREEMENT_H_
 
@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "client/communicator.h"
+#include "client/transport.h"
 
 namespace gift::client {
 
@@ -43,7 +43,7 @@ struct AgreementStats {
 // sent, so all ranks must be consistent for it not to hang the others: the
 // caller validates its inputs).
 absl::StatusOr<std::vector<int64_t>> AgreeOnVersions(
-    Communicator& comm, const std::vector<std::vector<int64_t>>& held,
+    Transport& comm, const std::vector<std::vector<int64_t>>& held,
     AgreementStats* stats = nullptr);
 
 }  // namespace gift::client

@@ -14,7 +14,7 @@ using ::gift::testing::StatusIs;
 using ::testing::ElementsAre;
 
 TEST(AgreementTest, SingleRankUsesItsNewestVersionsInOneRound) {
-  RunThreadRanks(1, [](Communicator& comm) {
+  RunThreadRanks(1, [](Transport& comm) {
     AgreementStats stats;
     absl::StatusOr<std::vector<int64_t>> a =
         AgreeOnVersions(comm, {{3, 4}, {7}, {}}, &stats);
@@ -29,7 +29,7 @@ TEST(AgreementTest, SingleRankUsesItsNewestVersionsInOneRound) {
 // Slot by slot, rank r holds held[r]; every rank must get `want`.
 void ExpectAgreement(const std::vector<std::vector<std::vector<int64_t>>>& held,
                      const std::vector<int64_t>& want, int rounds) {
-  RunThreadRanks(static_cast<int>(held.size()), [&](Communicator& comm) {
+  RunThreadRanks(static_cast<int>(held.size()), [&](Transport& comm) {
     AgreementStats stats;
     absl::StatusOr<std::vector<int64_t>> a =
         AgreeOnVersions(comm, held[comm.rank()], &stats);
@@ -59,7 +59,7 @@ TEST(AgreementTest, AMinimumNotHeldEverywhereMeansNoVersionOnEveryRank) {
 TEST(VersionedFactorsTest, KeepsTheTwoNewestVersions) {
   VersionedFactors f;
   auto make = [](int64_t v) {
-    GiftFactor g;
+    LayerFactor g;
     g.version = v;
     g.d_in = 2;
     g.r = 1;
@@ -75,7 +75,7 @@ TEST(VersionedFactorsTest, KeepsTheTwoNewestVersions) {
   EXPECT_EQ(f.Find("x", 1), nullptr);
   EXPECT_EQ(f.Newest("x")->version, 3);
   EXPECT_TRUE(f.Held("y").empty());
-  GiftFactor bad = make(4);
+  LayerFactor bad = make(4);
   bad.c.clear();
   EXPECT_THAT(f.Put("x", bad), StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(f.Put("x", make(-1)),

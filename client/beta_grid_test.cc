@@ -1,4 +1,4 @@
-// β auto (DESIGN §2), client side: GiftFactor::WithBeta rebuilds exactly
+// β auto (DESIGN §2), client side: LayerFactor::WithBeta rebuilds exactly
 // the coefficients the daemon's factor builder makes for that β, and probe
 // steps of a beta_auto factor report the GIFT round trip for every grid β.
 #include "common/beta_grid.h"
@@ -10,7 +10,7 @@
 #include <cmath>
 #include <vector>
 
-#include "client/quantized_allreduce.h"
+#include "client/allreduce_engine.h"
 #include "client/synthetic_testutil.h"
 #include "client/thread_ranks_testutil.h"
 #include "common/status_matchers.h"
@@ -42,13 +42,13 @@ linalg::EigenPairs Pairs() {
 constexpr double kTrace = kD;  // tr A per sampled row
 
 // The factor giftd publishes for β = 1, as a rank receives it.
-GiftFactor Published(int64_t version) {
+LayerFactor Published(int64_t version) {
   const linalg::EigenPairs e = Pairs();
   Eigen::MatrixXd u = e.u;  // column-major for FinishLowRank
   const daemon::LowRankFactorData d = daemon::internal::FinishLowRank(
       kD, kR, u.data(), e.lambda.data(), kTrace, /*beta=*/1.0,
       /*k_next=*/kR + 2, /*seed=*/5);
-  GiftFactor f;
+  LayerFactor f;
   f.version = version;
   f.d_in = kD;
   f.r = kR;
@@ -62,12 +62,12 @@ GiftFactor Published(int64_t version) {
 }
 
 TEST(BetaGridTest, WithBetaMatchesTheDaemonsBuilderForEveryGridValue) {
-  const GiftFactor f = Published(3);
+  const LayerFactor f = Published(3);
   ASSERT_OK(f.Validate(kD));
   for (double beta : kBetaGridValues) {
     const linalg::LowRankFactor want = linalg::MakeLowRankFactor(
         Pairs(), kTrace, kD, linalg::FactorDamping::Clipped(beta));
-    absl::StatusOr<GiftFactor> got = f.WithBeta(beta);
+    absl::StatusOr<LayerFactor> got = f.WithBeta(beta);
     ASSERT_OK(got);
     EXPECT_EQ(got->version, 3);
     EXPECT_EQ(got->u, f.u);
@@ -78,7 +78,7 @@ TEST(BetaGridTest, WithBetaMatchesTheDaemonsBuilderForEveryGridValue) {
     }
   }
   // β = 1 is the factor itself; 0.3 amplifies less of the spectrum away.
-  absl::StatusOr<GiftFactor> one = f.WithBeta(1.0);
+  absl::StatusOr<LayerFactor> one = f.WithBeta(1.0);
   ASSERT_OK(one);
   for (int k = 0; k < kR; ++k) EXPECT_NEAR(one->c[k], f.c[k], 1e-6);
   EXPECT_LT(f.WithBeta(0.3)->c[kR - 1], f.c[kR - 1]);  // not clipped at 0.3
@@ -86,32 +86,32 @@ TEST(BetaGridTest, WithBetaMatchesTheDaemonsBuilderForEveryGridValue) {
 }
 
 TEST(BetaGridTest, WithBetaNeedsEigenvaluesAndAPositiveBeta) {
-  GiftFactor f = Published(1);
+  LayerFactor f = Published(1);
   EXPECT_THAT(f.WithBeta(0), StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(f.WithBeta(NAN), StatusIs(absl::StatusCode::kInvalidArgument));
   f.trace_mean = 0;
   EXPECT_THAT(f.WithBeta(1), StatusIs(absl::StatusCode::kFailedPrecondition));
-  GiftFactor g = SyntheticLowRank(1, kD, kR, 5);  // no λ
+  LayerFactor g = SyntheticLowRank(1, kD, kR, 5);  // no λ
   EXPECT_THAT(g.WithBeta(1), StatusIs(absl::StatusCode::kFailedPrecondition));
   g.lambda = {1, 2};  // not r of them
   EXPECT_THAT(g.Validate(kD), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
-BucketPlan Plan() {
-  return *BucketPlan::Create(
+EpochPlan Plan() {
+  return *EpochPlan::Create(
       1, 6 * kD,
       {{.name = "g", .shape = {6, kD}, .offset = 0, .path = LayerPath::kGift}});
 }
 
 TEST(BetaGridTest, ProbeStepsOfABetaAutoFactorProbeEveryGridBeta) {
-  RunThreadRanks(2, [](Communicator& comm) {
-    QuantizedAllReduceOptions o;
+  RunThreadRanks(2, [](Transport& comm) {
+    AllReduceEngineOptions o;
     o.probe_interval = 2;
-    auto ar = QuantizedAllReduce::Create(&comm, Plan(), o);
+    auto ar = AllReduceEngine::Create(&comm, Plan(), o);
     ASSERT_OK(ar);
     for (bool automatic : {true, false}) {
       VersionedFactors factors;
-      GiftFactor f = Published(automatic ? 4 : 5);
+      LayerFactor f = Published(automatic ? 4 : 5);
       f.beta_auto = automatic;
       ASSERT_OK(factors.Put("g", f));
       for (int step = 0; step < 2; ++step) {

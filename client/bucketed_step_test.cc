@@ -1,11 +1,11 @@
-// QuantizedAllReduce's overlapped steps: BeginStep, one RunBucket per
+// AllReduceEngine's overlapped steps: BeginStep, one RunBucket per
 // framework bucket (each in its own buffer and layout), EndStep.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <vector>
 
-#include "client/quantized_allreduce.h"
+#include "client/allreduce_engine.h"
 #include "client/synthetic_testutil.h"
 #include "client/thread_ranks_testutil.h"
 #include "common/status_matchers.h"
@@ -17,8 +17,8 @@ using ::gift::testing::StatusIs;
 using ::testing::HasSubstr;
 
 // The model's layout: a (1-D), g (GIFT 6 × 16), b (E5M2 blocks of 8).
-BucketPlan Model(int64_t epoch = 1) {
-  return *BucketPlan::Create(
+EpochPlan Model(int64_t epoch = 1) {
+  return *EpochPlan::Create(
       epoch, 196,
       {{.name = "a", .shape = {37}, .offset = 0},
        {.name = "g", .shape = {6, 16}, .offset = 37, .path = LayerPath::kGift},
@@ -39,16 +39,16 @@ BucketGroup Bucket1() {
 }
 
 // The same buckets as plans of their own (what separate allreduces see).
-BucketPlan Plan0() {
-  const BucketPlan m = Model();
-  LayerSpec b = m.layers()[2], g = m.layers()[1];
+EpochPlan Plan0() {
+  const EpochPlan m = Model();
+  BucketLayer b = m.layers()[2], g = m.layers()[1];
   b.offset = 0;
   g.offset = 66;
-  return *BucketPlan::Create(1, 162, {b, g});
+  return *EpochPlan::Create(1, 162, {b, g});
 }
-BucketPlan Plan1() {
-  LayerSpec a = Model().layers()[0];
-  return *BucketPlan::Create(1, 37, {a});
+EpochPlan Plan1() {
+  BucketLayer a = Model().layers()[0];
+  return *EpochPlan::Create(1, 37, {a});
 }
 
 std::vector<float> Values(int seed, int64_t n) {
@@ -62,14 +62,14 @@ std::vector<float> Values(int seed, int64_t n) {
 // buckets, bit for bit, over several steps with error feedback (worker and
 // owner residuals) and a probe step.
 TEST(BucketedStepTest, EqualsOneAllreducePerBucketBitForBit) {
-  RunThreadRanks(3, [](Communicator& comm) {
+  RunThreadRanks(3, [](Transport& comm) {
     VersionedFactors f;
     ASSERT_OK(f.Put("g", SyntheticLowRank(1, 16, 4, 5)));
-    QuantizedAllReduceOptions o;
+    AllReduceEngineOptions o;
     o.probe_interval = 2;
-    auto ar = QuantizedAllReduce::Create(&comm, Model(), o);
-    auto ar0 = QuantizedAllReduce::Create(&comm, Plan0(), o);
-    auto ar1 = QuantizedAllReduce::Create(&comm, Plan1(), o);
+    auto ar = AllReduceEngine::Create(&comm, Model(), o);
+    auto ar0 = AllReduceEngine::Create(&comm, Plan0(), o);
+    auto ar1 = AllReduceEngine::Create(&comm, Plan1(), o);
     ASSERT_OK(ar);
     ASSERT_OK(ar0);
     ASSERT_OK(ar1);
@@ -104,10 +104,10 @@ TEST(BucketedStepTest, EqualsOneAllreducePerBucketBitForBit) {
 }
 
 TEST(BucketedStepTest, PlainModesReduceEachBucket) {
-  RunThreadRanks(2, [](Communicator& comm) {
-    QuantizedAllReduceOptions o;
+  RunThreadRanks(2, [](Transport& comm) {
+    AllReduceEngineOptions o;
     o.mode = AllReduceMode::kFp32;
-    auto ar = QuantizedAllReduce::Create(&comm, Model(), o);
+    auto ar = AllReduceEngine::Create(&comm, Model(), o);
     ASSERT_OK(ar);
     std::vector<float> b0(162, float(comm.rank() + 1)), b1(37, 4.0f);
     b0[63] = b0[64] = b0[65] = -9;  // the gap
@@ -125,8 +125,8 @@ TEST(BucketedStepTest, PlainModesReduceEachBucket) {
 }
 
 TEST(BucketedStepTest, BadBucketsFailTheStepClearly) {
-  RunThreadRanks(2, [](Communicator& comm) {
-    auto ar = QuantizedAllReduce::Create(&comm, Model(), {});
+  RunThreadRanks(2, [](Transport& comm) {
+    auto ar = AllReduceEngine::Create(&comm, Model(), {});
     ASSERT_OK(ar);
     VersionedFactors f;
     std::vector<float> b0(162, 1.0f), b1(37, 1.0f);
@@ -172,8 +172,8 @@ TEST(BucketedStepTest, BadBucketsFailTheStepClearly) {
 // Ranks whose buckets differ (another framework version, another model)
 // get a clear error on every rank instead of a meaningless sum.
 TEST(BucketedStepTest, BucketLayoutsAreCheckedAcrossRanks) {
-  RunThreadRanks(2, [](Communicator& comm) {
-    auto ar = QuantizedAllReduce::Create(&comm, Model(), {});
+  RunThreadRanks(2, [](Transport& comm) {
+    auto ar = AllReduceEngine::Create(&comm, Model(), {});
     ASSERT_OK(ar);
     std::vector<float> buf(200, 1.0f);
     ASSERT_OK((*ar)->BeginStep(VersionedFactors()));
@@ -189,10 +189,10 @@ TEST(BucketedStepTest, BucketLayoutsAreCheckedAcrossRanks) {
 // A checkpoint of a bucketed job (owner residuals per bucket layout)
 // restored into a fresh allreduce reproduces the next step bit for bit.
 TEST(BucketedStepTest, ExportedStateKeepsTheOwnerResidualsOfEachBucket) {
-  RunThreadRanks(2, [](Communicator& comm) {
+  RunThreadRanks(2, [](Transport& comm) {
     VersionedFactors f;
     ASSERT_OK(f.Put("g", SyntheticLowRank(1, 16, 4, 5)));
-    auto step = [&](QuantizedAllReduce& ar, int seed, std::vector<float>* b0,
+    auto step = [&](AllReduceEngine& ar, int seed, std::vector<float>* b0,
                     std::vector<float>* b1) {
       *b0 = Values(seed, 162);
       *b1 = Values(seed + 100, 37);
@@ -201,7 +201,7 @@ TEST(BucketedStepTest, ExportedStateKeepsTheOwnerResidualsOfEachBucket) {
       ASSERT_OK(ar.RunBucket(Bucket1(), b1->data()));
       ASSERT_OK(ar.EndStep(nullptr));
     };
-    auto ar = QuantizedAllReduce::Create(&comm, Model(), {});
+    auto ar = AllReduceEngine::Create(&comm, Model(), {});
     ASSERT_OK(ar);
     std::vector<float> b0, b1, want0, want1, got0, got1;
     for (int s = 0; s < 3; ++s) step(**ar, comm.rank() * 7 + s + 1, &b0, &b1);
@@ -211,7 +211,7 @@ TEST(BucketedStepTest, ExportedStateKeepsTheOwnerResidualsOfEachBucket) {
     EXPECT_EQ(state->owner_residuals[0].layers, (std::vector<int>{2, 1}));
     step(**ar, 50 + comm.rank(), &want0, &want1);
 
-    auto restored = QuantizedAllReduce::Create(&comm, Model(), {});
+    auto restored = AllReduceEngine::Create(&comm, Model(), {});
     ASSERT_OK(restored);
     ASSERT_OK((*restored)->ImportState(*state));
     step(**restored, 50 + comm.rank(), &got0, &got1);
@@ -221,7 +221,7 @@ TEST(BucketedStepTest, ExportedStateKeepsTheOwnerResidualsOfEachBucket) {
     // Without the owner residuals the step differs (they matter).
     AllReduceState no_owner = *state;
     no_owner.owner_residuals.clear();
-    auto partial = QuantizedAllReduce::Create(&comm, Model(), {});
+    auto partial = AllReduceEngine::Create(&comm, Model(), {});
     ASSERT_OK(partial);
     ASSERT_OK((*partial)->ImportState(no_owner));
     step(**partial, 50 + comm.rank(), &got0, &got1);

@@ -22,10 +22,10 @@ std::vector<Range> SplitIntoPieces(int64_t n, int64_t piece_elements) {
 
 namespace {
 
-ChunkLayout LayoutChunk(const BucketPlan& plan, Range packed) {
+ChunkLayout LayoutChunk(const EpochPlan& plan, Range packed) {
   ChunkLayout chunk;
   chunk.packed = packed;
-  const std::vector<LayerSpec>& layers = plan.layers();
+  const std::vector<BucketLayer>& layers = plan.layers();
   // First layer that ends after the chunk begins (packed offsets ascend).
   int i = 0;
   while (i < static_cast<int>(layers.size()) &&
@@ -53,7 +53,7 @@ ChunkLayout LayoutChunk(const BucketPlan& plan, Range packed) {
 
 }  // namespace
 
-PieceLayout LayoutPiece(const BucketPlan& plan, int64_t begin, int64_t end,
+PieceLayout LayoutPiece(const EpochPlan& plan, int64_t begin, int64_t end,
                         int w) {
   PieceLayout piece;
   piece.packed = {begin, end};

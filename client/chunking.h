@@ -27,7 +27,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "client/bucket_plan.h"
+#include "client/epoch_plan.h"
 
 namespace gift::client {
 
@@ -74,7 +74,7 @@ struct PieceLayout {
 
 // Layout of the piece [begin, end) of the plan's packed space for W ranks.
 // REQUIRES: 0 <= begin <= end <= plan.communicated_elements(), w >= 1.
-PieceLayout LayoutPiece(const BucketPlan& plan, int64_t begin, int64_t end,
+PieceLayout LayoutPiece(const EpochPlan& plan, int64_t begin, int64_t end,
                         int w);
 
 }  // namespace gift::client

@@ -40,8 +40,8 @@ TEST(ChunkingTest, PiecesCoverTheBucket) {
   EXPECT_EQ(SplitIntoPieces(8, 4).size(), 2u);
 }
 
-BucketPlan Plan() {
-  return *BucketPlan::Create(
+EpochPlan Plan() {
+  return *EpochPlan::Create(
       0, 40,
       {{.name = "a", .shape = {10}, .offset = 0},
        {.name = "empty", .shape = {0}, .offset = 10},
@@ -51,7 +51,7 @@ BucketPlan Plan() {
 }
 
 TEST(ChunkingTest, SegmentsAreChunkTimesLayerWithTheirOwnScales) {
-  const BucketPlan plan = Plan();
+  const EpochPlan plan = Plan();
   ASSERT_EQ(plan.communicated_elements(), 30);
   // A piece [3, 30) split 4 ways: 7, 7, 7, 6 elements.
   const PieceLayout piece = LayoutPiece(plan, 3, 30, 4);
@@ -94,7 +94,7 @@ TEST(ChunkingTest, SegmentsAreChunkTimesLayerWithTheirOwnScales) {
 }
 
 TEST(ChunkingTest, MoreRanksThanElementsGivesEmptyChunks) {
-  const BucketPlan plan = Plan();
+  const EpochPlan plan = Plan();
   const PieceLayout piece = LayoutPiece(plan, 29, 30, 8);
   EXPECT_EQ(piece.chunks[0].segments.size(), 1u);
   for (int j = 1; j < 8; ++j) {

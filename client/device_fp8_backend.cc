@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/device_fp8_backend_transforms.h"
 #include "client/device_ops.h"
-#include "client/staging_communicator.h"
+#include "client/staging_transport.h"
 #include "common/cuda_check.h"
 #include "common/status_macros.h"
 #include "kernels/gpu.h"
@@ -234,7 +234,7 @@ class DeviceComparator : public Comparator {
 // communicator's.
 class DeviceFp8Backend : public Fp8Backend {
  public:
-  DeviceFp8Backend(Communicator* comm, std::unique_ptr<gpu::Context> ctx)
+  DeviceFp8Backend(Transport* comm, std::unique_ptr<gpu::Context> ctx)
       : comm_(comm),
         ctx_(std::move(ctx)),
         stream_(static_cast<cudaStream_t>(ctx_->stream())),
@@ -259,7 +259,7 @@ class DeviceFp8Backend : public Fp8Backend {
   }
   absl::Status EndStep() override { return ctx_->Synchronize(); }
   void* stream() const override { return stream_; }
-  Communicator* control() override { return &control_; }
+  Transport* control() override { return &control_; }
 
   BackendMemory& memory() override { return memory_; }
   Fp8Codec& codec() override { return codec_; }
@@ -269,10 +269,10 @@ class DeviceFp8Backend : public Fp8Backend {
   Comparator& compare() override { return compare_; }
 
  private:
-  Communicator* const comm_;
+  Transport* const comm_;
   std::unique_ptr<gpu::Context> ctx_;
   cudaStream_t stream_;
-  StagingCommunicator control_;
+  StagingTransport control_;
   DeviceMemory memory_;
   DeviceFp8Codec codec_;
   DeviceVectorMath math_;
@@ -284,7 +284,7 @@ class DeviceFp8Backend : public Fp8Backend {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Fp8Backend>> CreateDeviceFp8Backend(
-    Communicator* comm) {
+    Transport* comm) {
   if (comm == nullptr || comm->memory_kind() != MemoryKind::kDevice) {
     return absl::InvalidArgumentError(
         "CreateDeviceFp8Backend: needs a device-memory communicator");

@@ -17,15 +17,15 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
-#include "client/communicator.h"
 #include "client/fp8_backend.h"
+#include "client/transport.h"
 
 namespace gift::client {
 
 // The device backend on the current CUDA device; sets comm's stream to the
 // backend's. REQUIRES: comm->memory_kind() == kDevice.
 absl::StatusOr<std::unique_ptr<Fp8Backend>> CreateDeviceFp8Backend(
-    Communicator* comm);
+    Transport* comm);
 
 }  // namespace gift::client
 

@@ -38,7 +38,7 @@ absl::Status DeviceGiftTransforms::BeginStep() {
   return absl::OkStatus();
 }
 
-absl::Status DeviceGiftTransforms::Forward(const GiftFactor& f, const float* x,
+absl::Status DeviceGiftTransforms::Forward(const LayerFactor& f, const float* x,
                                            int64_t rows, const float* add,
                                            float* out) {
   ASSIGN_OR_RETURN(DeviceFactor * d, Upload(f));
@@ -51,7 +51,7 @@ absl::Status DeviceGiftTransforms::Forward(const GiftFactor& f, const float* x,
                                      out, ws);
 }
 
-absl::Status DeviceGiftTransforms::Inverse(const GiftFactor& f, const float* x,
+absl::Status DeviceGiftTransforms::Inverse(const LayerFactor& f, const float* x,
                                            int64_t rows, float* out) {
   ASSIGN_OR_RETURN(DeviceFactor * d, Upload(f));
   if (f.kind == GiftTransform::kFull) {
@@ -63,8 +63,8 @@ absl::Status DeviceGiftTransforms::Inverse(const GiftFactor& f, const float* x,
                                      out, ws);
 }
 
-absl::Status DeviceGiftTransforms::Reproject(const GiftFactor& old_f,
-                                             const GiftFactor& new_f,
+absl::Status DeviceGiftTransforms::Reproject(const LayerFactor& old_f,
+                                             const LayerFactor& new_f,
                                              float* residual, int64_t rows) {
   if (old_f.kind == GiftTransform::kLowRank &&
       new_f.kind == GiftTransform::kLowRank) {
@@ -98,7 +98,7 @@ absl::StatusOr<float*> DeviceGiftTransforms::Scratch(int64_t rows, int64_t d,
 }
 
 kernels::LowRankView DeviceGiftTransforms::View(DeviceFactor& d,
-                                                const GiftFactor& f,
+                                                const LayerFactor& f,
                                                 bool inverse) {
   return {d.u->floats(), inverse ? d.c_inv->floats() : d.c->floats(), f.d_in,
           f.r};
@@ -117,7 +117,7 @@ absl::Status DeviceGiftTransforms::Put(std::unique_ptr<Fp8Buffer>& dst,
 }
 
 absl::StatusOr<DeviceGiftTransforms::DeviceFactor*>
-DeviceGiftTransforms::Upload(const GiftFactor& f) {
+DeviceGiftTransforms::Upload(const LayerFactor& f) {
   auto it = factors_.find(&f);
   if (it != factors_.end() && it->second.version == f.version &&
       it->second.host_u == f.u.data() && it->second.host_t == f.t.data()) {
@@ -153,8 +153,9 @@ DeviceLayerProbe::DeviceLayerProbe(gpu::Context* ctx, BackendMemory* memory,
       b_(memory->NewBuffer()),
       sums_(memory->NewBuffer()) {}
 
-absl::Status DeviceLayerProbe::Probe(const float* grad, const LayerSpec& layer,
-                                     const GiftFactor& factor,
+absl::Status DeviceLayerProbe::Probe(const float* grad,
+                                     const BucketLayer& layer,
+                                     const LayerFactor& factor,
                                      ProbeResult* result) {
   RETURN_IF_ERROR(factor.Validate(layer.d_in()));
   const int64_t n = layer.size(), rows = layer.d_out();

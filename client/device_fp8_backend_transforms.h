@@ -38,12 +38,12 @@ class DeviceGiftTransforms : public GiftTransforms {
   // not use (replaced versions, and the copies a switch re-projected from).
   absl::Status BeginStep();
 
-  absl::Status Forward(const GiftFactor& f, const float* x, int64_t rows,
+  absl::Status Forward(const LayerFactor& f, const float* x, int64_t rows,
                        const float* add, float* out) override;
-  absl::Status Inverse(const GiftFactor& f, const float* x, int64_t rows,
+  absl::Status Inverse(const LayerFactor& f, const float* x, int64_t rows,
                        float* out) override;
   // The same steps as GiftTransformer::Reproject.
-  absl::Status Reproject(const GiftFactor& old_f, const GiftFactor& new_f,
+  absl::Status Reproject(const LayerFactor& old_f, const LayerFactor& new_f,
                          float* residual, int64_t rows) override;
 
  private:
@@ -57,7 +57,7 @@ class DeviceGiftTransforms : public GiftTransforms {
   };
 
   absl::StatusOr<float*> Scratch(int64_t rows, int64_t d, int64_t r);
-  static kernels::LowRankView View(DeviceFactor& d, const GiftFactor& f,
+  static kernels::LowRankView View(DeviceFactor& d, const LayerFactor& f,
                                    bool inverse);
   absl::Status Put(std::unique_ptr<Fp8Buffer>& dst,
                    const std::vector<float>& src);
@@ -65,14 +65,14 @@ class DeviceGiftTransforms : public GiftTransforms {
   // and checked against its version and array addresses, so a factor object
   // that was replaced is uploaded again. Entries live until a step does not
   // use them (BeginStep), so pointers stay valid within a step.
-  absl::StatusOr<DeviceFactor*> Upload(const GiftFactor& f);
+  absl::StatusOr<DeviceFactor*> Upload(const LayerFactor& f);
 
   gpu::Context* const ctx_;
   BackendMemory* const memory_;
   std::unique_ptr<Fp8Buffer> scratch_, tmp_;
   int64_t steps_ = 0;
   // Node-based: entries keep their addresses while others come and go.
-  std::map<const GiftFactor*, DeviceFactor> factors_;
+  std::map<const LayerFactor*, DeviceFactor> factors_;
 };
 
 // ProbeLayer's steps on the device; RelL2 sums in double.
@@ -82,8 +82,8 @@ class DeviceLayerProbe : public LayerProbe {
   DeviceLayerProbe(gpu::Context* ctx, BackendMemory* memory,
                    GiftTransforms* transforms);
 
-  absl::Status Probe(const float* grad, const LayerSpec& layer,
-                     const GiftFactor& factor, ProbeResult* result) override;
+  absl::Status Probe(const float* grad, const BucketLayer& layer,
+                     const LayerFactor& factor, ProbeResult* result) override;
 
  private:
   gpu::Context* const ctx_;

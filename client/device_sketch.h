@@ -1,4 +1,4 @@
-// Activation sketches in device memory for a DaemonAttachment whose
+// Activation sketches in device memory for a GiftdConnection whose
 // activations live on the GPU (DESIGN §2, §5): the open window's
 // accumulators stay on the device and nothing on the per-step path waits
 // on the host.
@@ -44,7 +44,7 @@
 // The caller keeps the rows alive until the sketch stream has read them
 // (PyTorch: tensor.record_stream on stream()).
 //
-// Thread safety: not thread-safe. DaemonAttachment serialises every call
+// Thread safety: not thread-safe. GiftdConnection serialises every call
 // with its mutex (Add from the training thread, Open/Close from the thread
 // that runs AfterStep); stream() may be read from any thread.
 #ifndef GIFT_CLIENT_DEVICE_SKETCH_H_

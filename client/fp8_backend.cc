@@ -12,8 +12,7 @@
 
 namespace gift::client {
 
-absl::StatusOr<std::unique_ptr<Fp8Backend>> CreateFp8Backend(
-    Communicator* comm) {
+absl::StatusOr<std::unique_ptr<Fp8Backend>> CreateFp8Backend(Transport* comm) {
   if (comm == nullptr) {
     return absl::InvalidArgumentError("CreateFp8Backend: null communicator");
   }
@@ -30,7 +29,7 @@ absl::StatusOr<std::unique_ptr<Fp8Backend>> CreateFp8Backend(
 }
 
 absl::StatusOr<std::unique_ptr<NcclFp8AllReduce>> CreateNcclFp8AllReduce(
-    Communicator* comm) {
+    Transport* comm) {
   if (comm == nullptr || comm->backend_name() != "nccl") {
     return absl::FailedPreconditionError(
         "nccl-fp8 needs the NCCL backend on sm_90");

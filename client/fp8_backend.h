@@ -2,7 +2,7 @@
 // implementation (Gloo, host memory, kernels/*.cc) and a device
 // implementation (NCCL, device memory, the kernels' cuda:: variants on the
 // communicator's stream), chosen by the communicator's memory_kind() in
-// CreateFp8Backend. Fp8Round and QuantizedAllReduce are written once against
+// CreateFp8Backend. Fp8Round and AllReduceEngine are written once against
 // it, so both paths share the chunking, the wire format, the step structure,
 // the residual semantics and the agreement; only the backend's operations
 // differ. They come in narrow parts, each its own interface, and a user
@@ -38,13 +38,13 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "client/communicator.h"
 #include "client/fp8_backend_codec.h"
 #include "client/fp8_backend_compare.h"
 #include "client/fp8_backend_math.h"
 #include "client/fp8_backend_memory.h"
 #include "client/fp8_backend_probe.h"
 #include "client/fp8_backend_transforms.h"
+#include "client/transport.h"
 
 namespace gift::client {
 
@@ -64,8 +64,8 @@ class Fp8Backend {
   // The communicator for the small control messages built in host memory
   // (plan and option checks, the version agreement): the communicator itself
   // on the host, a staging wrapper over it on the device
-  // (staging_communicator.h). Owned by the backend.
-  virtual Communicator* control() = 0;
+  // (staging_transport.h). Owned by the backend.
+  virtual Transport* control() = 0;
 
   // The parts, owned by the backend and living as long as it.
   virtual BackendMemory& memory() = 0;
@@ -79,8 +79,7 @@ class Fp8Backend {
 // The backend for comm->memory_kind(): host, or (CUDA builds) device on the
 // current CUDA device, which sets comm's stream to its own. REQUIRES: comm
 // not null and outlives the backend.
-absl::StatusOr<std::unique_ptr<Fp8Backend>> CreateFp8Backend(
-    Communicator* comm);
+absl::StatusOr<std::unique_ptr<Fp8Backend>> CreateFp8Backend(Transport* comm);
 
 }  // namespace gift::client
 

@@ -17,7 +17,7 @@
 #include <memory>
 
 #include "absl/status/status.h"
-#include "client/communicator.h"
+#include "client/transport.h"
 
 namespace gift::client {
 

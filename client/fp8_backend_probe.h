@@ -11,7 +11,7 @@
 #define GIFT_CLIENT_FP8_BACKEND_PROBE_H_
 
 #include "absl/status/status.h"
-#include "client/bucket_plan.h"
+#include "client/epoch_plan.h"
 #include "client/versioned_factors.h"
 
 namespace gift::client {
@@ -27,8 +27,9 @@ class LayerProbe {
 
   // ProbeLayer's result for `grad` (the layer's d_out × d_in gradient).
   // REQUIRES: factor.d_in == layer.d_in().
-  virtual absl::Status Probe(const float* grad, const LayerSpec& layer,
-                             const GiftFactor& factor, ProbeResult* result) = 0;
+  virtual absl::Status Probe(const float* grad, const BucketLayer& layer,
+                             const LayerFactor& factor,
+                             ProbeResult* result) = 0;
 };
 
 }  // namespace gift::client

@@ -25,14 +25,14 @@ class GiftTransforms {
   virtual ~GiftTransforms() = default;
 
   // out (rows × d_in) = x T + add (add nullable; may alias out, not x).
-  virtual absl::Status Forward(const GiftFactor& f, const float* x,
+  virtual absl::Status Forward(const LayerFactor& f, const float* x,
                                int64_t rows, const float* add, float* out) = 0;
   // out = x T⁻¹. out must not alias x.
-  virtual absl::Status Inverse(const GiftFactor& f, const float* x,
+  virtual absl::Status Inverse(const LayerFactor& f, const float* x,
                                int64_t rows, float* out) = 0;
   // residual ← (residual T_old⁻¹) T_new, in place.
-  virtual absl::Status Reproject(const GiftFactor& old_f,
-                                 const GiftFactor& new_f, float* residual,
+  virtual absl::Status Reproject(const LayerFactor& old_f,
+                                 const LayerFactor& new_f, float* residual,
                                  int64_t rows) = 0;
 };
 

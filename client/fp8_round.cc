@@ -6,7 +6,7 @@
 namespace gift::client {
 namespace {
 
-kernels::QuantizeSpec SpecOf(const LayerSpec& l) {
+kernels::QuantizeSpec SpecOf(const BucketLayer& l) {
   return {l.format, l.block_size};
 }
 
@@ -32,7 +32,7 @@ void RoundOutcome::Reset(size_t layers) {
   bytes_euclid = bytes_gift = 0;
 }
 
-Fp8Round::Fp8Round(Communicator* comm, BackendMemory* memory, Fp8Codec* codec,
+Fp8Round::Fp8Round(Transport* comm, BackendMemory* memory, Fp8Codec* codec,
                    VectorMath* math)
     : comm_(comm),
       memory_(memory),
@@ -44,7 +44,7 @@ Fp8Round::Fp8Round(Communicator* comm, BackendMemory* memory, Fp8Codec* codec,
       gather_recv_(memory->NewBuffer()),
       acc_(memory->NewBuffer()) {}
 
-absl::Status Fp8Round::Pack(const BucketPlan& plan, const PieceLayout& piece,
+absl::Status Fp8Round::Pack(const EpochPlan& plan, const PieceLayout& piece,
                             const std::vector<LayerIo>& io) {
   const int w = comm_->world_size();
   offsets_.assign(w + 1, 0);
@@ -58,7 +58,7 @@ absl::Status Fp8Round::Pack(const BucketPlan& plan, const PieceLayout& piece,
     const ChunkLayout& c = piece.chunks[j];
     uint8_t* chunk = send_->u8() + offsets_[j];
     for (const Segment& s : c.segments) {
-      const LayerSpec& l = plan.layers()[s.layer];
+      const BucketLayer& l = plan.layers()[s.layer];
       const LayerIo& x = io[s.layer];
       float* res = x.worker_residual == nullptr
                        ? nullptr
@@ -71,7 +71,7 @@ absl::Status Fp8Round::Pack(const BucketPlan& plan, const PieceLayout& piece,
   return absl::OkStatus();
 }
 
-absl::Status Fp8Round::Reduce(const BucketPlan& plan, const ChunkLayout& mine,
+absl::Status Fp8Round::Reduce(const EpochPlan& plan, const ChunkLayout& mine,
                               const std::vector<LayerIo>& io,
                               float* owner_residual) {
   const int w = comm_->world_size();
@@ -81,7 +81,7 @@ absl::Status Fp8Round::Reduce(const BucketPlan& plan, const ChunkLayout& mine,
   RETURN_IF_ERROR(gather_send_->Zero());
   std::vector<kernels::Fp8Source> sources(w);
   for (const Segment& s : mine.segments) {
-    const LayerSpec& l = plan.layers()[s.layer];
+    const BucketLayer& l = plan.layers()[s.layer];
     for (int p = 0; p < w; ++p) {
       uint8_t* chunk = recv_->u8() + p * bytes;
       sources[p] = {chunk + s.code_offset, ScalesOf(chunk, mine, s)};
@@ -104,14 +104,14 @@ absl::Status Fp8Round::Reduce(const BucketPlan& plan, const ChunkLayout& mine,
   return absl::OkStatus();
 }
 
-absl::Status Fp8Round::Unpack(const BucketPlan& plan, const PieceLayout& piece,
+absl::Status Fp8Round::Unpack(const EpochPlan& plan, const PieceLayout& piece,
                               const std::vector<LayerIo>& io) {
   const float w = static_cast<float>(comm_->world_size());
   for (size_t j = 0; j < piece.chunks.size(); ++j) {
     const ChunkLayout& c = piece.chunks[j];
     uint8_t* chunk = gather_recv_->u8() + offsets_[j];
     for (const Segment& s : c.segments) {
-      const LayerSpec& l = plan.layers()[s.layer];
+      const BucketLayer& l = plan.layers()[s.layer];
       const float* scales = ScalesOf(chunk, c, s);
       RETURN_IF_ERROR(codec_->FlagNonFinite(scales, s.num_scales, s.layer));
       float* out = io[s.layer].dst + s.layer_begin;
@@ -142,7 +142,7 @@ absl::Status Fp8Round::Collect(const PieceLayout& piece,
   return absl::OkStatus();
 }
 
-void Fp8Round::CountBytes(const BucketPlan& plan, const PieceLayout& piece,
+void Fp8Round::CountBytes(const EpochPlan& plan, const PieceLayout& piece,
                           const std::vector<LayerIo>& io, uint64_t a2a_bytes,
                           uint64_t gather_bytes, RoundOutcome* outcome) const {
   (void)plan;
@@ -169,7 +169,7 @@ void Fp8Round::CountBytes(const BucketPlan& plan, const PieceLayout& piece,
   outcome->bytes_euclid += a2a_bytes + gather_bytes - gift;
 }
 
-absl::Status Fp8Round::Run(const BucketPlan& plan, const PieceLayout& piece,
+absl::Status Fp8Round::Run(const EpochPlan& plan, const PieceLayout& piece,
                            const std::vector<LayerIo>& io,
                            float* owner_residual, RoundOutcome* outcome) {
   const int w = comm_->world_size(), me = comm_->rank();

@@ -1,5 +1,5 @@
 // One two-phase FP8 round over one piece of a bucket (DESIGN §3): the engine
-// under QuantizedAllReduce's `fp8` mode.
+// under AllReduceEngine's `fp8` mode.
 //
 // Phase 1 (reduce-scatter as all-to-all): this rank quantizes every segment
 // of every chunk with its own local scale(s) (worker error feedback on the
@@ -31,10 +31,10 @@
 
 #include "absl/status/status.h"
 #include "client/chunking.h"
-#include "client/communicator.h"
 #include "client/fp8_backend_codec.h"
 #include "client/fp8_backend_math.h"
 #include "client/fp8_backend_memory.h"
+#include "client/transport.h"
 #include "kernels/quantize.h"
 
 namespace gift::client {
@@ -67,30 +67,30 @@ class Fp8Round {
  public:
   // REQUIRES: no argument null, all outlive this; the parts are one
   // backend's, whose memory kind is comm's.
-  Fp8Round(Communicator* comm, BackendMemory* memory, Fp8Codec* codec,
+  Fp8Round(Transport* comm, BackendMemory* memory, Fp8Codec* codec,
            VectorMath* math);
 
   // Runs the round over `piece`. io has one entry per plan layer; every
   // pointer is of the backend's memory kind.
   // owner_residual: chunk-sized FP32 residual of this rank's chunk, or null
   // when no segment uses owner feedback.
-  absl::Status Run(const BucketPlan& plan, const PieceLayout& piece,
+  absl::Status Run(const EpochPlan& plan, const PieceLayout& piece,
                    const std::vector<LayerIo>& io, float* owner_residual,
                    RoundOutcome* outcome);
 
  private:
-  absl::Status Pack(const BucketPlan& plan, const PieceLayout& piece,
+  absl::Status Pack(const EpochPlan& plan, const PieceLayout& piece,
                     const std::vector<LayerIo>& io);
-  absl::Status Reduce(const BucketPlan& plan, const ChunkLayout& mine,
+  absl::Status Reduce(const EpochPlan& plan, const ChunkLayout& mine,
                       const std::vector<LayerIo>& io, float* owner_residual);
-  absl::Status Unpack(const BucketPlan& plan, const PieceLayout& piece,
+  absl::Status Unpack(const EpochPlan& plan, const PieceLayout& piece,
                       const std::vector<LayerIo>& io);
   absl::Status Collect(const PieceLayout& piece, RoundOutcome* outcome);
-  void CountBytes(const BucketPlan& plan, const PieceLayout& piece,
+  void CountBytes(const EpochPlan& plan, const PieceLayout& piece,
                   const std::vector<LayerIo>& io, uint64_t a2a_bytes,
                   uint64_t gather_bytes, RoundOutcome* outcome) const;
 
-  Communicator* const comm_;
+  Transport* const comm_;
   BackendMemory* const memory_;
   Fp8Codec* const codec_;
   VectorMath* const math_;

@@ -9,7 +9,7 @@
 namespace gift::client {
 namespace {
 
-kernels::LowRankView View(const GiftFactor& f, bool inverse) {
+kernels::LowRankView View(const LayerFactor& f, bool inverse) {
   return {f.u.data(), inverse ? f.c_inv.data() : f.c.data(), f.d_in, f.r};
 }
 
@@ -20,7 +20,7 @@ float* GiftTransformer::Scratch(int64_t floats) {
   return scratch_.data();
 }
 
-absl::Status GiftTransformer::Forward(const GiftFactor& f, const float* x,
+absl::Status GiftTransformer::Forward(const LayerFactor& f, const float* x,
                                       int64_t rows, const float* add,
                                       float* out) {
   if (f.kind == GiftTransform::kFull) {
@@ -31,7 +31,7 @@ absl::Status GiftTransformer::Forward(const GiftFactor& f, const float* x,
       Scratch(kernels::WhitenWorkspaceFloats(rows, f.d_in, f.r)));
 }
 
-absl::Status GiftTransformer::Inverse(const GiftFactor& f, const float* x,
+absl::Status GiftTransformer::Inverse(const LayerFactor& f, const float* x,
                                       int64_t rows, float* out) {
   if (f.kind == GiftTransform::kFull) {
     return kernels::ApplyDense(x, rows, f.d_in, f.t_inv.data(), nullptr, out);
@@ -41,8 +41,8 @@ absl::Status GiftTransformer::Inverse(const GiftFactor& f, const float* x,
       Scratch(kernels::WhitenWorkspaceFloats(rows, f.d_in, f.r)));
 }
 
-absl::Status GiftTransformer::Reproject(const GiftFactor& old_f,
-                                        const GiftFactor& new_f,
+absl::Status GiftTransformer::Reproject(const LayerFactor& old_f,
+                                        const LayerFactor& new_f,
                                         float* residual, int64_t rows) {
   if (old_f.kind == GiftTransform::kLowRank &&
       new_f.kind == GiftTransform::kLowRank) {

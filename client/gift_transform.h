@@ -1,4 +1,4 @@
-// The GIFT whitening of one layer's gradient with a GiftFactor, whichever
+// The GIFT whitening of one layer's gradient with a LayerFactor, whichever
 // its kind (low-rank or full): the forward map with fused error feedback,
 // the inverse map after communication, and the residual re-projection at a
 // factor switch (DESIGN §2). Thin dispatch over kernels/whiten.h that owns
@@ -27,13 +27,13 @@ namespace gift::client {
 class GiftTransformer : public GiftTransforms {
  public:
   // out (rows × d_in) = x T + add (add nullable; may alias out, not x).
-  absl::Status Forward(const GiftFactor& f, const float* x, int64_t rows,
+  absl::Status Forward(const LayerFactor& f, const float* x, int64_t rows,
                        const float* add, float* out) override;
   // out = x T⁻¹. out must not alias x.
-  absl::Status Inverse(const GiftFactor& f, const float* x, int64_t rows,
+  absl::Status Inverse(const LayerFactor& f, const float* x, int64_t rows,
                        float* out) override;
   // residual ← (residual T_old⁻¹) T_new, in place.
-  absl::Status Reproject(const GiftFactor& old_f, const GiftFactor& new_f,
+  absl::Status Reproject(const LayerFactor& old_f, const LayerFactor& new_f,
                          float* residual, int64_t rows) override;
 
  private:

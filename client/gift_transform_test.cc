@@ -11,7 +11,7 @@ namespace gift::client {
 namespace {
 
 // Dense d × d matrix of a factor, forward or inverse, in double.
-std::vector<double> Dense(const GiftFactor& f, bool inverse) {
+std::vector<double> Dense(const LayerFactor& f, bool inverse) {
   const int64_t d = f.d_in;
   std::vector<double> t(d * d);
   for (int64_t i = 0; i < d; ++i) {
@@ -44,7 +44,7 @@ std::vector<double> MatMul(const std::vector<double>& a,
   return c;
 }
 
-void ExpectReprojects(const GiftFactor& old_f, const GiftFactor& new_f) {
+void ExpectReprojects(const LayerFactor& old_f, const LayerFactor& new_f) {
   const int64_t rows = 5, d = old_f.d_in;
   std::vector<float> r(rows * d);
   std::vector<double> rd(rows * d);
@@ -63,9 +63,9 @@ void ExpectReprojects(const GiftFactor& old_f, const GiftFactor& new_f) {
 }
 
 TEST(GiftTransformTest, ReprojectMovesTheResidualToTheNewFactor) {
-  const GiftFactor a = SyntheticLowRank(1, 12, 4, 1);
-  const GiftFactor b = SyntheticLowRank(2, 12, 6, 2);
-  const GiftFactor full = SyntheticFull(3, 12, 3);
+  const LayerFactor a = SyntheticLowRank(1, 12, 4, 1);
+  const LayerFactor b = SyntheticLowRank(2, 12, 6, 2);
+  const LayerFactor full = SyntheticFull(3, 12, 3);
   ExpectReprojects(a, b);
   ExpectReprojects(a, full);
   ExpectReprojects(full, b);
@@ -73,7 +73,7 @@ TEST(GiftTransformTest, ReprojectMovesTheResidualToTheNewFactor) {
 }
 
 TEST(GiftTransformTest, InverseUndoesForwardPlusAdd) {
-  for (const GiftFactor& f :
+  for (const LayerFactor& f :
        {SyntheticLowRank(1, 16, 5, 9), SyntheticFull(1, 16, 9)}) {
     const int64_t rows = 3, n = rows * 16;
     std::vector<float> x(n), add(n, 0.0f), y(n), back(n);

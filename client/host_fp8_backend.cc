@@ -133,8 +133,8 @@ absl::Status HostVectorMath::FromBf16(const uint16_t* x, int64_t n,
   return absl::OkStatus();
 }
 
-absl::Status HostLayerProbe::Probe(const float* grad, const LayerSpec& layer,
-                                   const GiftFactor& factor,
+absl::Status HostLayerProbe::Probe(const float* grad, const BucketLayer& layer,
+                                   const LayerFactor& factor,
                                    ProbeResult* result) {
   return ProbeLayer(grad, layer, factor, transformer_, result);
 }

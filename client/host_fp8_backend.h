@@ -62,8 +62,8 @@ class HostLayerProbe : public LayerProbe {
   // REQUIRES: transformer not null, outlives this.
   explicit HostLayerProbe(GiftTransformer* transformer)
       : transformer_(transformer) {}
-  absl::Status Probe(const float* grad, const LayerSpec& layer,
-                     const GiftFactor& factor, ProbeResult* result) override;
+  absl::Status Probe(const float* grad, const BucketLayer& layer,
+                     const LayerFactor& factor, ProbeResult* result) override;
 
  private:
   GiftTransformer* const transformer_;
@@ -83,11 +83,11 @@ class HostComparator : public Comparator {
 class HostFp8Backend : public Fp8Backend {
  public:
   // REQUIRES: comm has host memory and outlives this.
-  explicit HostFp8Backend(Communicator* comm) : comm_(comm) {}
+  explicit HostFp8Backend(Transport* comm) : comm_(comm) {}
 
   absl::Status BeginStep() override { return absl::OkStatus(); }
   absl::Status EndStep() override { return absl::OkStatus(); }
-  Communicator* control() override { return comm_; }
+  Transport* control() override { return comm_; }
 
   BackendMemory& memory() override { return memory_; }
   Fp8Codec& codec() override { return codec_; }
@@ -97,7 +97,7 @@ class HostFp8Backend : public Fp8Backend {
   Comparator& compare() override { return compare_; }
 
  private:
-  Communicator* const comm_;
+  Transport* const comm_;
   HostMemory memory_;
   HostFp8Codec codec_;
   HostVectorMath math_;

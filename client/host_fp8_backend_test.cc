@@ -154,8 +154,8 @@ TEST(HostFp8BackendTest, ComparatorSumsPerSlot) {
 }
 
 TEST(HostFp8BackendTest, ProbeIsProbeLayer) {
-  const LayerSpec layer{.name = "w", .shape = {6, 8}};
-  const GiftFactor f = SyntheticLowRank(1, 8, 2, 3);
+  const BucketLayer layer{.name = "w", .shape = {6, 8}};
+  const LayerFactor f = SyntheticLowRank(1, 8, 2, 3);
   std::vector<float> g(48);
   for (size_t i = 0; i < g.size(); ++i) g[i] = SyntheticValue(11, i);
   GiftTransformer tf;

@@ -1,6 +1,6 @@
-// The `nccl-fp8` mode of QuantizedAllReduce: the paper's Algorithm 1, for
+// The `nccl-fp8` mode of AllReduceEngine: the paper's Algorithm 1, for
 // comparison with the two-phase path (DESIGN §3). Per layer of the plan:
-//   amax   = MAX-allreduce over ranks of max|x| (Communicator::AllReduce on
+//   amax   = MAX-allreduce over ranks of max|x| (Transport::AllReduce on
 //            the per-layer vector; +Inf when a rank holds a NaN/Inf),
 //   s      = W · amax / fmax   (W-fold headroom: the FP8 sum of W codes of
 //            magnitude ≤ fmax / W cannot overflow; s = 1 for amax = 0),
@@ -12,8 +12,8 @@
 // sm_90+ with NCCL 2.24+; anything else is FAILED_PRECONDITION at creation.
 //
 // The FP8 sums run on a second NCCL communicator of the same ranks, made at
-// creation (its unique id travels by Communicator::Broadcast), because the
-// Communicator interface has no FP8 data type. Its bytes are counted here
+// creation (its unique id travels by Transport::Broadcast), because the
+// Transport interface has no FP8 data type. Its bytes are counted here
 // with the NCCL backend's ring model (2(W−1)/W of the buffer) and reported
 // as StepTelemetry::bytes_euclid; the amax allreduce is counted by the
 // communicator. Calls poll for completion against the communicator's
@@ -32,9 +32,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "client/bucket_plan.h"
-#include "client/communicator.h"
+#include "client/epoch_plan.h"
 #include "client/telemetry.h"
+#include "client/transport.h"
 
 namespace gift::client {
 
@@ -42,13 +42,13 @@ class NcclFp8AllReduce {
  public:
   virtual ~NcclFp8AllReduce() = default;
   // Collective: joins the FP8 communicator (unique id from rank 0 by
-  // Communicator::Broadcast). REQUIRES: called once, before Run.
+  // Transport::Broadcast). REQUIRES: called once, before Run.
   virtual absl::Status Connect() = 0;
   // Averages the plan's layers of `bucket` (device memory) in place and
   // fills t's per-layer non-finite flags and byte counts (t->layers holds
   // one entry per plan layer). Collective. Points comm at this object's
   // stream first and returns with the results complete.
-  virtual absl::Status Run(float* bucket, const BucketPlan& plan,
+  virtual absl::Status Run(float* bucket, const EpochPlan& plan,
                            StepTelemetry* t) = 0;
 };
 
@@ -57,7 +57,7 @@ class NcclFp8AllReduce {
 // a device below sm_90 or an NCCL older than 2.24. Defined in
 // fp8_backend.cc (the one place with #if on CUDA).
 absl::StatusOr<std::unique_ptr<NcclFp8AllReduce>> CreateNcclFp8AllReduce(
-    Communicator* comm);
+    Transport* comm);
 
 }  // namespace gift::client
 

@@ -56,7 +56,7 @@ absl::Status CheckSupport(int device) {
 
 class NcclFp8Device : public NcclFp8AllReduce {
  public:
-  NcclFp8Device(Communicator* comm, std::unique_ptr<gpu::Context> ctx)
+  NcclFp8Device(Transport* comm, std::unique_ptr<gpu::Context> ctx)
       : comm_(comm),
         ctx_(std::move(ctx)),
         stream_(static_cast<cudaStream_t>(ctx_->stream())) {}
@@ -99,7 +99,7 @@ class NcclFp8Device : public NcclFp8AllReduce {
     return Wait("ncclCommInitRankConfig (nccl-fp8)", deadline, false);
   }
 
-  absl::Status Run(float* bucket, const BucketPlan& plan,
+  absl::Status Run(float* bucket, const EpochPlan& plan,
                    StepTelemetry* t) override {
     if (nccl_ == nullptr) {
       return absl::FailedPreconditionError(
@@ -108,7 +108,7 @@ class NcclFp8Device : public NcclFp8AllReduce {
                      : "nccl-fp8: Run before Connect");
     }
     RETURN_IF_ERROR(comm_->SetStream(stream_));
-    const std::vector<LayerSpec>& layers = plan.layers();
+    const std::vector<BucketLayer>& layers = plan.layers();
     const int num = static_cast<int>(layers.size());
     const float w = static_cast<float>(comm_->world_size());
     RETURN_IF_ERROR(Reserve(num, plan.bucket_elements()));
@@ -126,14 +126,14 @@ class NcclFp8Device : public NcclFp8AllReduce {
                                        ReduceOp::kMax));
     }
     for (int i = 0; i < num; ++i) {
-      const LayerSpec& l = layers[i];
+      const BucketLayer& l = layers[i];
       RETURN_IF_ERROR(device::EncodeScaled(*ctx_, bucket + l.offset, l.size(),
                                            l.format, amax_ + i, w,
                                            codes_ + l.offset));
     }
     RETURN_IF_ERROR(SumCodes(layers, t));
     for (int i = 0; i < num; ++i) {
-      const LayerSpec& l = layers[i];
+      const BucketLayer& l = layers[i];
       RETURN_IF_ERROR(device::DecodeScaled(*ctx_, codes_ + l.offset, l.size(),
                                            l.format, amax_ + i, w,
                                            bucket + l.offset));
@@ -155,14 +155,14 @@ class NcclFp8Device : public NcclFp8AllReduce {
 
  private:
   // One grouped FP8 SUM per non-empty layer, in place.
-  absl::Status SumCodes(const std::vector<LayerSpec>& layers,
+  absl::Status SumCodes(const std::vector<BucketLayer>& layers,
                         StepTelemetry* t) {
     const absl::Time deadline = absl::Now() + comm_->timeout();
     const uint64_t ranks = static_cast<uint64_t>(comm_->world_size());
     uint64_t sent = 0;
     GIFT_NCCL_RETURN_IF_ERROR(ncclGroupStart());
     absl::Status enqueue;
-    for (const LayerSpec& l : layers) {
+    for (const BucketLayer& l : layers) {
       if (l.size() == 0) continue;
       const ncclResult_t r =
           ncclAllReduce(codes_ + l.offset, codes_ + l.offset, l.size(),
@@ -240,7 +240,7 @@ class NcclFp8Device : public NcclFp8AllReduce {
         why.code(), absl::StrCat("rank ", comm_->rank(), ": ", why.message()));
   }
 
-  Communicator* const comm_;
+  Transport* const comm_;
   std::unique_ptr<gpu::Context> ctx_;
   cudaStream_t stream_;
   ncclComm_t nccl_ = nullptr;
@@ -254,7 +254,7 @@ class NcclFp8Device : public NcclFp8AllReduce {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<NcclFp8AllReduce>> CreateNcclFp8Device(
-    Communicator* comm) {
+    Transport* comm) {
   int device = 0;
   GIFT_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
   RETURN_IF_ERROR(CheckSupport(device));

@@ -12,7 +12,7 @@ namespace gift::client {
 
 // REQUIRES: comm is an NCCL communicator on the current CUDA device.
 absl::StatusOr<std::unique_ptr<NcclFp8AllReduce>> CreateNcclFp8Device(
-    Communicator* comm);
+    Transport* comm);
 
 }  // namespace gift::client
 

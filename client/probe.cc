@@ -21,8 +21,8 @@ double RelL2(const float* x, const float* xhat, int64_t n) {
 
 }  // namespace
 
-absl::Status ProbeLayer(const float* grad, const LayerSpec& layer,
-                        const GiftFactor& factor, GiftTransformer* transformer,
+absl::Status ProbeLayer(const float* grad, const BucketLayer& layer,
+                        const LayerFactor& factor, GiftTransformer* transformer,
                         ProbeResult* result) {
   RETURN_IF_ERROR(factor.Validate(layer.d_in()));
   const int64_t n = layer.size(), rows = layer.d_out();

@@ -15,7 +15,7 @@
 #define GIFT_CLIENT_PROBE_H_
 
 #include "absl/status/status.h"
-#include "client/bucket_plan.h"
+#include "client/epoch_plan.h"
 #include "client/fp8_backend_probe.h"
 #include "client/gift_transform.h"
 #include "client/versioned_factors.h"
@@ -26,8 +26,8 @@ namespace gift::client {
 // layer's format and granularity (over the whole layer). GIFT: W T,
 // quantize, dequantize, · T⁻¹, compared with W. RelL2 = ‖Ŵ − W‖ / ‖W‖
 // (0 for an all-zero W). REQUIRES: factor.d_in == layer.d_in().
-absl::Status ProbeLayer(const float* grad, const LayerSpec& layer,
-                        const GiftFactor& factor, GiftTransformer* transformer,
+absl::Status ProbeLayer(const float* grad, const BucketLayer& layer,
+                        const LayerFactor& factor, GiftTransformer* transformer,
                         ProbeResult* result);
 
 }  // namespace gift::client

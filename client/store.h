@@ -1,6 +1,6 @@
 // Rendezvous key-value store shared by the ranks of one job.
 //
-// Communicator backends bootstrap through a Store: Gloo publishes each
+// Transport backends bootstrap through a Store: Gloo publishes each
 // rank's TCP addresses, NCCL publishes the unique id of rank 0. Keys are
 // written once and read by everyone, so the interface is small: Set, a Get
 // that waits for the key up to a deadline, Wait for several keys, and an

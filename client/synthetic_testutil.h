@@ -3,7 +3,7 @@
 // without communication) and synthetic GIFT factors with exact inverses.
 //
 //   float g = SyntheticValue(seed, i);            // in [-1, 1)
-//   GiftFactor f = SyntheticLowRank(/*version=*/1, d_in, r, seed);
+//   LayerFactor f = SyntheticLowRank(/*version=*/1, d_in, r, seed);
 //
 // Thread safety: pure functions.
 #ifndef GIFT_CLIENT_SYNTHETIC_TESTUTIL_H_
@@ -55,9 +55,9 @@ inline std::vector<double> SyntheticOrthonormal(int64_t d, int64_t r,
 
 // T = I + U diag(c) Uᵀ with c in [-0.9, -0.1] (shrinks r directions);
 // c_inv = 1 / (1 + c) − 1, so T⁻¹ is exact up to float rounding.
-inline GiftFactor SyntheticLowRank(int64_t version, int64_t d, int64_t r,
-                                   uint64_t seed) {
-  GiftFactor f;
+inline LayerFactor SyntheticLowRank(int64_t version, int64_t d, int64_t r,
+                                    uint64_t seed) {
+  LayerFactor f;
   f.version = version;
   f.kind = GiftTransform::kLowRank;
   f.d_in = d;
@@ -73,8 +73,8 @@ inline GiftFactor SyntheticLowRank(int64_t version, int64_t d, int64_t r,
 }
 
 // Dense T = Q diag(e) Qᵀ, e in [0.3, 1], T⁻¹ = Q diag(1/e) Qᵀ.
-inline GiftFactor SyntheticFull(int64_t version, int64_t d, uint64_t seed) {
-  GiftFactor f;
+inline LayerFactor SyntheticFull(int64_t version, int64_t d, uint64_t seed) {
+  LayerFactor f;
   f.version = version;
   f.kind = GiftTransform::kFull;
   f.d_in = d;

@@ -1,4 +1,4 @@
-// What one QuantizedAllReduce::Run reports (DESIGN §2, §6): per layer the
+// What one AllReduceEngine::Run reports (DESIGN §2, §6): per layer the
 // path it took, the local quantization telemetry (boundary hits, round-trip
 // error sums, non-finite inputs), whether its result was marked non-finite,
 // on probe steps the local Euclidean-vs-GIFT round-trip RelL2, and on audit
@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "client/agreement.h"
-#include "client/bucket_plan.h"
+#include "client/epoch_plan.h"
 #include "common/beta_grid.h"
 #include "kernels/quantize.h"
 
@@ -45,12 +45,12 @@ struct LayerTelemetry {
   bool probed = false;
   double probe_euclid_rel_l2 = 0;
   double probe_gift_rel_l2 = 0;
-  // β auto (a factor that carries its eigenvalues and GiftFactor::beta_auto):
+  // β auto (a factor that carries its eigenvalues and LayerFactor::beta_auto):
   // the same GIFT round trip with the factor rebuilt for each β of
-  // kBetaGridValues (GiftFactor::WithBeta).
+  // kBetaGridValues (LayerFactor::WithBeta).
   bool beta_probed = false;
   std::array<double, kBetaGrid> probe_beta_rel_l2{};
-  // Audit steps (QuantizedAllReduceOptions::audit_interval): the gradient
+  // Audit steps (AllReduceEngineOptions::audit_interval): the gradient
   // this step applies (its result) against the FP32 average of the same
   // local gradients, ‖Ŵ − W̄‖/‖W̄‖ and cosine; and, with drift, the running
   // sum of the applied gradients over the last drift_steps steps against

@@ -3,7 +3,7 @@
 // directory. Lets unit tests exercise collectives (world size 1..4) without
 // the multi-process harness.
 //
-//   RunThreadRanks(3, [](Communicator& comm) {
+//   RunThreadRanks(3, [](Transport& comm) {
 //     EXPECT_OK(comm.Barrier());
 //   });
 //
@@ -21,13 +21,13 @@
 #include <thread>
 #include <vector>
 
-#include "client/communicator_factory.h"
 #include "client/store.h"
+#include "client/transport_factory.h"
 
 namespace gift::client {
 
 inline void RunThreadRanks(int world_size,
-                           const std::function<void(Communicator&)>& fn) {
+                           const std::function<void(Transport&)>& fn) {
   char tmpl[] = "/tmp/gift_thread_ranks_XXXXXX";
   ASSERT_NE(::mkdtemp(tmpl), nullptr);
   absl::StatusOr<std::unique_ptr<FileStore>> store = FileStore::Create(tmpl);
@@ -35,13 +35,13 @@ inline void RunThreadRanks(int world_size,
   std::vector<std::thread> threads;
   for (int r = 0; r < world_size; ++r) {
     threads.emplace_back([&, r] {
-      CommunicatorOptions options;
+      TransportOptions options;
       options.rank = r;
       options.world_size = world_size;
       options.store = store->get();
       options.timeout = absl::Seconds(30);
-      absl::StatusOr<std::unique_ptr<Communicator>> comm =
-          CreateCommunicator(options);
+      absl::StatusOr<std::unique_ptr<Transport>> comm =
+          CreateTransport(options);
       ASSERT_TRUE(comm.ok()) << comm.status();
       fn(**comm);
     });

@@ -8,7 +8,7 @@
 
 namespace gift::client {
 
-absl::Status GiftFactor::Validate(int64_t layer_d_in) const {
+absl::Status LayerFactor::Validate(int64_t layer_d_in) const {
   auto bad = [&](absl::string_view what) {
     return absl::InvalidArgumentError(
         absl::StrCat("GIFT factor version ", version, ": ", what));
@@ -36,7 +36,7 @@ absl::Status GiftFactor::Validate(int64_t layer_d_in) const {
   return absl::OkStatus();
 }
 
-absl::StatusOr<GiftFactor> GiftFactor::WithBeta(double beta) const {
+absl::StatusOr<LayerFactor> LayerFactor::WithBeta(double beta) const {
   if (!(beta > 0) || !std::isfinite(beta)) {
     return absl::InvalidArgumentError(
         absl::StrCat("WithBeta: beta must be finite and > 0 (got ", beta, ")"));
@@ -52,7 +52,7 @@ absl::StatusOr<GiftFactor> GiftFactor::WithBeta(double beta) const {
   for (float l : lambda) top += l;
   const double tail = d_in > r ? (trace_mean - top) / (d_in - r) : 0.0;
   const double sigma2 = std::max(tail, beta * trace_mean / d_in);
-  GiftFactor out = *this;
+  LayerFactor out = *this;
   for (int64_t j = 0; j < r; ++j) {
     const double used = std::max<double>(lambda[j], sigma2);
     out.c[j] = static_cast<float>(std::sqrt(sigma2 / used) - 1.0);
@@ -62,17 +62,17 @@ absl::StatusOr<GiftFactor> GiftFactor::WithBeta(double beta) const {
 }
 
 absl::Status VersionedFactors::Put(const std::string& layer,
-                                   GiftFactor factor) {
+                                   LayerFactor factor) {
   if (factor.version < 0) {
     return absl::InvalidArgumentError("GIFT factor: negative version");
   }
   if (absl::Status s = factor.Validate(factor.d_in); !s.ok()) return s;
-  std::vector<std::shared_ptr<GiftFactor>>& slots = by_layer_[layer];
+  std::vector<std::shared_ptr<LayerFactor>>& slots = by_layer_[layer];
   slots.erase(std::remove_if(
                   slots.begin(), slots.end(),
                   [&](const auto& f) { return f->version == factor.version; }),
               slots.end());
-  slots.push_back(std::make_shared<GiftFactor>(std::move(factor)));
+  slots.push_back(std::make_shared<LayerFactor>(std::move(factor)));
   std::sort(slots.begin(), slots.end(), [](const auto& a, const auto& b) {
     return a->version < b->version;
   });
@@ -80,8 +80,8 @@ absl::Status VersionedFactors::Put(const std::string& layer,
   return absl::OkStatus();
 }
 
-const GiftFactor* VersionedFactors::Find(const std::string& layer,
-                                         int64_t version) const {
+const LayerFactor* VersionedFactors::Find(const std::string& layer,
+                                          int64_t version) const {
   auto it = by_layer_.find(layer);
   if (it == by_layer_.end()) return nullptr;
   for (const auto& f : it->second) {
@@ -98,7 +98,7 @@ std::vector<int64_t> VersionedFactors::Held(const std::string& layer) const {
   return v;
 }
 
-const GiftFactor* VersionedFactors::Newest(const std::string& layer) const {
+const LayerFactor* VersionedFactors::Newest(const std::string& layer) const {
   auto it = by_layer_.find(layer);
   if (it == by_layer_.end() || it->second.empty()) return nullptr;
   return it->second.back().get();

@@ -9,9 +9,9 @@
 // for that step).
 //
 //   VersionedFactors factors;
-//   GiftFactor f = GiftFactor::LowRank(/*version=*/3, d_in, r, u, c, c_inv);
+//   LayerFactor f = LayerFactor::LowRank(/*version=*/3, d_in, r, u, c, c_inv);
 //   RETURN_IF_ERROR(factors.Put("blocks.0.mlp.fc2", std::move(f)));
-//   const GiftFactor* v3 = factors.Find("blocks.0.mlp.fc2", 3);
+//   const LayerFactor* v3 = factors.Find("blocks.0.mlp.fc2", 3);
 //
 // Thread safety: not thread-safe; the owner serialises Put with readers
 // (the allreduce reads it only inside Run).
@@ -26,14 +26,14 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "client/bucket_plan.h"
+#include "client/epoch_plan.h"
 
 namespace gift::client {
 
 // One version of the transform of one layer (DESIGN §2), in float32 as the
 // hot path uses it. Low-rank: T = I + U diag(c) Uᵀ, T⁻¹ = I + U diag(c_inv)
 // Uᵀ. Full: dense T and T⁻¹, d_in × d_in row-major.
-struct GiftFactor {
+struct LayerFactor {
   // REQUIRES: >= 0; versions of a layer increase with time.
   int64_t version = 0;
   GiftTransform kind = GiftTransform::kLowRank;
@@ -58,7 +58,7 @@ struct GiftFactor {
   // c_inv = √(λ'/σ²) − 1 (the daemon's linalg::MakeLowRankFactor, clipped).
   // Its version is the same: it is for probes, never for Put. FAILED_
   // PRECONDITION without λ and tr A; INVALID_ARGUMENT for β not > 0.
-  absl::StatusOr<GiftFactor> WithBeta(double beta) const;
+  absl::StatusOr<LayerFactor> WithBeta(double beta) const;
 };
 
 class VersionedFactors {
@@ -69,21 +69,21 @@ class VersionedFactors {
   // Adds a version (replacing one with the same number); keeps the kKeep
   // highest versions. INVALID_ARGUMENT for a negative version or an
   // inconsistent factor.
-  absl::Status Put(const std::string& layer, GiftFactor factor);
+  absl::Status Put(const std::string& layer, LayerFactor factor);
   // The factor of that version, or nullptr when not held. The pointer is
   // valid until the next Put or Drop of the layer (either may free it).
-  const GiftFactor* Find(const std::string& layer, int64_t version) const;
+  const LayerFactor* Find(const std::string& layer, int64_t version) const;
   // Held versions, ascending (empty when none).
   std::vector<int64_t> Held(const std::string& layer) const;
   // The highest held version, or nullptr; valid as long as Find's.
-  const GiftFactor* Newest(const std::string& layer) const;
+  const LayerFactor* Newest(const std::string& layer) const;
   // Forgets every version of the layer (a stale factor: the layer then goes
   // Euclidean until a new one arrives). Frees the factors: read what is
   // needed of them (the version) first.
   void Drop(const std::string& layer);
 
  private:
-  absl::flat_hash_map<std::string, std::vector<std::shared_ptr<GiftFactor>>>
+  absl::flat_hash_map<std::string, std::vector<std::shared_ptr<LayerFactor>>>
       by_layer_;
 };
 

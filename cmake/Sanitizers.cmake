@@ -24,7 +24,7 @@ endif()
 # descriptions, not from DWARF). Without the variable and type descriptions
 # of -g the objects are smaller and compile in less CPU time under ASan+UBSan
 # (user seconds: daemon/core/daemon_test.cc at -O0 8.8 -> 7.2,
-# client/daemon_attachment.cc at -O1 8.1 -> 7.6).
+# client/giftd_connection.cc at -O1 8.1 -> 7.6).
 set(_gift_san_common -O1 -g1 -fno-omit-frame-pointer)
 if(GIFT_SANITIZE STREQUAL "address")
   set(_gift_san_compile -fsanitize=address,undefined

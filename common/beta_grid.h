@@ -1,7 +1,7 @@
 // The β grid of the low-rank transform's auto mode (DESIGN §2): on probe
 // steps, a factor the daemon marks beta_auto is also probed with its
 // coefficients rebuilt for each of these damping strengths
-// (client::GiftFactor::WithBeta), and the daemon builds the layer's next
+// (client::LayerFactor::WithBeta), and the daemon builds the layer's next
 // factor with the best measured one (daemon::ChooseBeta).
 //
 // Thread safety: constants.

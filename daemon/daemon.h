@@ -1,5 +1,5 @@
 // Forwarding header: giftd's core moved to daemon/core/daemon.h (issue 16).
-// Kept for client/daemon_attachment_test.cc; include daemon/core/daemon.h in
+// Kept for client/giftd_connection_test.cc; include daemon/core/daemon.h in
 // new code. Remove once nothing includes this path.
 #ifndef GIFT_DAEMON_DAEMON_H_
 #define GIFT_DAEMON_DAEMON_H_

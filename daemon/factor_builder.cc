@@ -200,7 +200,7 @@ LowRankFactorData FinishLowRank(int64_t d, int r, const double* u,
   out.u = linalg::ToRowMajorFloat(f.u);
   // λ as estimated, not λ' (the clipped copy is max(λ, σ²)): a client
   // rebuilding the coefficients for another β needs the eigenvalues the
-  // floor clipped (GiftFactor::WithBeta).
+  // floor clipped (client::LayerFactor::WithBeta).
   out.lambda = ToFloat(e.lambda.cwiseMax(0.0));
   out.trace_mean = trace_mean;
   out.c = ToFloat(f.c);

@@ -1,5 +1,5 @@
 // Forwarding header: giftd's gRPC servers moved to daemon/grpc/grpc_server.h
-// (issue 16). Kept for client/daemon_attachment_test.cc; include
+// (issue 16). Kept for client/giftd_connection_test.cc; include
 // daemon/grpc/grpc_server.h in new code. Remove once nothing includes this
 // path.
 #ifndef GIFT_DAEMON_GRPC_SERVER_H_

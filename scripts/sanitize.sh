@@ -39,12 +39,12 @@ ASAN_TARGETS=(
   # common/: host:port parsing, the bounded reader of untrusted files
   net_test file_test
   # client/ and tests/multiprocess
-  store_test communicator_factory_test gloo_communicator_test
-  net_endpoint_test gloo_store_adapter_test bucket_plan_test chunking_test
-  agreement_test gift_transform_test quantized_allreduce_test
-  bucketed_step_test daemon_attachment_test multiprocess_harness_test
+  store_test transport_factory_test gloo_transport_test
+  net_endpoint_test gloo_store_adapter_test epoch_plan_test chunking_test
+  agreement_test gift_transform_test allreduce_engine_test
+  bucketed_step_test giftd_connection_test multiprocess_harness_test
   gloo_multiprocess_test quantized_allreduce_multiprocess_test
-  communicator_setup_test
+  transport_setup_test
   # shm/
   shm_region_test shm_protocol_test shm_rank_counters_test
   shm_prefix_lock_test
@@ -69,8 +69,8 @@ ASAN_TARGETS=(
   peer_election_test
 )
 TSAN_TARGETS=(
-  store_test gloo_communicator_test gloo_store_adapter_test agreement_test
-  quantized_allreduce_test bucketed_step_test daemon_attachment_test
+  store_test gloo_transport_test gloo_store_adapter_test agreement_test
+  allreduce_engine_test bucketed_step_test giftd_connection_test
   shm_protocol_test
   kv_store_test daemon_test daemon_shm_test daemon_peer_test
   peer_link_test peer_link_sender_test grpc_server_test

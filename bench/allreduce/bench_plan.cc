@@ -13,18 +13,19 @@
 namespace gift::bench {
 namespace {
 
+using client::BucketLayer;
 using client::LayerPath;
-using client::LayerSpec;
 
 int64_t BlockElements(int64_t d) { return 12 * d * d + 13 * d; }
 
 // Appends the 12 layers of block `b` at `*offset`.
 void AppendBlock(int b, int64_t d, int64_t* offset,
-                 std::vector<LayerSpec>* layers) {
+                 std::vector<BucketLayer>* layers) {
   const std::string p = absl::StrCat("block", b, ".");
   auto add = [&](std::string name, std::vector<int64_t> shape,
                  LayerPath path = LayerPath::kEuclid) {
-    LayerSpec s{.name = p + name, .shape = std::move(shape), .offset = *offset};
+    BucketLayer s{
+        .name = p + name, .shape = std::move(shape), .offset = *offset};
     s.path = path;
     *offset += s.size();
     layers->push_back(std::move(s));
@@ -54,7 +55,7 @@ absl::StatusOr<BenchBucket> MakeBenchBucket(int64_t elements) {
                      kBlocks * BlockElements(d), " of the smallest stack"));
   }
   while (kBlocks * BlockElements(d + 64) <= elements) d += 64;
-  std::vector<LayerSpec> layers;
+  std::vector<BucketLayer> layers;
   int64_t offset = 0;
   for (int b = 0; b < kBlocks; ++b) AppendBlock(b, d, &offset, &layers);
   const int64_t rows = (elements - offset) / d;
@@ -66,8 +67,8 @@ absl::StatusOr<BenchBucket> MakeBenchBucket(int64_t elements) {
     layers.push_back(
         {.name = "tail", .shape = {elements - offset}, .offset = offset});
   }
-  ASSIGN_OR_RETURN(client::BucketPlan plan,
-                   client::BucketPlan::Create(1, elements, std::move(layers)));
+  ASSIGN_OR_RETURN(client::EpochPlan plan,
+                   client::EpochPlan::Create(1, elements, std::move(layers)));
   BenchBucket out{.plan = std::move(plan), .factors = {}, .hidden = d};
   for (int b = 0; b < kGiftBlocks; ++b) {
     RETURN_IF_ERROR(out.factors.Put(
@@ -77,9 +78,9 @@ absl::StatusOr<BenchBucket> MakeBenchBucket(int64_t elements) {
   return out;
 }
 
-void FillGradients(const client::BucketPlan& plan, int rank, float* bucket) {
+void FillGradients(const client::EpochPlan& plan, int rank, float* bucket) {
   for (size_t l = 0; l < plan.layers().size(); ++l) {
-    const LayerSpec& s = plan.layers()[l];
+    const BucketLayer& s = plan.layers()[l];
     const uint64_t seed = client::Mix64(rank * 1000003ULL + l);
     const int64_t cols = s.d_in();
     float* x = bucket + s.offset;

@@ -28,7 +28,7 @@
 #include <cstdint>
 
 #include "absl/status/statusor.h"
-#include "client/bucket_plan.h"
+#include "client/epoch_plan.h"
 #include "client/versioned_factors.h"
 
 namespace gift::bench {
@@ -41,7 +41,7 @@ inline constexpr int kBlocks = 5;
 inline constexpr int kGiftBlocks = 2;
 
 struct BenchBucket {
-  client::BucketPlan plan;
+  client::EpochPlan plan;
   client::VersionedFactors factors;  // version 1 of every GIFT layer
   int64_t hidden = 0;                // d
 };
@@ -50,7 +50,7 @@ struct BenchBucket {
 absl::StatusOr<BenchBucket> MakeBenchBucket(int64_t elements);
 
 // Fills every layer of `bucket` with rank's gradients.
-void FillGradients(const client::BucketPlan& plan, int rank, float* bucket);
+void FillGradients(const client::EpochPlan& plan, int rank, float* bucket);
 
 }  // namespace gift::bench
 

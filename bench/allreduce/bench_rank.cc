@@ -12,25 +12,24 @@
 #include "absl/strings/str_cat.h"
 #include "bench/allreduce/bench_plan.h"
 #include "bench/allreduce/bench_results.h"
-#include "client/communicator_factory.h"
-#include "client/quantized_allreduce.h"
+#include "client/allreduce_engine.h"
 #include "client/store.h"
+#include "client/transport_factory.h"
 #include "common/status_macros.h"
 
 namespace gift::bench {
 namespace {
 
-using client::Communicator;
 using client::DataType;
 using client::ReduceOp;
+using client::Transport;
 
 constexpr char kGlooFp32[] = "gloo-fp32";
 
-// One step of a mode: Gloo's allreduce or a QuantizedAllReduce::Run.
+// One step of a mode: Gloo's allreduce or a AllReduceEngine::Run.
 class Stepper {
  public:
-  static absl::StatusOr<Stepper> Create(Communicator& comm,
-                                        const BenchBucket& b,
+  static absl::StatusOr<Stepper> Create(Transport& comm, const BenchBucket& b,
                                         const std::string& mode) {
     Stepper s(comm, b);
     if (mode == kGlooFp32) return s;
@@ -39,12 +38,11 @@ class Stepper {
     const bool drift = mode == "fp8+drift", audit = mode == "fp8+audit";
     ASSIGN_OR_RETURN(client::AllReduceMode m,
                      client::ParseAllReduceMode(drift || audit ? "fp8" : mode));
-    client::QuantizedAllReduceOptions o;
+    client::AllReduceEngineOptions o;
     o.mode = m;
     o.probe_interval = 0;
     o.audit_interval = audit ? 1 : drift ? 1000000 : 0;
-    ASSIGN_OR_RETURN(s.ar_,
-                     client::QuantizedAllReduce::Create(&comm, b.plan, o));
+    ASSIGN_OR_RETURN(s.ar_, client::AllReduceEngine::Create(&comm, b.plan, o));
     return s;
   }
 
@@ -57,11 +55,11 @@ class Stepper {
   }
 
  private:
-  Stepper(Communicator& comm, const BenchBucket& b) : comm_(&comm), b_(&b) {}
+  Stepper(Transport& comm, const BenchBucket& b) : comm_(&comm), b_(&b) {}
 
-  Communicator* comm_;
+  Transport* comm_;
   const BenchBucket* b_;
-  std::unique_ptr<client::QuantizedAllReduce> ar_;
+  std::unique_ptr<client::AllReduceEngine> ar_;
 };
 
 double RelL2(const std::vector<float>& x, const std::vector<float>& ref) {
@@ -80,7 +78,7 @@ struct SizeState {
 };
 
 // Runs one mode on one bucket size; fills `row` on every rank.
-absl::Status RunMode(Communicator& comm, const RankConfig& c, SizeState& st,
+absl::Status RunMode(Transport& comm, const RankConfig& c, SizeState& st,
                      const std::string& mode, int steps, ModeResult* row) {
   ASSIGN_OR_RETURN(Stepper stepper, Stepper::Create(comm, st.bucket, mode));
   const size_t n = st.input.size();
@@ -122,7 +120,7 @@ std::vector<std::string> RunOrder(std::vector<std::string> modes) {
   return modes;
 }
 
-absl::Status RunSize(Communicator& comm, const RankConfig& c, int64_t mib,
+absl::Status RunSize(Transport& comm, const RankConfig& c, int64_t mib,
                      std::vector<ModeResult>* rows) {
   ASSIGN_OR_RETURN(BenchBucket b, MakeBenchBucket(mib << 18));
   SizeState st{
@@ -162,14 +160,13 @@ absl::Status RunBenchRank(const RankConfig& c) {
   ASSIGN_OR_RETURN(std::unique_ptr<client::FileStore> files,
                    client::FileStore::Create(c.store_dir));
   client::PrefixStore store("allreduce_bench/", files.get());
-  client::CommunicatorOptions o;
+  client::TransportOptions o;
   o.rank = c.rank;
   o.world_size = c.world_size;
   o.store = &store;
   o.timeout = c.timeout;
   o.hostname = c.host;
-  ASSIGN_OR_RETURN(std::unique_ptr<Communicator> comm,
-                   client::CreateCommunicator(o));
+  ASSIGN_OR_RETURN(std::unique_ptr<Transport> comm, client::CreateTransport(o));
   std::vector<ModeResult> rows;
   for (int64_t mib : c.sizes_mib)
     RETURN_IF_ERROR(RunSize(*comm, c, mib, &rows));

@@ -6,8 +6,8 @@
 // Per-step times are MAX-reduced over the ranks and bytes SUM-reduced; rank
 // 0 writes one result line per (size, mode) (bench_results.h).
 //
-// Modes: fp8, fp32, bf16 (QuantizedAllReduce, probe steps off so that every
-// step is a steady-state step) and gloo-fp32 (Communicator::AllReduce SUM in
+// Modes: fp8, fp32, bf16 (AllReduceEngine, probe steps off so that every
+// step is a steady-state step) and gloo-fp32 (Transport::AllReduce SUM in
 // FP32: Gloo's own allreduce, no averaging). The fp32 mode runs first when
 // present; its result is the reference of the other modes' relL2.
 //

@@ -28,7 +28,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
-#include "tests/daemon/rank_session.h"
+#include "tests/daemon/rank_client.h"
 #include "tests/daemon/rank_testutil.h"
 
 namespace gift::bench {
@@ -75,16 +75,16 @@ class Loop {
   explicit Loop(const Flags& f) : f_(f) {}
 
   absl::Status Setup() {
-    std::vector<client::LayerSpec> specs;
+    std::vector<client::BucketLayer> specs;
     const int64_t d = f_.dim;
     for (int l = 0; l < f_.layers; ++l) {
       specs.push_back({.name = absl::StrCat("layer", l),
                        .shape = {d, d},
                        .offset = l * d * d});
     }
-    ASSIGN_OR_RETURN(client::BucketPlan plan,
-                     client::BucketPlan::Create(1, f_.layers * d * d, specs));
-    ASSIGN_OR_RETURN(rs_, testing_daemon::RankSession::Connect(
+    ASSIGN_OR_RETURN(client::EpochPlan plan,
+                     client::EpochPlan::Create(1, f_.layers * d * d, specs));
+    ASSIGN_OR_RETURN(rs_, testing_daemon::RankClient::Connect(
                               f_.rank, plan, testing_daemon::RankDevice{}));
     att_ = rs_->att.get();
     ar_ = rs_->ar.get();
@@ -153,9 +153,9 @@ class Loop {
   }
 
   const Flags f_;
-  std::unique_ptr<testing_daemon::RankSession> rs_;
-  client::QuantizedAllReduce* ar_ = nullptr;  // rs_->ar
-  client::DaemonAttachment* att_ = nullptr;   // rs_->att
+  std::unique_ptr<testing_daemon::RankClient> rs_;
+  client::AllReduceEngine* ar_ = nullptr;   // rs_->ar
+  client::GiftdConnection* att_ = nullptr;  // rs_->att
   client::VersionedFactors factors_;
   std::vector<std::vector<float>> grads_, acts_;
   std::vector<std::string> names_;

@@ -93,7 +93,7 @@ else
   echo "kernels_gpu_bench: skipped (time budget)" >"$out/kernels_gpu_bench.txt"
 fi
 
-# QuantizedAllReduce on NCCL (fp8 / fp32 / bf16 / nccl-fp8), 4 rank processes
+# AllReduceEngine on NCCL (fp8 / fp32 / bf16 / nccl-fp8), 4 rank processes
 # on the one GPU, or 1 when NCCL refuses several ranks per GPU (it says so).
 t=$(allow 180)
 if [ "$t" -gt 0 ]; then

@@ -1,7 +1,7 @@
 // gift::QuantizedAllReduce (include/gift/allreduce.h) over
-// client::QuantizedAllReduce, with the factors it holds and, when attached,
+// client::AllReduceEngine, with the factors it holds and, when attached,
 // the daemon attachment's work around every step (as the Python session
-// does, client/python/session.cc).
+// does, client/python/native_rank.cc).
 #include "gift/allreduce.h"
 
 #include <cstdint>
@@ -14,10 +14,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "client/allreduce_engine.h"
 #include "client/api/internal.h"
-#include "client/bucket_plan.h"
-#include "client/daemon_attachment.h"
-#include "client/quantized_allreduce.h"
+#include "client/epoch_plan.h"
+#include "client/giftd_connection.h"
 #include "client/telemetry.h"
 #include "client/versioned_factors.h"
 #include "gift/daemon_attachment.h"
@@ -28,12 +28,12 @@ struct QuantizedAllReduce::Rep {
   std::shared_ptr<Communicator> comm;
   BucketPlan plan;
   AllReduceOptions options;
-  std::unique_ptr<client::QuantizedAllReduce> ar;
+  std::unique_ptr<client::AllReduceEngine> ar;
   client::VersionedFactors factors;
   // Attached (Attach): the public handle, keeping it alive, and the
   // internal attachment behind it.
   std::shared_ptr<DaemonAttachment> attachment;
-  client::DaemonAttachment* internal_attachment = nullptr;
+  client::GiftdConnection* internal_attachment = nullptr;
   int64_t steps = 0;
   // The overlapped step in progress: busy time of its calls.
   absl::Duration busy;
@@ -84,8 +84,8 @@ StepStats ToStats(const client::StepTelemetry& t, double seconds) {
 
 // The end of a step (Step, EndStep) with result `s`: fills `stats` and
 // hands a successful step's telemetry to the attachment (nullable).
-Status FinishStep(const absl::Status& s, const client::QuantizedAllReduce& ar,
-                  client::DaemonAttachment* attachment,
+Status FinishStep(const absl::Status& s, const client::AllReduceEngine& ar,
+                  client::GiftdConnection* attachment,
                   const client::StepTelemetry& t, double seconds,
                   StepStats* stats) {
   if (stats != nullptr) *stats = ToStats(t, seconds);
@@ -157,16 +157,16 @@ Status QuantizedAllReduce::Create(std::shared_ptr<Communicator> comm,
     return api::InvalidArgument("QuantizedAllReduce::Create: invalid plan");
   }
   if (Status s = CheckOptions(options); !s.ok()) return s;
-  client::QuantizedAllReduceOptions o;
+  client::AllReduceEngineOptions o;
   o.mode = static_cast<client::AllReduceMode>(options.mode);
   o.piece_bytes = options.piece_bytes;
   o.probe_interval = options.probe_interval;
   o.error_feedback = options.error_feedback;
   o.audit_interval = options.audit_interval;
   o.audit_drift = options.audit_drift;
-  absl::StatusOr<std::unique_ptr<client::QuantizedAllReduce>> ar =
-      client::QuantizedAllReduce::Create(comm->rep_->comm.get(),
-                                         plan.rep_->plan, o);
+  absl::StatusOr<std::unique_ptr<client::AllReduceEngine>> ar =
+      client::AllReduceEngine::Create(comm->rep_->comm.get(), plan.rep_->plan,
+                                      o);
   if (!ar.ok()) return api::FromAbsl(ar.status());
   auto rep = std::make_unique<Rep>();
   rep->comm = std::move(comm);
@@ -306,7 +306,7 @@ Status QuantizedAllReduce::PutFactor(const std::string& layer,
     return api::InvalidArgument(absl::StrCat(
         "QuantizedAllReduce::PutFactor: unknown transform ", kind));
   }
-  client::GiftFactor f;
+  client::LayerFactor f;
   f.version = factor.version;
   f.kind = static_cast<client::GiftTransform>(kind);
   f.d_in = factor.d_in;

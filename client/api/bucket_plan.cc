@@ -1,4 +1,4 @@
-// gift::BucketPlan (include/gift/bucket_plan.h) over client::BucketPlan.
+// gift::BucketPlan (include/gift/bucket_plan.h) over client::EpochPlan.
 #include "gift/bucket_plan.h"
 
 #include <cstdint>
@@ -9,12 +9,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/api/internal.h"
-#include "client/bucket_plan.h"
+#include "client/epoch_plan.h"
 
 namespace gift {
 namespace {
 
-// What client::BucketPlan::Create cannot see once the public values are
+// What client::EpochPlan::Create cannot see once the public values are
 // converted: enum values outside their range (the internal enums are
 // narrower) and shapes whose element count overflows int64.
 Status CheckPublicLayer(const LayerSpec& l) {
@@ -54,14 +54,14 @@ Status BucketPlan::Create(int64_t epoch, int64_t bucket_elements,
     return api::InvalidArgument(absl::StrCat(
         "bucket plan: bucket size ", bucket_elements, " floats is too large"));
   }
-  std::vector<client::LayerSpec> internal;
+  std::vector<client::BucketLayer> internal;
   internal.reserve(layers.size());
   for (const LayerSpec& l : layers) {
     if (Status s = CheckPublicLayer(l); !s.ok()) return s;
     internal.push_back(api::ToInternal(l));
   }
-  absl::StatusOr<client::BucketPlan> plan =
-      client::BucketPlan::Create(epoch, bucket_elements, std::move(internal));
+  absl::StatusOr<client::EpochPlan> plan =
+      client::EpochPlan::Create(epoch, bucket_elements, std::move(internal));
   if (!plan.ok()) return api::FromAbsl(plan.status());
   out->rep_ = std::make_shared<const Rep>(*std::move(plan), std::move(layers));
   return Status();

@@ -1,5 +1,5 @@
 // gift::Communicator (include/gift/communicator.h) over the internal
-// communicator set-up (client/communicator_setup.h): the rendezvous stores,
+// communicator set-up (client/transport_setup.h): the rendezvous stores,
 // the endpoint choice and the communicator factory.
 #include "gift/communicator.h"
 
@@ -12,8 +12,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "client/api/internal.h"
-#include "client/communicator_setup.h"
 #include "client/store.h"
+#include "client/transport_setup.h"
 
 namespace gift {
 namespace {
@@ -53,9 +53,9 @@ Status CheckOptions(const CommunicatorOptions& o) {
 }
 
 // The internal set-up of `options`; the keys go under key_prefix + "comm/".
-client::CommunicatorSetupOptions SetupOptionsOf(
+client::TransportSetupOptions SetupOptionsOf(
     const CommunicatorOptions& options) {
-  client::CommunicatorSetupOptions o;
+  client::TransportSetupOptions o;
   o.backend = BackendName(options.backend);
   o.rank = options.rank;
   o.world_size = options.world_size;
@@ -92,8 +92,8 @@ Status Communicator::Create(const CommunicatorOptions& options,
   if (Status s = CheckOptions(options); !s.ok()) return s;
   if (Status s = api::CheckCpu(); !s.ok()) return s;
 
-  absl::StatusOr<client::CommunicatorSetup> setup =
-      client::SetUpCommunicator(SetupOptionsOf(options));
+  absl::StatusOr<client::TransportSetup> setup =
+      client::SetUpTransport(SetupOptionsOf(options));
   if (!setup.ok()) return api::FromAbsl(setup.status());
 
   auto rep = std::make_unique<Rep>();

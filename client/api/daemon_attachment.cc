@@ -1,5 +1,5 @@
 // gift::DaemonAttachment (include/gift/daemon_attachment.h) over
-// client::DaemonAttachment.
+// client::GiftdConnection.
 #include "gift/daemon_attachment.h"
 
 #include <cmath>
@@ -13,7 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "client/api/internal.h"
-#include "client/daemon_attachment.h"
+#include "client/giftd_connection.h"
 
 namespace gift {
 namespace {
@@ -50,7 +50,7 @@ Status DaemonAttachment::Create(const AttachmentOptions& options,
                      options.local_rank, ") or device (", options.device, ")"));
   }
   if (Status s = api::CheckCpu(); !s.ok()) return s;
-  client::AttachmentOptions o;
+  client::ConnectionOptions o;
   o.agent_socket = options.agent_socket;
   o.job_id = options.job_id;
   o.rank = options.rank;
@@ -61,8 +61,8 @@ Status DaemonAttachment::Create(const AttachmentOptions& options,
   o.retry_interval = absl::Seconds(options.retry_interval_seconds);
   o.rpc_timeout = absl::Seconds(options.rpc_timeout_seconds);
   o.staleness_limit = options.staleness_limit;
-  absl::StatusOr<std::unique_ptr<client::DaemonAttachment>> att =
-      client::DaemonAttachment::Create(o, base.rep_->plan);
+  absl::StatusOr<std::unique_ptr<client::GiftdConnection>> att =
+      client::GiftdConnection::Create(o, base.rep_->plan);
   if (!att.ok()) return api::FromAbsl(att.status());
   auto rep = std::make_unique<Rep>();
   rep->base = base;
@@ -112,7 +112,7 @@ void* DaemonAttachment::sketch_stream() const {
 const BucketPlan& DaemonAttachment::base_plan() const { return rep_->base; }
 
 AttachmentStats DaemonAttachment::stats() const {
-  const client::AttachmentStats s = rep_->attachment->stats();
+  const client::ConnectionStats s = rep_->attachment->stats();
   AttachmentStats o;
   o.attached = s.attached;
   o.attaches = s.attaches;

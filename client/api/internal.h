@@ -14,10 +14,10 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "client/bucket_plan.h"
-#include "client/communicator.h"
-#include "client/daemon_attachment.h"
+#include "client/epoch_plan.h"
+#include "client/giftd_connection.h"
 #include "client/store.h"
+#include "client/transport.h"
 #include "gift/allreduce.h"
 #include "gift/bucket_plan.h"
 #include "gift/communicator.h"
@@ -32,20 +32,20 @@ struct Communicator::Rep {
   // the communicator's lifetime (a daemon store holds a gRPC channel).
   std::unique_ptr<client::Store> store;
   std::unique_ptr<client::PrefixStore> prefixed;
-  std::unique_ptr<client::Communicator> comm;
+  std::unique_ptr<client::Transport> comm;
   std::string endpoint;
 };
 
 struct BucketPlan::Rep {
-  Rep(client::BucketPlan p, std::vector<LayerSpec> l)
+  Rep(client::EpochPlan p, std::vector<LayerSpec> l)
       : plan(std::move(p)), layers(std::move(l)) {}
-  client::BucketPlan plan;
+  client::EpochPlan plan;
   std::vector<LayerSpec> layers;  // the public view of plan.layers()
 };
 
 struct DaemonAttachment::Rep {
   BucketPlan base;
-  std::unique_ptr<client::DaemonAttachment> attachment;
+  std::unique_ptr<client::GiftdConnection> attachment;
   // The allreduce this attachment serves (QuantizedAllReduce::Attach), or
   // null.
   std::atomic<const void*> owner{nullptr};
@@ -63,8 +63,8 @@ Status FailedPrecondition(std::string message);
 // the CPU lacks (kernels/cpu_baseline.h); checked once per process.
 Status CheckCpu();
 
-client::LayerSpec ToInternal(const LayerSpec& layer);
-LayerSpec FromInternal(const client::LayerSpec& layer);
+client::BucketLayer ToInternal(const LayerSpec& layer);
+LayerSpec FromInternal(const client::BucketLayer& layer);
 
 }  // namespace api
 }  // namespace gift

@@ -95,8 +95,8 @@ Status CheckCpu() {
   return *cpu;
 }
 
-client::LayerSpec ToInternal(const LayerSpec& layer) {
-  client::LayerSpec l;
+client::BucketLayer ToInternal(const LayerSpec& layer) {
+  client::BucketLayer l;
   l.name = layer.name;
   l.shape = layer.shape;
   l.offset = layer.offset;
@@ -107,7 +107,7 @@ client::LayerSpec ToInternal(const LayerSpec& layer) {
   return l;
 }
 
-LayerSpec FromInternal(const client::LayerSpec& layer) {
+LayerSpec FromInternal(const client::BucketLayer& layer) {
   LayerSpec l;
   l.name = layer.name;
   l.shape = layer.shape;

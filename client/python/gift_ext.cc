@@ -1,4 +1,4 @@
-// The extension module `gift._gift`: Session (session.h) for the Python
+// The extension module `gift._gift`: NativeRank (session.h) for the Python
 // package. Host buffers come in as float32 numpy arrays (the buffer
 // protocol; torch CPU tensors through .numpy(), which shares memory);
 // device buffers as integer data pointers (torch CUDA tensors' data_ptr(),
@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "client/python/native_rank.h"
 #include "client/python/py_store.h"
-#include "client/python/session.h"
 #include "client/python/state_convert.h"
 #include "common/agent_socket.h"
 #include "kernels/cpu_baseline.h"
@@ -64,11 +64,11 @@ T ValueOrThrow(absl::StatusOr<T> v) {
   return *std::move(v);
 }
 
-std::vector<LayerSpec> LayersFromPython(const py::list& list) {
-  std::vector<LayerSpec> layers;
+std::vector<BucketLayer> LayersFromPython(const py::list& list) {
+  std::vector<BucketLayer> layers;
   for (const py::handle& h : list) {
     const py::tuple t = h.cast<py::tuple>();
-    LayerSpec l;
+    BucketLayer l;
     l.name = t[0].cast<std::string>();
     l.shape = t[1].cast<std::vector<int64_t>>();
     l.offset = t[2].cast<int64_t>();
@@ -77,9 +77,10 @@ std::vector<LayerSpec> LayersFromPython(const py::list& list) {
   return layers;
 }
 
-std::unique_ptr<Session> CreateSession(const py::dict& o,
-                                       const py::list& layers, int64_t total) {
-  SessionOptions s;
+std::unique_ptr<NativeRank> CreateNativeRank(const py::dict& o,
+                                             const py::list& layers,
+                                             int64_t total) {
+  NativeRankOptions s;
   auto str = [&](const char* k, std::string* v) {
     if (o.contains(k) && !o[k].is_none()) *v = o[k].cast<std::string>();
   };
@@ -107,9 +108,9 @@ std::unique_ptr<Session> CreateSession(const py::dict& o,
   if (o.contains("store") && !o["store"].is_none()) {
     s.store = std::make_shared<PyStore>(o["store"]);
   }
-  std::vector<LayerSpec> specs = LayersFromPython(layers);
+  std::vector<BucketLayer> specs = LayersFromPython(layers);
   py::gil_scoped_release release;  // rendezvous is collective
-  return ValueOrThrow(Session::Create(s, std::move(specs), total));
+  return ValueOrThrow(NativeRank::Create(s, std::move(specs), total));
 }
 
 // A host array of exactly `n` floats, writable when `write`.
@@ -124,7 +125,7 @@ float* HostFloats(FloatArray& a, int64_t n, bool write, const char* what) {
   return write ? a.mutable_data() : const_cast<float*>(a.data());
 }
 
-py::dict EndStep(Session& s) {
+py::dict EndStep(NativeRank& s) {
   StepResult r;
   {
     py::gil_scoped_release release;
@@ -133,7 +134,7 @@ py::dict EndStep(Session& s) {
   return TelemetryToPython(r.telemetry, r.seconds);
 }
 
-py::dict Step(Session& s, float* flat) {
+py::dict Step(NativeRank& s, float* flat) {
   StepResult r;
   {
     py::gil_scoped_release release;
@@ -143,10 +144,10 @@ py::dict Step(Session& s, float* flat) {
 }
 
 // Activation sketches: host arrays, device pointers and the sketch stream.
-void BindSketches(py::class_<Session>& c) {
-  c.def("wants_sketch", &Session::WantsSketch)
+void BindSketches(py::class_<NativeRank>& c) {
+  c.def("wants_sketch", &NativeRank::WantsSketch)
       .def("sketch",
-           [](Session& s, const std::string& layer, FloatArray a) {
+           [](NativeRank& s, const std::string& layer, FloatArray a) {
              if (a.ndim() != 2) throw py::value_error("sketch: rows × d_in");
              const float* p = HostFloats(a, a.size(), false, "sketch");
              const int64_t rows = a.shape(0);
@@ -160,37 +161,37 @@ void BindSketches(py::class_<Session>& c) {
            })
       .def(
           "sketch_ptr",
-          [](Session& s, const std::string& layer, uintptr_t ptr, int64_t rows,
-             uintptr_t stream) {
+          [](NativeRank& s, const std::string& layer, uintptr_t ptr,
+             int64_t rows, uintptr_t stream) {
             ThrowIfError(s.Sketch(layer, reinterpret_cast<const float*>(ptr),
                                   rows, reinterpret_cast<void*>(stream)));
           },
           py::arg("layer"), py::arg("ptr"), py::arg("rows"),
           py::arg("stream") = 0)
-      .def("sketch_stream", [](const Session& s) {
+      .def("sketch_stream", [](const NativeRank& s) {
         return reinterpret_cast<uintptr_t>(s.sketch_stream());
       });
 }
 
 // One step: whole (step, step_ptr) or bucket by bucket (begin_step,
 // reduce_bucket[_ptr], end_step).
-void BindSteps(py::class_<Session>& c) {
+void BindSteps(py::class_<NativeRank>& c) {
   c.def("step",
-        [](Session& s, FloatArray flat) {
+        [](NativeRank& s, FloatArray flat) {
           return Step(s, HostFloats(flat, s.base_plan().bucket_elements(), true,
                                     "step"));
         })
       .def("step_ptr",
-           [](Session& s, uintptr_t ptr) {
+           [](NativeRank& s, uintptr_t ptr) {
              return Step(s, reinterpret_cast<float*>(ptr));
            })
       .def("begin_step",
-           [](Session& s) {
+           [](NativeRank& s) {
              py::gil_scoped_release release;
              ThrowIfError(s.BeginStep());
            })
       .def("reduce_bucket",
-           [](Session& s, const std::vector<int>& layers,
+           [](NativeRank& s, const std::vector<int>& layers,
               const std::vector<int64_t>& offsets, FloatArray data) {
              float* p = HostFloats(data, data.size(), true, "reduce_bucket");
              const BucketGroup g =
@@ -199,7 +200,7 @@ void BindSteps(py::class_<Session>& c) {
              ThrowIfError(s.ReduceBucket(g, p));
            })
       .def("reduce_bucket_ptr",
-           [](Session& s, const std::vector<int>& layers,
+           [](NativeRank& s, const std::vector<int>& layers,
               const std::vector<int64_t>& offsets, uintptr_t ptr,
               int64_t elements) {
              const BucketGroup g = GroupFromPython(layers, offsets, elements);
@@ -210,36 +211,37 @@ void BindSteps(py::class_<Session>& c) {
 }
 
 // libgift's side stream, this rank's endpoint and the daemon attachment.
-void BindAttachment(py::class_<Session>& c) {
-  c.def(
-       "stream",
-       [](const Session& s) { return reinterpret_cast<uintptr_t>(s.stream()); })
-      .def_property_readonly("endpoint", &Session::endpoint)
-      .def("attachment_stats", [](const Session& s) {
+void BindAttachment(py::class_<NativeRank>& c) {
+  c.def("stream",
+        [](const NativeRank& s) {
+          return reinterpret_cast<uintptr_t>(s.stream());
+        })
+      .def_property_readonly("endpoint", &NativeRank::endpoint)
+      .def("attachment_stats", [](const NativeRank& s) {
         return AttachmentStatsToPython(s.attachment_stats());
       });
 }
 
 // Plans, factors and the checkpointed state (state_convert.h).
-void BindPlansAndState(py::class_<Session>& c) {
+void BindPlansAndState(py::class_<NativeRank>& c) {
   c.def("current_epoch",
-        [](const Session& s) { return s.allreduce().current_epoch(); })
+        [](const NativeRank& s) { return s.allreduce().current_epoch(); })
       .def("base_plan",
-           [](const Session& s) { return PlanToPython(s.base_plan()); })
+           [](const NativeRank& s) { return PlanToPython(s.base_plan()); })
       .def("add_plan",
-           [](Session& s, int64_t epoch, const std::vector<std::string>& l) {
+           [](NativeRank& s, int64_t epoch, const std::vector<std::string>& l) {
              ThrowIfError(s.AddPlan(epoch, l));
            })
       .def("put_factor",
-           [](Session& s, const std::string& layer, const py::dict& f) {
+           [](NativeRank& s, const std::string& layer, const py::dict& f) {
              ThrowIfError(s.PutFactor(layer, FactorFromPython(f)));
            })
       .def("export_state",
-           [](const Session& s) {
+           [](const NativeRank& s) {
              return StateToPython(ValueOrThrow(s.ExportState()),
                                   s.ExportFactors());
            })
-      .def("import_state", [](Session& s, const py::dict& d) {
+      .def("import_state", [](NativeRank& s, const py::dict& d) {
         NamedFactors factors;
         AllReduceState st = ValueOrThrow(StateFromPython(d, &factors));
         ThrowIfError(s.ImportState(st, std::move(factors)));
@@ -249,7 +251,7 @@ void BindPlansAndState(py::class_<Session>& c) {
 }  // namespace
 
 PYBIND11_MODULE(_gift, m) {
-  m.doc() = "libgift bindings for the gift package (one Session per rank)";
+  m.doc() = "libgift bindings for the gift package (one NativeRank per rank)";
   if (absl::Status cpu = gift::kernels::CheckCpuBaseline(); !cpu.ok()) {
     throw py::import_error(std::string("gift: ") + std::string(cpu.message()));
   }
@@ -258,13 +260,13 @@ PYBIND11_MODULE(_gift, m) {
         "giftd's Agent socket without an explicit one: $GIFT_AGENT_SOCKET "
         "when set and not empty, else the daemon's default "
         "(common/agent_socket.h)");
-  py::class_<Session> session(m, "Session");
+  py::class_<NativeRank> session(m, "NativeRank");
   session
-      .def(py::init(&CreateSession), py::arg("options"), py::arg("layers"),
+      .def(py::init(&CreateNativeRank), py::arg("options"), py::arg("layers"),
            py::arg("total_elements"))
-      .def_property_readonly("mode",
-                             [](const Session& s) { return s.options().mode; })
-      .def_property_readonly("total_elements", [](const Session& s) {
+      .def_property_readonly(
+          "mode", [](const NativeRank& s) { return s.options().mode; })
+      .def_property_readonly("total_elements", [](const NativeRank& s) {
         return s.base_plan().bucket_elements();
       });
   BindSketches(session);

@@ -23,7 +23,7 @@ std::vector<float> FromArray(const py::handle& h) {
 
 }  // namespace
 
-py::dict FactorToPython(const GiftFactor& f) {
+py::dict FactorToPython(const LayerFactor& f) {
   py::dict d;
   d["version"] = f.version;
   d["kind"] = f.kind == GiftTransform::kFull ? "full" : "low-rank";
@@ -37,8 +37,8 @@ py::dict FactorToPython(const GiftFactor& f) {
   return d;
 }
 
-GiftFactor FactorFromPython(const py::dict& d) {
-  GiftFactor f;
+LayerFactor FactorFromPython(const py::dict& d) {
+  LayerFactor f;
   f.version = d["version"].cast<int64_t>();
   f.kind = d["kind"].cast<std::string>() == "full" ? GiftTransform::kFull
                                                    : GiftTransform::kLowRank;
@@ -52,9 +52,9 @@ GiftFactor FactorFromPython(const py::dict& d) {
   return f;
 }
 
-py::dict PlanToPython(const BucketPlan& plan) {
+py::dict PlanToPython(const EpochPlan& plan) {
   py::list layers;
-  for (const LayerSpec& l : plan.layers()) {
+  for (const BucketLayer& l : plan.layers()) {
     py::dict d;
     d["name"] = l.name;
     d["shape"] = l.shape;
@@ -72,11 +72,11 @@ py::dict PlanToPython(const BucketPlan& plan) {
   return d;
 }
 
-absl::StatusOr<BucketPlan> PlanFromPython(const py::dict& d) {
-  std::vector<LayerSpec> layers;
+absl::StatusOr<EpochPlan> PlanFromPython(const py::dict& d) {
+  std::vector<BucketLayer> layers;
   for (const py::handle& h : d["layers"].cast<py::list>()) {
     const py::dict l = h.cast<py::dict>();
-    LayerSpec s;
+    BucketLayer s;
     s.name = l["name"].cast<std::string>();
     s.shape = l["shape"].cast<std::vector<int64_t>>();
     s.offset = l["offset"].cast<int64_t>();
@@ -86,9 +86,9 @@ absl::StatusOr<BucketPlan> PlanFromPython(const py::dict& d) {
     s.block_size = l["block_size"].cast<int64_t>();
     layers.push_back(std::move(s));
   }
-  return BucketPlan::Create(d["epoch"].cast<int64_t>(),
-                            d["bucket_elements"].cast<int64_t>(),
-                            std::move(layers));
+  return EpochPlan::Create(d["epoch"].cast<int64_t>(),
+                           d["bucket_elements"].cast<int64_t>(),
+                           std::move(layers));
 }
 
 py::dict StateToPython(const AllReduceState& s, const NamedFactors& factors) {
@@ -96,7 +96,7 @@ py::dict StateToPython(const AllReduceState& s, const NamedFactors& factors) {
   d["step"] = s.step;
   d["current_epoch"] = s.current_epoch;
   py::list plans, gift, owner, held;
-  for (const BucketPlan& p : s.plans) plans.append(PlanToPython(p));
+  for (const EpochPlan& p : s.plans) plans.append(PlanToPython(p));
   for (const AllReduceState::GiftLayer& l : s.gift_layers) {
     py::dict g;
     g["name"] = l.name;
@@ -132,7 +132,7 @@ absl::StatusOr<AllReduceState> StateFromPython(const py::dict& d,
   s.step = d["step"].cast<int64_t>();
   s.current_epoch = d["current_epoch"].cast<int64_t>();
   for (const py::handle& h : d["plans"].cast<py::list>()) {
-    absl::StatusOr<BucketPlan> p = PlanFromPython(h.cast<py::dict>());
+    absl::StatusOr<EpochPlan> p = PlanFromPython(h.cast<py::dict>());
     if (!p.ok()) return p.status();
     s.plans.push_back(*std::move(p));
   }
@@ -208,7 +208,7 @@ py::dict TelemetryToPython(const StepTelemetry& t, double seconds) {
   return d;
 }
 
-py::dict AttachmentStatsToPython(const AttachmentStats& s) {
+py::dict AttachmentStatsToPython(const ConnectionStats& s) {
   py::dict d;
   d["attached"] = s.attached;
   d["attaches"] = s.attaches;

@@ -17,20 +17,20 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "client/daemon_attachment.h"
-#include "client/quantized_allreduce.h"
+#include "client/allreduce_engine.h"
+#include "client/giftd_connection.h"
 
 namespace gift::client::python {
 
 namespace py = pybind11;
 
-using NamedFactors = std::vector<std::pair<std::string, GiftFactor>>;
+using NamedFactors = std::vector<std::pair<std::string, LayerFactor>>;
 
-py::dict FactorToPython(const GiftFactor& f);
-GiftFactor FactorFromPython(const py::dict& d);  // throws on bad input
+py::dict FactorToPython(const LayerFactor& f);
+LayerFactor FactorFromPython(const py::dict& d);  // throws on bad input
 
-py::dict PlanToPython(const BucketPlan& plan);
-absl::StatusOr<BucketPlan> PlanFromPython(const py::dict& d);
+py::dict PlanToPython(const EpochPlan& plan);
+absl::StatusOr<EpochPlan> PlanFromPython(const py::dict& d);
 
 py::dict StateToPython(const AllReduceState& state,
                        const NamedFactors& factors);
@@ -39,7 +39,7 @@ absl::StatusOr<AllReduceState> StateFromPython(const py::dict& d,
                                                NamedFactors* factors);
 
 py::dict TelemetryToPython(const StepTelemetry& t, double seconds);
-py::dict AttachmentStatsToPython(const AttachmentStats& s);
+py::dict AttachmentStatsToPython(const ConnectionStats& s);
 
 }  // namespace gift::client::python
 

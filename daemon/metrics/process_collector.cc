@@ -4,22 +4,22 @@
 #include <unistd.h>
 
 #include <filesystem>
-#include <fstream>
-#include <sstream>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/file.h"
 
 namespace gift::metrics {
 namespace {
 
+// The whole file, or "" when it cannot be read (the parsers then fail).
 std::string ReadAll(const char* path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  absl::StatusOr<std::string> bytes = ReadRegularFile(path, 1 << 20);
+  return bytes.ok() ? *std::move(bytes) : std::string();
 }
 
 // Open descriptors of this process (the directory's own is not counted).

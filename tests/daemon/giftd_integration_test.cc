@@ -1,6 +1,6 @@
 // giftd end to end (issue 4): the real giftd and giftctl binaries and rank
 // processes (rank_worker.cc) that feed the committed real gradients and
-// activations through QuantizedAllReduce + DaemonAttachment over Gloo.
+// activations through AllReduceEngine + GiftdConnection over Gloo.
 // Every test starts its own giftd on free ports with its own shm prefix.
 //
 // Conditions are polled with deadlines; nothing asserts wall-clock time.

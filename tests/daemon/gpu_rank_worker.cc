@@ -1,7 +1,7 @@
 // One GPU rank of the giftd device test (tests/gpu/giftd_gpu_test.cc): the
 // training-like loop of rank_worker.cc on the device path. The rank attaches
 // with device_memory (so giftd gives it CUDA IPC data regions), averages a
-// device bucket with QuantizedAllReduce over NCCL, and hands the attachment
+// device bucket with AllReduceEngine over NCCL, and hands the attachment
 // device pointers to the activations it sketches. Built only with CUDA.
 //
 //   gpu_rank_worker --rank 0 --world-size 2 --job J --agent-socket S
@@ -52,14 +52,14 @@
 #include "common/status_macros.h"
 #include "kernels/gpu.h"
 #include "nlohmann/json.hpp"
+#include "tests/daemon/rank_client.h"
 #include "tests/daemon/rank_data.h"
-#include "tests/daemon/rank_session.h"
 #include "tests/daemon/rank_testutil.h"
 
 namespace gift::testing_daemon {
 namespace {
 
-using client::LayerSpec;
+using client::BucketLayer;
 
 constexpr int kExitError = 2;
 constexpr int kExitDuplicateGpu = 3;
@@ -139,10 +139,9 @@ class Loop {
       : f_(f), data_(*data), plan_(RealDataPlan({{"bias", {kBias}}})) {}
 
   absl::Status Setup() {
-    ASSIGN_OR_RETURN(rs_,
-                     RankSession::Connect(
-                         f_.rank, plan_,
-                         RankDevice{.on_device = true, .device = f_.device}));
+    ASSIGN_OR_RETURN(rs_, RankClient::Connect(f_.rank, plan_,
+                                              RankDevice{.on_device = true,
+                                                         .device = f_.device}));
     ASSIGN_OR_RETURN(report_, JsonLinesFile::Open(f_.rank.report));
     bucket_.resize(plan_.bucket_elements());
     RETURN_IF_ERROR(dev_bucket_.Allocate(bucket_.size()));
@@ -192,7 +191,7 @@ class Loop {
   }
 
   void FillBucket(int64_t step) {
-    for (const LayerSpec& l : plan_.layers()) {
+    for (const BucketLayer& l : plan_.layers()) {
       float* dst = bucket_.data() + l.offset;
       if (FillRealLayer(data_.host, l, f_.rank.rank, step, dst)) continue;
       std::mt19937_64 rng(uint64_t(f_.rank.rank) * 7919u +
@@ -219,7 +218,7 @@ class Loop {
   }
 
   void Report(int64_t step, const client::StepTelemetry& t, double seconds) {
-    const client::AttachmentStats st = rs_->att->stats();
+    const client::ConnectionStats st = rs_->att->stats();
     bool finite = true;
     for (float x : bucket_) finite = finite && std::isfinite(x);
     nlohmann::json line = rs_->StepLine(step, t, seconds, st);
@@ -235,8 +234,8 @@ class Loop {
 
   const Flags f_;
   const Data& data_;
-  const client::BucketPlan plan_;
-  std::unique_ptr<RankSession> rs_;
+  const client::EpochPlan plan_;
+  std::unique_ptr<RankClient> rs_;
   std::unique_ptr<JsonLinesFile> report_;
   client::VersionedFactors factors_;
   std::vector<float> bucket_;

@@ -27,9 +27,9 @@ absl::StatusOr<RealData> LoadRealData(const std::string& dir) {
   return d;
 }
 
-client::BucketPlan RealDataPlan(
+client::EpochPlan RealDataPlan(
     const std::vector<std::pair<std::string, std::vector<int64_t>>>& extra) {
-  std::vector<client::LayerSpec> l;
+  std::vector<client::BucketLayer> l;
   int64_t off = 0;
   auto add = [&](std::string name, std::vector<int64_t> shape) {
     l.push_back({.name = std::move(name), .shape = shape, .offset = off});
@@ -40,10 +40,10 @@ client::BucketPlan RealDataPlan(
     add(kFc2[b], {64, kFc2In});
   }
   for (const auto& [name, shape] : extra) add(name, shape);
-  return *client::BucketPlan::Create(1, off, std::move(l));
+  return *client::EpochPlan::Create(1, off, std::move(l));
 }
 
-bool FillRealLayer(const RealData& data, const client::LayerSpec& l, int rank,
+bool FillRealLayer(const RealData& data, const client::BucketLayer& l, int rank,
                    int64_t step, float* dst) {
   const int w = rank % 4;
   const tools::NpyArray* src = nullptr;

@@ -6,8 +6,8 @@
 // their activations (fc2: snapshots 100 and 290, fc1: 290).
 //
 //   ASSIGN_OR_RETURN(RealData data, LoadRealData(GIFT_TEST_DATA_DIR));
-//   BucketPlan plan = RealDataPlan({{"bias", {64}}});
-//   for (const LayerSpec& l : plan.layers()) {
+//   EpochPlan plan = RealDataPlan({{"bias", {64}}});
+//   for (const BucketLayer& l : plan.layers()) {
 //     if (!FillRealLayer(data, l, rank, step, bucket + l.offset)) {
 //       ... the binary's own synthetic layer ...
 //     }
@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "client/bucket_plan.h"
+#include "client/epoch_plan.h"
 #include "tools/npy.h"
 
 namespace gift::testing_daemon {
@@ -48,13 +48,13 @@ absl::StatusOr<RealData> LoadRealData(const std::string& dir);
 
 // A plan of one bucket: the four real layers (fc1, fc2 of block 0, then of
 // block 1), then `extra` (name, shape) in order.
-client::BucketPlan RealDataPlan(
+client::EpochPlan RealDataPlan(
     const std::vector<std::pair<std::string, std::vector<int64_t>>>& extra);
 
 // Fills `dst` (l.size() floats) with rank `rank`'s gradient of real layer
 // `l` at `step` and returns true; false, leaving `dst` alone, when `l` is
 // not a real layer.
-bool FillRealLayer(const RealData& data, const client::LayerSpec& l, int rank,
+bool FillRealLayer(const RealData& data, const client::BucketLayer& l, int rank,
                    int64_t step, float* dst);
 
 }  // namespace gift::testing_daemon

@@ -39,7 +39,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "client/communicator.h"
+#include "client/transport.h"
 #include "common/status_macros.h"
 
 namespace gift::testing_daemon {
@@ -116,7 +116,7 @@ struct RankFlags {
   std::string report;
   int comm_timeout_s = 30;
   int probe_interval = 2;
-  // 1: keep the audits' drift sums (QuantizedAllReduceOptions::audit_drift).
+  // 1: keep the audits' drift sums (AllReduceEngineOptions::audit_drift).
   int audit_drift = 0;
 };
 
@@ -176,7 +176,7 @@ inline absl::Status RunSteps(
 }
 
 // The same, reducing the stop request with `comm` in host memory.
-inline absl::Status RunSteps(client::Communicator& comm, int64_t steps,
+inline absl::Status RunSteps(client::Transport& comm, int64_t steps,
                              int step_sleep_ms,
                              const std::function<absl::Status(int64_t)>& step) {
   return RunSteps(

@@ -1,6 +1,6 @@
 // One rank of the giftd integration tests (giftd_integration_test.cc): a
 // training-like loop that feeds the committed real gradients and activations
-// (tests/data) through a QuantizedAllReduce attached to the node's giftd.
+// (tests/data) through a AllReduceEngine attached to the node's giftd.
 //
 //   rank_worker --rank 0 --world-size 4 --job J --agent-socket S
 //               [--store daemon|DIR] [--steps N] [--step-sleep-ms MS]
@@ -39,14 +39,14 @@
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
+#include "tests/daemon/rank_client.h"
 #include "tests/daemon/rank_data.h"
-#include "tests/daemon/rank_session.h"
 #include "tests/daemon/rank_testutil.h"
 
 namespace gift::testing_daemon {
 namespace {
 
-using client::LayerSpec;
+using client::BucketLayer;
 
 struct Flags {
   RankFlags rank;
@@ -104,7 +104,7 @@ class Loop {
             {{"synthetic.spiky", {kSpikyOut, kSpikyIn}}, {"bias", {kBias}}})) {}
 
   absl::Status Setup() {
-    ASSIGN_OR_RETURN(rs_, RankSession::Connect(f_.rank, plan_, RankDevice{}));
+    ASSIGN_OR_RETURN(rs_, RankClient::Connect(f_.rank, plan_, RankDevice{}));
     ASSIGN_OR_RETURN(report_, JsonLinesFile::Open(f_.rank.report));
     bucket_.resize(plan_.bucket_elements());
     params_.assign(plan_.bucket_elements(), 0.f);
@@ -118,7 +118,7 @@ class Loop {
 
  private:
   absl::Status Sketch(int64_t step) {
-    client::DaemonAttachment& att = *rs_->att;
+    client::GiftdConnection& att = *rs_->att;
     std::mt19937_64 rng(uint64_t(f_.rank.rank) * 1000003u + uint64_t(step));
     for (int b = 0; b < 2; ++b) {
       if (att.WantsSketch(kFc2[b])) {
@@ -141,7 +141,7 @@ class Loop {
   }
 
   void FillBucket(int64_t step) {
-    for (const LayerSpec& l : plan_.layers()) {
+    for (const BucketLayer& l : plan_.layers()) {
       float* dst = bucket_.data() + l.offset;
       if (FillRealLayer(data_, l, f_.rank.rank, step, dst)) continue;
       std::mt19937_64 rng(uint64_t(f_.rank.rank) * 7919u +
@@ -167,7 +167,7 @@ class Loop {
     for (size_t i = 0; i < params_.size(); ++i) {
       params_[i] -= kLearningRate * bucket_[i];
     }
-    const client::AttachmentStats st = rs_->att->stats();
+    const client::ConnectionStats st = rs_->att->stats();
     nlohmann::json line = rs_->StepLine(step, t, seconds, st);
     line["refresh_interval"] = st.current_refresh_interval;
     line["epoch_switch_step"] = st.last_epoch_switch_step;
@@ -180,8 +180,8 @@ class Loop {
 
   const Flags f_;
   const RealData data_;
-  const client::BucketPlan plan_;
-  std::unique_ptr<RankSession> rs_;
+  const client::EpochPlan plan_;
+  std::unique_ptr<RankClient> rs_;
   std::unique_ptr<JsonLinesFile> report_;
   client::VersionedFactors factors_;
   std::vector<float> bucket_;

@@ -1,4 +1,4 @@
-// DaemonAttachment's device sketches end to end (label gpu; the device
+// GiftdConnection's device sketches end to end (label gpu; the device
 // tests skip without a device): the real giftd binary
 // (tests/daemon/giftd_fixture.h) serves one rank that runs in this process
 // (world size 1, Gloo allreduce of host buckets) and pins its layer "w". With
@@ -42,9 +42,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
-#include "client/bucket_plan.h"
-#include "client/daemon_attachment.h"
-#include "client/quantized_allreduce.h"
+#include "client/allreduce_engine.h"
+#include "client/epoch_plan.h"
+#include "client/giftd_connection.h"
 #include "client/thread_ranks_testutil.h"
 #include "client/versioned_factors.h"
 #include "common/status_matchers.h"
@@ -81,15 +81,15 @@ std::vector<float> Activations() {
   return a;
 }
 
-absl::StatusOr<BucketPlan> Plan() {
-  return BucketPlan::Create(
+absl::StatusOr<EpochPlan> Plan() {
+  return EpochPlan::Create(
       0, kOut * kIn + kOut,
       {{.name = kLayer, .shape = {kOut, kIn}, .offset = 0},
        {.name = "b", .shape = {kOut}, .offset = kOut * kIn}});
 }
 
 // T = I + U diag(c) Uᵀ, d × d in double.
-std::vector<double> DenseT(const GiftFactor& f) {
+std::vector<double> DenseT(const LayerFactor& f) {
   std::vector<double> t(f.d_in * f.d_in, 0.0);
   for (int64_t i = 0; i < f.d_in; ++i) {
     t[i * f.d_in + i] = 1.0;
@@ -140,7 +140,7 @@ class DeviceFeed {
   // This step's activations, written on the producer stream and left in
   // flight, but not before the sketch stream read the last ones (what
   // record_stream does for PyTorch's allocator).
-  absl::Status Sketch(DaemonAttachment& att) {
+  absl::Status Sketch(GiftdConnection& att) {
     EXPECT_EQ(cudaStreamWaitEvent(producer_, read_, 0), cudaSuccess);
     Produce();
     absl::Status st = att.Sketch(kLayer, acts_.get(), kRows, producer_);
@@ -154,7 +154,7 @@ class DeviceFeed {
   // capture mode), then replays the graph, ordered with the sketch stream
   // the way a graph replay must be (after the window open there, before
   // the close).
-  void SketchByGraph(DaemonAttachment& att) {
+  void SketchByGraph(GiftdConnection& att) {
     cudaStream_t sketch = static_cast<cudaStream_t>(att.sketch_stream());
     if (exec_ == nullptr) {
       ASSERT_EQ(
@@ -210,7 +210,7 @@ class AttachmentSketchGpuTest : public ::testing::Test {
 
   // A fresh giftd, then one rank in `mode` until the first factor of "w"
   // arrives (60 s at most); that factor.
-  GiftFactor FirstFactor(Mode mode) {
+  LayerFactor FirstFactor(Mode mode) {
     if (!dir_.empty()) CleanUpRun(HasFailure(), dir_, &giftd_, &no_ranks_);
     absl::StatusOr<std::string> dir = MakeTempDir("attach_sketch_gpu");
     EXPECT_OK(dir);
@@ -224,19 +224,19 @@ class AttachmentSketchGpuTest : public ::testing::Test {
     EXPECT_OK(d);
     if (!d.ok()) return {};
     giftd_ = *std::move(d);
-    GiftFactor out;
-    RunThreadRanks(1, [&](Communicator& comm) { Rank(mode, comm, &out); });
+    LayerFactor out;
+    RunThreadRanks(1, [&](Transport& comm) { Rank(mode, comm, &out); });
     return out;
   }
 
-  void Rank(Mode mode, Communicator& comm, GiftFactor* out) {
-    absl::StatusOr<BucketPlan> plan = Plan();
+  void Rank(Mode mode, Transport& comm, LayerFactor* out) {
+    absl::StatusOr<EpochPlan> plan = Plan();
     ASSERT_OK(plan);
     const std::vector<float> host = Activations();
     // Outlives the attachment, whose sketch stream reads it.
     std::unique_ptr<DeviceFeed> feed;
     if (mode != Mode::kHost) feed = std::make_unique<DeviceFeed>(host);
-    AttachmentOptions o;
+    ConnectionOptions o;
     o.agent_socket = giftd_->agent_socket();
     o.job_id = kJob;
     o.rank = 0;
@@ -244,8 +244,8 @@ class AttachmentSketchGpuTest : public ::testing::Test {
     o.device_memory = mode != Mode::kHost;
     o.device = 0;
     o.retry_interval = absl::Milliseconds(50);
-    absl::StatusOr<std::unique_ptr<DaemonAttachment>> att =
-        DaemonAttachment::Create(o, *plan);
+    absl::StatusOr<std::unique_ptr<GiftdConnection>> att =
+        GiftdConnection::Create(o, *plan);
     ASSERT_OK(att);
     ASSERT_TRUE((*att)->stats().attached) << (*att)->stats().last_error;
     EXPECT_EQ((*att)->sketch_stream() != nullptr, mode != Mode::kHost);
@@ -253,8 +253,8 @@ class AttachmentSketchGpuTest : public ::testing::Test {
         giftd_->Ctl({"pin", kLayer});
     ASSERT_OK(pin);
     ASSERT_EQ(pin->exit_code, 0) << pin->err;
-    absl::StatusOr<std::unique_ptr<QuantizedAllReduce>> ar =
-        QuantizedAllReduce::Create(&comm, *plan, QuantizedAllReduceOptions{});
+    absl::StatusOr<std::unique_ptr<AllReduceEngine>> ar =
+        AllReduceEngine::Create(&comm, *plan, AllReduceEngineOptions{});
     ASSERT_OK(ar);
     VersionedFactors factors;
     std::mt19937 gen(3);
@@ -275,7 +275,7 @@ class AttachmentSketchGpuTest : public ::testing::Test {
         }
       }
       ASSERT_OK((*att)->BeforeStep(ar->get(), &factors));
-      if (const GiftFactor* f = factors.Newest(kLayer); f != nullptr) {
+      if (const LayerFactor* f = factors.Newest(kLayer); f != nullptr) {
         *out = *f;
         break;
       }
@@ -309,7 +309,7 @@ class AttachmentSketchGpuTest : public ::testing::Test {
   // far from the identity (so that the comparison has teeth). Measured on
   // the CPU: two host runs agree to 2e-8 (windows of 11 and 13 steps);
   // another sample of rows moves T by 0.16.
-  void ExpectSameTransform(const GiftFactor& dev, const GiftFactor& host) {
+  void ExpectSameTransform(const LayerFactor& dev, const LayerFactor& host) {
     ASSERT_FALSE(host.u.empty());
     ASSERT_FALSE(dev.u.empty());
     ASSERT_EQ(dev.r, host.r);
@@ -329,9 +329,9 @@ class AttachmentSketchGpuTest : public ::testing::Test {
 // factor (whatever the length of the window it came from), far from the
 // identity. Needs no GPU.
 TEST_F(AttachmentSketchGpuTest, HostRunsAgree) {
-  const GiftFactor a = FirstFactor(Mode::kHost);
+  const LayerFactor a = FirstFactor(Mode::kHost);
   ASSERT_FALSE(HasFatalFailure());
-  const GiftFactor b = FirstFactor(Mode::kHost);
+  const LayerFactor b = FirstFactor(Mode::kHost);
   ASSERT_FALSE(HasFatalFailure());
   ExpectSameTransform(b, a);
 }
@@ -339,9 +339,9 @@ TEST_F(AttachmentSketchGpuTest, HostRunsAgree) {
 TEST_F(AttachmentSketchGpuTest, DeviceSketchesGiveTheHostFactor) {
   SkipWithoutDevice();
   if (IsSkipped() || HasFatalFailure()) return;
-  const GiftFactor host = FirstFactor(Mode::kHost);
+  const LayerFactor host = FirstFactor(Mode::kHost);
   ASSERT_FALSE(HasFatalFailure());
-  const GiftFactor dev = FirstFactor(Mode::kDevice);
+  const LayerFactor dev = FirstFactor(Mode::kDevice);
   ASSERT_FALSE(HasFatalFailure());
   ExpectSameTransform(dev, host);
 }
@@ -349,9 +349,9 @@ TEST_F(AttachmentSketchGpuTest, DeviceSketchesGiveTheHostFactor) {
 TEST_F(AttachmentSketchGpuTest, SketchUnderGraphCaptureGivesTheHostFactor) {
   SkipWithoutDevice();
   if (IsSkipped() || HasFatalFailure()) return;
-  const GiftFactor host = FirstFactor(Mode::kHost);
+  const LayerFactor host = FirstFactor(Mode::kHost);
   ASSERT_FALSE(HasFatalFailure());
-  const GiftFactor graph = FirstFactor(Mode::kDeviceGraph);
+  const LayerFactor graph = FirstFactor(Mode::kDeviceGraph);
   ASSERT_FALSE(HasFatalFailure());
   ExpectSameTransform(graph, host);
 }

@@ -1,4 +1,4 @@
-// The device path of QuantizedAllReduce (fp8_backend.h, nccl_fp8_allreduce.h)
+// The device path of AllReduceEngine (fp8_backend.h, nccl_fp8_allreduce.h)
 // on one GPU:
 //  * the device backend's primitives against the host backend's on seeded
 //    random data with NaN/Inf/subnormals (bitwise where the contract says
@@ -29,10 +29,10 @@
 #include <vector>
 
 #include "absl/strings/str_split.h"
-#include "client/communicator_factory.h"
 #include "client/fp8_backend.h"
 #include "client/host_fp8_backend.h"
 #include "client/synthetic_testutil.h"
+#include "client/transport_factory.h"
 #include "common/status_matchers.h"
 #include "kernels/gpu.h"
 #include "tests/multiprocess/harness.h"
@@ -106,13 +106,13 @@ class DeviceBackendTest : public ::testing::Test {
     auto store = FileStore::Create(dir_);
     ASSERT_OK(store);
     store_ = std::move(*store);
-    CommunicatorOptions o;
+    TransportOptions o;
     o.backend = "nccl";
     o.rank = 0;
     o.world_size = 1;
     o.store = store_.get();
     o.timeout = absl::Seconds(30);
-    auto comm = CreateCommunicator(o);
+    auto comm = CreateTransport(o);
     ASSERT_OK(comm);
     comm_ = std::move(*comm);
     auto b = CreateFp8Backend(comm_.get());
@@ -138,7 +138,7 @@ class DeviceBackendTest : public ::testing::Test {
 
   std::string dir_;
   std::unique_ptr<FileStore> store_;
-  std::unique_ptr<Communicator> comm_;
+  std::unique_ptr<Transport> comm_;
   std::unique_ptr<Fp8Backend> dev_;
   HostFp8Backend host_{nullptr};  // its control() is not used here
 };
@@ -260,9 +260,9 @@ TEST_F(DeviceBackendTest, RoundPrimitivesMatchHost) {
 
 TEST_F(DeviceBackendTest, GiftTransformsAndProbeMatchHost) {
   constexpr int64_t kRows = 96, kD = 128;
-  const GiftFactor low1 = SyntheticLowRank(1, kD, 16, 5);
-  const GiftFactor low2 = SyntheticLowRank(2, kD, 16, 6);
-  const GiftFactor full = SyntheticFull(3, kD, 7);
+  const LayerFactor low1 = SyntheticLowRank(1, kD, 16, 5);
+  const LayerFactor low2 = SyntheticLowRank(2, kD, 16, 6);
+  const LayerFactor full = SyntheticFull(3, kD, 7);
   const std::vector<float> x = RandomData(kRows * kD, 8, false);
   const std::vector<float> add = RandomData(kRows * kD, 9, false);
   auto dx = dev_->memory().NewBuffer(), dadd = dev_->memory().NewBuffer();
@@ -276,7 +276,7 @@ TEST_F(DeviceBackendTest, GiftTransformsAndProbeMatchHost) {
     }
     return std::sqrt(e / r);
   };
-  for (const GiftFactor* f : {&low1, &full}) {
+  for (const LayerFactor* f : {&low1, &full}) {
     SCOPED_TRACE(f->kind == GiftTransform::kFull ? "full" : "low-rank");
     std::vector<float> h(x.size()), hi(x.size());
     ASSERT_OK(
@@ -290,7 +290,7 @@ TEST_F(DeviceBackendTest, GiftTransformsAndProbeMatchHost) {
     EXPECT_LT(rel(Download<float>(*di, x.size()), hi), 1e-5);
   }
   // Re-projection low → low (fused kernel) and low → full (two products).
-  for (const GiftFactor* next : {&low2, &full}) {
+  for (const LayerFactor* next : {&low2, &full}) {
     std::vector<float> h = add;
     ASSERT_OK(host_.transforms().Reproject(low1, *next, h.data(), kRows));
     auto d = dev_->memory().NewBuffer();
@@ -298,7 +298,7 @@ TEST_F(DeviceBackendTest, GiftTransformsAndProbeMatchHost) {
     ASSERT_OK(dev_->transforms().Reproject(low1, *next, d->floats(), kRows));
     EXPECT_LT(rel(Download<float>(*d, x.size()), h), 1e-5);
   }
-  LayerSpec layer{.name = "w", .shape = {kRows, kD}};
+  BucketLayer layer{.name = "w", .shape = {kRows, kD}};
   ProbeResult hp, dp;
   ASSERT_OK(host_.probe().Probe(x.data(), layer, low1, &hp));
   ASSERT_OK(dev_->probe().Probe(dx->floats(), layer, low1, &dp));
@@ -308,7 +308,7 @@ TEST_F(DeviceBackendTest, GiftTransformsAndProbeMatchHost) {
 }
 
 TEST_F(DeviceBackendTest, ControlCommunicatorStagesHostBuffers) {
-  Communicator* control = dev_->control();
+  Transport* control = dev_->control();
   ASSERT_NE(control, nullptr);
   EXPECT_EQ(control->memory_kind(), MemoryKind::kHost);
   std::vector<int64_t> v = {7, -3, int64_t{1} << 40};

@@ -30,10 +30,10 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "client/communicator_factory.h"
-#include "client/quantized_allreduce.h"
+#include "client/allreduce_engine.h"
 #include "client/store.h"
 #include "client/synthetic_testutil.h"
+#include "client/transport_factory.h"
 #include "kernels/fp8.h"
 #include "tests/multiprocess/allreduce_check.h"
 #include "tests/multiprocess/harness.h"
@@ -41,14 +41,14 @@
 namespace gift::multiprocess {
 namespace {
 
+using client::AllReduceEngine;
+using client::AllReduceEngineOptions;
 using client::AllReduceMode;
-using client::BucketPlan;
-using client::Communicator;
+using client::BucketLayer;
+using client::EpochPlan;
 using client::LayerPath;
-using client::LayerSpec;
-using client::QuantizedAllReduce;
-using client::QuantizedAllReduceOptions;
 using client::StepTelemetry;
+using client::Transport;
 using client::VersionedFactors;
 
 constexpr int kExitCheckFailed = 1;
@@ -78,9 +78,9 @@ class Checker {
   int failures_ = 0;
 };
 
-BucketPlan MixedPlan() {
+EpochPlan MixedPlan() {
   const auto e5 = kernels::Fp8Format::kE5M2;
-  std::vector<LayerSpec> l = {
+  std::vector<BucketLayer> l = {
       {.name = "e4", .shape = {301, 517}, .offset = 0},
       {.name = "empty", .shape = {0, 5}, .offset = 155617},
       {.name = "one", .shape = {1}, .offset = 155620},
@@ -103,7 +103,7 @@ BucketPlan MixedPlan() {
        .offset = 286349,
        .block_size = 4096},
   };
-  return *BucketPlan::Create(1, 436352, std::move(l));
+  return *EpochPlan::Create(1, 436352, std::move(l));
 }
 
 // A device copy of a host bucket.
@@ -168,7 +168,7 @@ int64_t BitDiffs(const float* a, const float* b, int64_t n, int64_t* first) {
 }
 
 // Device result `dev` of one layer against the host result `host`.
-void CompareLayer(Checker& check, const std::string& what, const LayerSpec& l,
+void CompareLayer(Checker& check, const std::string& what, const BucketLayer& l,
                   const std::vector<float>& dev, const std::vector<float>& host,
                   bool bitwise, double tol) {
   const float* d = dev.data() + l.offset;
@@ -192,16 +192,16 @@ void CompareLayer(Checker& check, const std::string& what, const LayerSpec& l,
 }
 
 struct Pair {
-  std::unique_ptr<QuantizedAllReduce> host, dev;
+  std::unique_ptr<AllReduceEngine> host, dev;
 };
 
-absl::StatusOr<Pair> MakePair(Communicator& gloo, Communicator& nccl,
-                              const BucketPlan& plan,
-                              const QuantizedAllReduceOptions& o) {
+absl::StatusOr<Pair> MakePair(Transport& gloo, Transport& nccl,
+                              const EpochPlan& plan,
+                              const AllReduceEngineOptions& o) {
   Pair p;
-  auto h = QuantizedAllReduce::Create(&gloo, plan, o);
+  auto h = AllReduceEngine::Create(&gloo, plan, o);
   if (!h.ok()) return h.status();
-  auto d = QuantizedAllReduce::Create(&nccl, plan, o);
+  auto d = AllReduceEngine::Create(&nccl, plan, o);
   if (!d.ok()) return d.status();
   p.host = std::move(*h);
   p.dev = std::move(*d);
@@ -209,18 +209,18 @@ absl::StatusOr<Pair> MakePair(Communicator& gloo, Communicator& nccl,
 }
 
 // The fp8 steps through both paths.
-void RunFp8(Checker& check, Communicator& gloo, Communicator& nccl,
+void RunFp8(Checker& check, Transport& gloo, Transport& nccl,
             std::string* hashes) {
   const int w = nccl.world_size(), me = nccl.rank();
-  const BucketPlan plan = MixedPlan();
-  QuantizedAllReduceOptions o;
+  const EpochPlan plan = MixedPlan();
+  AllReduceEngineOptions o;
   o.piece_bytes = 256 << 10;
   o.probe_interval = 2;
   auto pair = MakePair(gloo, nccl, plan, o);
   if (!check.ExpectOk(pair.status(), "fp8: create")) return;
   VersionedFactors f;
-  const client::GiftFactor low1 = client::SyntheticLowRank(1, 128, 16, 11);
-  const client::GiftFactor full1 = client::SyntheticFull(1, 96, 12);
+  const client::LayerFactor low1 = client::SyntheticLowRank(1, 128, 16, 11);
+  const client::LayerFactor full1 = client::SyntheticFull(1, 96, 12);
   check.ExpectOk(f.Put("g_low", low1), "put");
   check.ExpectOk(f.Put("g_full", full1), "put");
   DeviceBucket d(plan.bucket_elements());
@@ -245,13 +245,13 @@ void RunFp8(Checker& check, Communicator& gloo, Communicator& nccl,
     }
     absl::StrAppend(hashes, HashHex(dev.data(), dev.size()), ",");
     // Gaps and Euclidean layers: bit for bit; GIFT layers: GEMM rounding.
-    for (const LayerSpec& l : plan.layers()) {
+    for (const BucketLayer& l : plan.layers()) {
       CompareLayer(check, what, l, dev, host, l.path == LayerPath::kEuclid,
                    1e-3);
     }
     int64_t first = 0;
     int64_t end = 0, gap_diffs = 0;
-    for (const LayerSpec& l : plan.layers()) {
+    for (const BucketLayer& l : plan.layers()) {
       gap_diffs +=
           BitDiffs(dev.data() + end, host.data() + end, l.offset - end, &first);
       end = l.offset + l.size();
@@ -318,15 +318,15 @@ void RunFp8(Checker& check, Communicator& gloo, Communicator& nccl,
 }
 
 // fp32 and bf16 through both paths.
-void RunPlain(Checker& check, Communicator& gloo, Communicator& nccl,
+void RunPlain(Checker& check, Transport& gloo, Transport& nccl,
               std::string* hashes) {
   const int w = nccl.world_size(), me = nccl.rank();
-  const BucketPlan plan = MixedPlan();
+  const EpochPlan plan = MixedPlan();
   DeviceBucket d(plan.bucket_elements());
   if (!check.Expect(d.ok(), "cudaMalloc of the bucket")) return;
   for (AllReduceMode mode : {AllReduceMode::kFp32, AllReduceMode::kBf16}) {
     const std::string what(client::AllReduceModeName(mode));
-    QuantizedAllReduceOptions o;
+    AllReduceEngineOptions o;
     o.mode = mode;
     auto pair = MakePair(gloo, nccl, plan, o);
     if (!check.ExpectOk(pair.status(), what + ": create")) return;
@@ -342,18 +342,18 @@ void RunPlain(Checker& check, Communicator& gloo, Communicator& nccl,
     }
     absl::StrAppend(hashes, HashHex(dev.data(), dev.size()), ",");
     const double tol = mode == AllReduceMode::kFp32 ? 1e-6 : 2e-2;
-    for (const LayerSpec& l : plan.layers()) {
+    for (const BucketLayer& l : plan.layers()) {
       CompareLayer(check, what, l, dev, host, w <= 2, tol);
     }
   }
 }
 
 // nccl-fp8 on the device path only.
-void RunNcclFp8(Checker& check, Communicator& nccl, std::string* hashes) {
+void RunNcclFp8(Checker& check, Transport& nccl, std::string* hashes) {
   const int w = nccl.world_size(), me = nccl.rank();
   int major = 0;
   cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
-  std::vector<LayerSpec> l = {
+  std::vector<BucketLayer> l = {
       {.name = "a", .shape = {1000, 257}, .offset = 0},
       {.name = "zero", .shape = {33}, .offset = 257000},
       {.name = "e5",
@@ -361,10 +361,10 @@ void RunNcclFp8(Checker& check, Communicator& nccl, std::string* hashes) {
        .offset = 257040,
        .format = kernels::Fp8Format::kE5M2},
       {.name = "nan", .shape = {999}, .offset = 262041}};
-  const BucketPlan plan = *BucketPlan::Create(1, 263040, std::move(l));
-  QuantizedAllReduceOptions o;
+  const EpochPlan plan = *EpochPlan::Create(1, 263040, std::move(l));
+  AllReduceEngineOptions o;
   o.mode = AllReduceMode::kNcclFp8;
-  auto ar = QuantizedAllReduce::Create(&nccl, plan, o);
+  auto ar = AllReduceEngine::Create(&nccl, plan, o);
   if (major < 9) {
     check.Expect(
         !ar.ok() &&
@@ -406,7 +406,7 @@ void RunNcclFp8(Checker& check, Communicator& nccl, std::string* hashes) {
   }
   // Finite layers: the global-scale model, exact for W = 1, else bounded.
   for (int li = 0; li < 3; ++li) {
-    const LayerSpec& s = plan.layers()[li];
+    const BucketLayer& s = plan.layers()[li];
     const float fmax = kernels::Fp8Max(s.format);
     const double rel = s.format == kernels::Fp8Format::kE4M3 ? 1.0 / 16 : 0.125;
     const double sub = s.format == kernels::Fp8Format::kE4M3
@@ -468,16 +468,16 @@ int Main() {
   if (!store.ok()) return kExitSetup;
   client::PrefixStore gloo_store("gloo/", store->get());
   client::PrefixStore nccl_store("nccl/", store->get());
-  client::CommunicatorOptions options;
+  client::TransportOptions options;
   options.rank = env->rank;
   options.world_size = env->world_size;
   options.timeout = absl::Seconds(60);
   options.store = &gloo_store;
-  auto gloo = client::CreateCommunicator(options);
+  auto gloo = client::CreateTransport(options);
   options.backend = "nccl";
   options.store = &nccl_store;
   options.device = 0;
-  auto nccl = client::CreateCommunicator(options);
+  auto nccl = client::CreateTransport(options);
   if (!gloo.ok() || !nccl.ok()) {
     const absl::Status s = gloo.ok() ? nccl.status() : gloo.status();
     std::cerr << "rank " << env->rank << ": " << s << std::endl;

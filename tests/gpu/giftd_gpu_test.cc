@@ -1,6 +1,6 @@
 // giftd end to end on a GPU (label gpu): the real giftd and giftctl binaries
 // and two GPU rank processes (tests/daemon/gpu_rank_worker.cc) on device 0
-// that average device buckets with QuantizedAllReduce over NCCL (rendezvous
+// that average device buckets with AllReduceEngine over NCCL (rendezvous
 // through giftd's store) and sketch device activations. The ranks register
 // with MEMORY_KIND_DEVICE, so giftd keeps only their control blocks in
 // POSIX shared memory and puts every data region (sketch buffers, factor

@@ -10,8 +10,8 @@
 
 namespace gift::multiprocess {
 
-using client::BucketPlan;
-using client::LayerSpec;
+using client::BucketLayer;
+using client::EpochPlan;
 
 float GradValue(int rank, int layer, int step, int64_t i) {
   const uint64_t seed =
@@ -24,10 +24,10 @@ float GradValue(int rank, int layer, int step, int64_t i) {
 
 float GapValue(int64_t i) { return 1000.0f + static_cast<float>(i % 97); }
 
-void FillBucket(const BucketPlan& plan, int rank, int step, float* bucket) {
+void FillBucket(const EpochPlan& plan, int rank, int step, float* bucket) {
   for (int64_t i = 0; i < plan.bucket_elements(); ++i) bucket[i] = GapValue(i);
   for (size_t l = 0; l < plan.layers().size(); ++l) {
-    const LayerSpec& s = plan.layers()[l];
+    const BucketLayer& s = plan.layers()[l];
     for (int64_t i = 0; i < s.size(); ++i) {
       bucket[s.offset + i] = GradValue(rank, static_cast<int>(l), step, i);
     }
@@ -60,7 +60,7 @@ double ElementBound(const Fp8Bound& b, const std::vector<double>& xs,
 namespace {
 
 // Every rank's values of one layer: xs[p][i].
-std::vector<std::vector<float>> LayerInputs(const LayerSpec& s, int layer,
+std::vector<std::vector<float>> LayerInputs(const BucketLayer& s, int layer,
                                             int world_size, int step) {
   std::vector<std::vector<float>> xs(world_size, std::vector<float>(s.size()));
   for (int p = 0; p < world_size; ++p) {
@@ -79,7 +79,7 @@ std::vector<double> Amaxes(const std::vector<std::vector<float>>& xs) {
   return a;
 }
 
-double SpectralNorm(const client::GiftFactor& f) {
+double SpectralNorm(const client::LayerFactor& f) {
   if (f.kind == client::GiftTransform::kLowRank) {
     double m = 1.0;
     for (float c : f.c_inv) m = std::max(m, 1.0 + c);
@@ -103,10 +103,10 @@ double SpectralNorm(const client::GiftFactor& f) {
 
 }  // namespace
 
-std::string CheckEuclidLayer(const BucketPlan& plan, int layer, int world_size,
+std::string CheckEuclidLayer(const EpochPlan& plan, int layer, int world_size,
                              int step, const float* result,
                              int64_t* nonzero_err) {
-  const LayerSpec& s = plan.layers()[layer];
+  const BucketLayer& s = plan.layers()[layer];
   const std::vector<std::vector<float>> xs =
       LayerInputs(s, layer, world_size, step);
   const std::vector<double> amax = Amaxes(xs);
@@ -136,10 +136,10 @@ std::string CheckEuclidLayer(const BucketPlan& plan, int layer, int world_size,
                       first);
 }
 
-std::string CheckGiftLayer(const BucketPlan& plan, int layer,
-                           const client::GiftFactor& f, int world_size,
+std::string CheckGiftLayer(const EpochPlan& plan, int layer,
+                           const client::LayerFactor& f, int world_size,
                            int step, const float* result) {
-  const LayerSpec& s = plan.layers()[layer];
+  const BucketLayer& s = plan.layers()[layer];
   const int64_t rows = s.d_out(), d = s.d_in();
   std::vector<std::vector<float>> xs = LayerInputs(s, layer, world_size, step);
   std::vector<std::vector<float>> ws(world_size, std::vector<float>(s.size()));

@@ -20,7 +20,7 @@
 #include <string>
 #include <vector>
 
-#include "client/bucket_plan.h"
+#include "client/epoch_plan.h"
 #include "client/versioned_factors.h"
 
 namespace gift::multiprocess {
@@ -31,7 +31,7 @@ float GradValue(int rank, int layer, int step, int64_t i);
 
 // Fills the layers of `bucket` (plan order) with rank's step gradients; gaps
 // get a sentinel pattern (GapValue).
-void FillBucket(const client::BucketPlan& plan, int rank, int step,
+void FillBucket(const client::EpochPlan& plan, int rank, int step,
                 float* bucket);
 float GapValue(int64_t i);
 
@@ -48,15 +48,15 @@ double ElementBound(const Fp8Bound& b, const std::vector<double>& xs,
 // Checks a Euclidean layer of `result` against every rank's inputs
 // (world_size ranks, step). Returns "" or a description of the failures;
 // `nonzero_err` counts elements that differ from the exact mean.
-std::string CheckEuclidLayer(const client::BucketPlan& plan, int layer,
+std::string CheckEuclidLayer(const client::EpochPlan& plan, int layer,
                              int world_size, int step, const float* result,
                              int64_t* nonzero_err);
 
 // Checks a GIFT layer: rows of (result − mean) within ‖T⁻¹‖₂ times the
 // row norm of the element bounds in whitened coordinates (first step of a
 // fresh allreduce: residuals are zero), plus FP32 transform slack.
-std::string CheckGiftLayer(const client::BucketPlan& plan, int layer,
-                           const client::GiftFactor& f, int world_size,
+std::string CheckGiftLayer(const client::EpochPlan& plan, int layer,
+                           const client::LayerFactor& f, int world_size,
                            int step, const float* result);
 
 // FNV-1a of the bucket bytes, hex.

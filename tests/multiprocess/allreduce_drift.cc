@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "client/quantized_allreduce.h"
+#include "client/allreduce_engine.h"
 #include "linalg/eigen_pairs.h"
 #include "tests/multiprocess/allreduce_check.h"
 #include "tools/npy.h"
@@ -14,7 +14,7 @@
 namespace gift::multiprocess {
 namespace {
 
-using client::BucketPlan;
+using client::EpochPlan;
 using client::LayerPath;
 
 constexpr int kSteps = 50;
@@ -23,10 +23,10 @@ const char* const kLayers[] = {"blocks.0.mlp.fc2", "blocks.1.mlp.fc2"};
 
 struct RunData {
   tools::NpyArray grad[2];  // [10, 4, 64, 128]
-  client::GiftFactor factor[2];
+  client::LayerFactor factor[2];
 };
 
-absl::StatusOr<client::GiftFactor> FactorFromA(const tools::NpyArray& a) {
+absl::StatusOr<client::LayerFactor> FactorFromA(const tools::NpyArray& a) {
   Eigen::MatrixXd m(kCols, kCols);
   for (int64_t i = 0; i < kCols; ++i) {
     for (int64_t j = 0; j < kCols; ++j) m(i, j) = a.data[i * kCols + j];
@@ -35,7 +35,7 @@ absl::StatusOr<client::GiftFactor> FactorFromA(const tools::NpyArray& a) {
   if (!e.ok()) return e.status();
   const linalg::LowRankFactor lr = linalg::MakeLowRankFactor(
       *e, m.trace(), kCols, linalg::FactorDamping::Clipped(1.0));
-  client::GiftFactor f;
+  client::LayerFactor f;
   f.version = 1;
   f.d_in = kCols;
   f.r = 32;
@@ -62,7 +62,7 @@ absl::StatusOr<RunData> Load() {
       return absl::InvalidArgumentError("unexpected run shape");
     }
     d.grad[l] = std::move(*g);
-    absl::StatusOr<client::GiftFactor> f = FactorFromA(*a);
+    absl::StatusOr<client::LayerFactor> f = FactorFromA(*a);
     if (!f.ok()) return f.status();
     d.factor[l] = std::move(*f);
   }
@@ -74,21 +74,21 @@ const float* Slice(const RunData& d, int layer, int step, int worker) {
 }
 
 // Runs 50 steps; returns the per-layer drift, appends the final sums' hash.
-absl::StatusOr<std::vector<double>> Drift(client::Communicator& comm,
+absl::StatusOr<std::vector<double>> Drift(client::Transport& comm,
                                           const RunData& d, LayerPath path,
                                           bool feedback, std::string* hash) {
-  std::vector<client::LayerSpec> layers;
+  std::vector<client::BucketLayer> layers;
   for (int l = 0; l < 2; ++l) {
     layers.push_back({.name = kLayers[l],
                       .shape = {kRows, kCols},
                       .offset = l * kLayer,
                       .path = path});
   }
-  absl::StatusOr<BucketPlan> plan = BucketPlan::Create(1, 2 * kLayer, layers);
+  absl::StatusOr<EpochPlan> plan = EpochPlan::Create(1, 2 * kLayer, layers);
   if (!plan.ok()) return plan.status();
-  client::QuantizedAllReduceOptions o;
+  client::AllReduceEngineOptions o;
   o.error_feedback = feedback;
-  auto ar = client::QuantizedAllReduce::Create(&comm, *plan, o);
+  auto ar = client::AllReduceEngine::Create(&comm, *plan, o);
   if (!ar.ok()) return ar.status();
   client::VersionedFactors factors;
   for (int l = 0; l < 2; ++l) {
@@ -130,7 +130,7 @@ absl::StatusOr<std::vector<double>> Drift(client::Communicator& comm,
 
 }  // namespace
 
-int RunDrift(client::Communicator& comm, const RankEnv& env) {
+int RunDrift(client::Transport& comm, const RankEnv& env) {
   absl::StatusOr<RunData> d = Load();
   if (!d.ok() || comm.world_size() != 4) {
     std::cerr << "drift setup: " << d.status() << std::endl;

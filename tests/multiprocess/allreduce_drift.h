@@ -11,13 +11,13 @@
 #ifndef GIFT_TESTS_MULTIPROCESS_ALLREDUCE_DRIFT_H_
 #define GIFT_TESTS_MULTIPROCESS_ALLREDUCE_DRIFT_H_
 
-#include "client/communicator.h"
+#include "client/transport.h"
 #include "tests/multiprocess/harness.h"
 
 namespace gift::multiprocess {
 
 // Returns the process exit code (0, 1 failed check, 2 setup).
-int RunDrift(client::Communicator& comm, const RankEnv& env);
+int RunDrift(client::Transport& comm, const RankEnv& env);
 
 }  // namespace gift::multiprocess
 

@@ -24,8 +24,8 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "client/communicator_factory.h"
-#include "client/gloo_communicator.h"
+#include "client/gloo_transport.h"
+#include "client/transport_factory.h"
 #include "tests/multiprocess/harness.h"
 
 namespace gift::client {
@@ -88,7 +88,7 @@ void CheckWire(Checker& check, const std::string& what, uint64_t counted,
                             " payload bytes but wrote ", written));
 }
 
-void CheckAllToAllV(Communicator& c, Checker& check) {
+void CheckAllToAllV(Transport& c, Checker& check) {
   const int w = c.world_size(), me = c.rank();
   std::vector<size_t> ss(w), so(w), rs(w), ro(w);
   size_t send_len = 0, recv_len = 0;
@@ -135,7 +135,7 @@ void CheckAllToAllV(Communicator& c, Checker& check) {
   CheckWire(check, "AllToAllV", counted, written);
 }
 
-void CheckAllGatherV(Communicator& c, Checker& check) {
+void CheckAllGatherV(Transport& c, Checker& check) {
   const int w = c.world_size(), me = c.rank();
   std::vector<size_t> sizes(w);
   for (int p = 0; p < w; ++p) sizes[p] = p == 1 ? 0 : 200000 * p + 13;
@@ -156,7 +156,7 @@ void CheckAllGatherV(Communicator& c, Checker& check) {
   }
   check.Expect(bad == 0, absl::StrCat("AllGatherV: ", bad, " wrong bytes"));
   const uint64_t counted = c.bytes_sent().all_gather - before;
-  check.Expect(counted == GlooCommunicator::RingAllGatherVBytes(sizes, me),
+  check.Expect(counted == GlooTransport::RingAllGatherVBytes(sizes, me),
                absl::StrCat("AllGatherV counted ", counted));
   CheckWire(check, "AllGatherV", counted, written);
 }
@@ -167,7 +167,7 @@ float FloatValue(int rank, size_t i) {
   return 0.5f * static_cast<float>((rank + 1) * (static_cast<int>(i % 13) - 6));
 }
 
-void CheckAllReduceFloat(Communicator& c, Checker& check) {
+void CheckAllReduceFloat(Transport& c, Checker& check) {
   const int w = c.world_size(), me = c.rank();
   constexpr size_t kCount = 1500001;  // several segments, not divisible by W
   std::vector<float> in(kCount), out(kCount, -1.0f);
@@ -194,14 +194,14 @@ void CheckAllReduceFloat(Communicator& c, Checker& check) {
                                         ": ", bad, " wrong elements"));
     const uint64_t counted = c.bytes_sent().all_reduce - before;
     check.Expect(
-        counted == GlooCommunicator::RingAllReduceBytes(kCount * 4, 4, w, me),
+        counted == GlooTransport::RingAllReduceBytes(kCount * 4, 4, w, me),
         absl::StrCat("AllReduce f32 counted ", counted));
     CheckWire(check, absl::StrCat("AllReduce f32 ", ReduceOpName(op)), counted,
               written);
   }
 }
 
-void CheckAllReduceInt64(Communicator& c, Checker& check) {
+void CheckAllReduceInt64(Transport& c, Checker& check) {
   const int w = c.world_size(), me = c.rank();
   constexpr size_t kCount = 1001;
   const auto value = [](int rank, size_t i) -> int64_t {
@@ -229,7 +229,7 @@ void CheckAllReduceInt64(Communicator& c, Checker& check) {
   }
 }
 
-void CheckAllReduceBf16(Communicator& c, Checker& check) {
+void CheckAllReduceBf16(Transport& c, Checker& check) {
   const int w = c.world_size(), me = c.rank();
   constexpr size_t kCount = 777;
   // Small integers: bfloat16 holds every partial sum exactly.
@@ -256,11 +256,11 @@ void CheckAllReduceBf16(Communicator& c, Checker& check) {
   check.Expect(bad == 0,
                absl::StrCat("AllReduce bf16 sum: ", bad, " wrong elements"));
   check.Expect(c.bytes_sent().all_reduce - before ==
-                   GlooCommunicator::RingAllReduceBytes(kCount * 2, 2, w, me),
+                   GlooTransport::RingAllReduceBytes(kCount * 2, 2, w, me),
                "AllReduce bf16 byte count");
 }
 
-void CheckBroadcast(Communicator& c, Checker& check) {
+void CheckBroadcast(Transport& c, Checker& check) {
   const int w = c.world_size(), me = c.rank();
   constexpr size_t kBytes = 300007;
   for (int root : {0, w - 1}) {
@@ -278,13 +278,13 @@ void CheckBroadcast(Communicator& c, Checker& check) {
                                         " wrong bytes"));
     const uint64_t counted = c.bytes_sent().broadcast - before;
     check.Expect(
-        counted == GlooCommunicator::TreeBroadcastBytes(kBytes, w, me, root),
+        counted == GlooTransport::TreeBroadcastBytes(kBytes, w, me, root),
         absl::StrCat("Broadcast counted ", counted));
     CheckWire(check, absl::StrCat("Broadcast from ", root), counted, written);
   }
 }
 
-int RunCollectives(Communicator& c) {
+int RunCollectives(Transport& c) {
   Checker check(c.rank());
   CheckAllToAllV(c, check);
   CheckAllGatherV(c, check);
@@ -300,8 +300,8 @@ int RunCollectives(Communicator& c) {
 
 // The last rank crashes or stalls after a barrier; the others must fail
 // within the timeout and then stay broken.
-int RunPeerFailure(Communicator& c, const multiprocess::RankEnv& env,
-                   bool stall, absl::Duration timeout) {
+int RunPeerFailure(Transport& c, const multiprocess::RankEnv& env, bool stall,
+                   absl::Duration timeout) {
   if (!c.Barrier().ok()) return kExitSetup;
   const int victim = c.world_size() - 1;
   if (c.rank() == victim) {
@@ -358,13 +358,12 @@ int Main(int argc, char** argv) {
   absl::StatusOr<std::unique_ptr<FileStore>> store =
       FileStore::Create(env->store_dir);
   if (!store.ok()) return kExitSetup;
-  CommunicatorOptions options;
+  TransportOptions options;
   options.rank = env->rank;
   options.world_size = env->world_size;
   options.store = store->get();
   options.timeout = absl::Seconds(30);  // rendezvous on a loaded machine
-  absl::StatusOr<std::unique_ptr<Communicator>> comm =
-      CreateCommunicator(options);
+  absl::StatusOr<std::unique_ptr<Transport>> comm = CreateTransport(options);
   if (!comm.ok()) {
     std::cerr << "rank " << env->rank << ": " << comm.status() << std::endl;
     return kExitSetup;

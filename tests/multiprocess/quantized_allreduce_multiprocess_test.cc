@@ -1,4 +1,4 @@
-// Multi-process tests of QuantizedAllReduce on Gloo over loopback: every rank
+// Multi-process tests of AllReduceEngine on Gloo over loopback: every rank
 // is a separate process (quantized_allreduce_worker) launched by the
 // harness. The workers check numerics themselves; this side checks exit
 // codes, that every rank ended bit-identical (hashes in the reports), the

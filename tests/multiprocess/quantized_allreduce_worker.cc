@@ -30,9 +30,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "client/agreement.h"
-#include "client/communicator_factory.h"
-#include "client/quantized_allreduce.h"
+#include "client/allreduce_engine.h"
 #include "client/synthetic_testutil.h"
+#include "client/transport_factory.h"
 #include "tests/multiprocess/allreduce_check.h"
 #include "tests/multiprocess/allreduce_drift.h"
 #include "tests/multiprocess/harness.h"
@@ -40,13 +40,13 @@
 namespace gift::multiprocess {
 namespace {
 
-using client::BucketPlan;
-using client::Communicator;
+using client::AllReduceEngine;
+using client::AllReduceEngineOptions;
+using client::BucketLayer;
+using client::EpochPlan;
 using client::LayerPath;
-using client::LayerSpec;
-using client::QuantizedAllReduce;
-using client::QuantizedAllReduceOptions;
 using client::StepTelemetry;
+using client::Transport;
 using client::VersionedFactors;
 
 constexpr int kExitCheckFailed = 1;
@@ -74,9 +74,9 @@ class Checker {
   int failures_ = 0;
 };
 
-BucketPlan SuitePlan(bool variant) {
+EpochPlan SuitePlan(bool variant) {
   const auto e5 = kernels::Fp8Format::kE5M2;
-  std::vector<LayerSpec> l = {
+  std::vector<BucketLayer> l = {
       {.name = "e4", .shape = {301, 517}, .offset = 0},
       {.name = "empty", .shape = {0, 5}, .offset = 155617},
       {.name = "one", .shape = {1}, .offset = 155620},
@@ -99,15 +99,15 @@ BucketPlan SuitePlan(bool variant) {
        .offset = 286349,
        .block_size = 4096},
   };
-  return *BucketPlan::Create(1, 436352, std::move(l));
+  return *EpochPlan::Create(1, 436352, std::move(l));
 }
 
-void CheckGaps(Checker& check, const BucketPlan& plan, const float* x) {
+void CheckGaps(Checker& check, const EpochPlan& plan, const float* x) {
   int64_t end = 0, bad = 0;
   auto gap = [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) bad += x[i] != GapValue(i);
   };
-  for (const LayerSpec& s : plan.layers()) {
+  for (const BucketLayer& s : plan.layers()) {
     gap(end, s.offset);
     end = s.offset + s.size();
   }
@@ -115,13 +115,13 @@ void CheckGaps(Checker& check, const BucketPlan& plan, const float* x) {
   check.Expect(bad == 0, absl::StrCat(bad, " gap elements were written"));
 }
 
-void CheckAllNan(Checker& check, const LayerSpec& s, const float* x) {
+void CheckAllNan(Checker& check, const BucketLayer& s, const float* x) {
   int64_t bad = 0;
   for (int64_t i = 0; i < s.size(); ++i) bad += !std::isnan(x[s.offset + i]);
   check.Expect(bad == 0, absl::StrCat(s.name, ": ", bad, " elements not NaN"));
 }
 
-void CheckFinite(Checker& check, const LayerSpec& s, const float* x) {
+void CheckFinite(Checker& check, const BucketLayer& s, const float* x) {
   int64_t bad = 0;
   for (int64_t i = 0; i < s.size(); ++i) bad += !std::isfinite(x[s.offset + i]);
   check.Expect(bad == 0, absl::StrCat(s.name, ": ", bad, " non-finite"));
@@ -137,17 +137,17 @@ void ExpectPath(Checker& check, const StepTelemetry& t, int layer,
                    ", want ", client::LayerPathName(path), " ", version));
 }
 
-int RunSuite(Communicator& comm, const RankEnv& env) {
+int RunSuite(Transport& comm, const RankEnv& env) {
   Checker check(comm.rank());
   const int w = comm.world_size(), me = comm.rank();
-  const BucketPlan plan = SuitePlan(false);
-  QuantizedAllReduceOptions o;
+  const EpochPlan plan = SuitePlan(false);
+  AllReduceEngineOptions o;
   o.piece_bytes = 1 << 20;  // 436k elements: two pieces
-  auto ar = QuantizedAllReduce::Create(&comm, plan, o);
+  auto ar = AllReduceEngine::Create(&comm, plan, o);
   if (!ar.ok()) return kExitSetup;
   VersionedFactors f;
-  const client::GiftFactor low1 = client::SyntheticLowRank(1, 128, 16, 11);
-  const client::GiftFactor full1 = client::SyntheticFull(1, 96, 12);
+  const client::LayerFactor low1 = client::SyntheticLowRank(1, 128, 16, 11);
+  const client::LayerFactor full1 = client::SyntheticFull(1, 96, 12);
   check.ExpectOk(f.Put("g_low", low1), "put");
   check.ExpectOk(f.Put("g_full", full1), "put");
   std::vector<float> x(plan.bucket_elements());
@@ -212,14 +212,14 @@ int RunSuite(Communicator& comm, const RankEnv& env) {
   check.ExpectEmpty(CheckEuclidLayer(plan, 3, w, 3, x.data(), &nonzero));
   // Step 4: the fp32 baseline on the same communicator.
   o.mode = client::AllReduceMode::kFp32;
-  auto fp32 = QuantizedAllReduce::Create(&comm, plan, o);
+  auto fp32 = AllReduceEngine::Create(&comm, plan, o);
   check.ExpectOk(fp32.status(), "create fp32");
   if (!fp32.ok()) return kExitCheckFailed;
   FillBucket(plan, me, 4, x.data());
   check.ExpectOk((*fp32)->Run(x.data(), f, &t), "Run fp32");
   CheckGaps(check, plan, x.data());
   for (size_t l = 0; l < plan.layers().size(); ++l) {
-    const LayerSpec& s = plan.layers()[l];
+    const BucketLayer& s = plan.layers()[l];
     int64_t bad = 0;
     for (int64_t i = 0; i < s.size(); ++i) {
       double mean = 0, mag = 0;
@@ -236,9 +236,9 @@ int RunSuite(Communicator& comm, const RankEnv& env) {
   return check.exit_code();
 }
 
-int RunMismatch(Communicator& comm, const RankEnv& env) {
+int RunMismatch(Transport& comm, const RankEnv& env) {
   const bool variant = comm.rank() == comm.world_size() - 1;
-  auto ar = QuantizedAllReduce::Create(&comm, SuitePlan(variant), {});
+  auto ar = AllReduceEngine::Create(&comm, SuitePlan(variant), {});
   (void)WriteRankReport(env, ar.status().ToString());
   const bool ok = ar.status().code() == absl::StatusCode::kFailedPrecondition &&
                   absl::StrContains(ar.status().message(),
@@ -247,20 +247,20 @@ int RunMismatch(Communicator& comm, const RankEnv& env) {
   return ok ? 0 : kExitCheckFailed;
 }
 
-int RunLarge(Communicator& comm, const RankEnv& env) {
+int RunLarge(Transport& comm, const RankEnv& env) {
   Checker check(comm.rank());
   const int64_t n = int64_t{257} << 18;  // 257 MiB of floats
-  const BucketPlan plan =
-      *BucketPlan::Create(1, n,
-                          {{.name = "big", .shape = {n - 4096}, .offset = 0},
-                           {.name = "g",
-                            .shape = {32, 128},
-                            .offset = n - 4096,
-                            .path = LayerPath::kGift}});
-  auto ar = QuantizedAllReduce::Create(&comm, plan, {});
+  const EpochPlan plan =
+      *EpochPlan::Create(1, n,
+                         {{.name = "big", .shape = {n - 4096}, .offset = 0},
+                          {.name = "g",
+                           .shape = {32, 128},
+                           .offset = n - 4096,
+                           .path = LayerPath::kGift}});
+  auto ar = AllReduceEngine::Create(&comm, plan, {});
   if (!ar.ok()) return kExitSetup;
   VersionedFactors f;
-  const client::GiftFactor g = client::SyntheticLowRank(1, 128, 8, 3);
+  const client::LayerFactor g = client::SyntheticLowRank(1, 128, 8, 3);
   check.ExpectOk(f.Put("g", g), "put");
   std::vector<float> x(n);
   FillBucket(plan, comm.rank(), 0, x.data());
@@ -276,10 +276,10 @@ int RunLarge(Communicator& comm, const RankEnv& env) {
 
 // mid: the victim first takes part in the step's agreement (the vector Run
 // would send), so that the others are inside the FP8 phases when it goes.
-int RunPeerFailure(Communicator& comm, const RankEnv& env, bool stall, bool mid,
+int RunPeerFailure(Transport& comm, const RankEnv& env, bool stall, bool mid,
                    absl::Duration timeout) {
-  const BucketPlan plan = SuitePlan(false);
-  auto ar = QuantizedAllReduce::Create(&comm, plan, {});
+  const EpochPlan plan = SuitePlan(false);
+  auto ar = AllReduceEngine::Create(&comm, plan, {});
   if (!ar.ok()) return kExitSetup;
   VersionedFactors f;
   (void)f.Put("g_low", client::SyntheticLowRank(1, 128, 16, 11));
@@ -288,7 +288,7 @@ int RunPeerFailure(Communicator& comm, const RankEnv& env, bool stall, bool mid,
   if (!(*ar)->Run(x.data(), f, nullptr).ok()) return kExitSetup;
   if (comm.rank() == comm.world_size() - 1) {
     if (mid) {
-      // The step's agreement as QuantizedAllReduce sends it: the epoch, a
+      // The step's agreement as AllReduceEngine sends it: the epoch, a
       // slot per layer, and the two audit slots (none wanted).
       std::vector<std::vector<int64_t>> held(1 + plan.layers().size() + 2);
       held[0] = {plan.epoch()};
@@ -320,12 +320,12 @@ int Main(int argc, char** argv) {
   if (!env.ok()) return kExitSetup;
   auto store = client::FileStore::Create(env->store_dir);
   if (!store.ok()) return kExitSetup;
-  client::CommunicatorOptions options;
+  client::TransportOptions options;
   options.rank = env->rank;
   options.world_size = env->world_size;
   options.store = store->get();
   options.timeout = absl::Seconds(30);  // rendezvous on a loaded machine
-  auto comm = client::CreateCommunicator(options);
+  auto comm = client::CreateTransport(options);
   if (!comm.ok()) {
     std::cerr << "rank " << env->rank << ": " << comm.status() << std::endl;
     return kExitSetup;

@@ -19,25 +19,25 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "client/communicator_factory.h"
-#include "client/quantized_allreduce.h"
+#include "client/allreduce_engine.h"
 #include "client/synthetic_testutil.h"
+#include "client/transport_factory.h"
 #include "tests/multiprocess/allreduce_check.h"
 #include "tests/multiprocess/harness.h"
 
 namespace gift::multiprocess {
 namespace {
 
-using client::BucketPlan;
+using client::BucketLayer;
+using client::EpochPlan;
 using client::LayerPath;
-using client::LayerSpec;
 
 constexpr int kExitCheckFailed = 1;
 constexpr int kExitSetup = 2;
 constexpr int kGiftLayer = 3;
 
-BucketPlan NetnsPlan() {
-  std::vector<LayerSpec> l = {
+EpochPlan NetnsPlan() {
+  std::vector<BucketLayer> l = {
       {.name = "attn.w", .shape = {512, 512}, .offset = 0},
       {.name = "attn.b", .shape = {512}, .offset = 262144},
       {.name = "fc1.w",
@@ -53,7 +53,7 @@ BucketPlan NetnsPlan() {
        .offset = 1049088,
        .format = kernels::Fp8Format::kE5M2},
   };
-  return *BucketPlan::Create(1, 1049599, std::move(l));
+  return *EpochPlan::Create(1, 1049599, std::move(l));
 }
 
 int Fail(int rank, const std::string& what) {
@@ -61,14 +61,13 @@ int Fail(int rank, const std::string& what) {
   return kExitCheckFailed;
 }
 
-int Run(client::Communicator& comm, const RankEnv& env,
-        const std::string& addr) {
+int Run(client::Transport& comm, const RankEnv& env, const std::string& addr) {
   const int w = comm.world_size(), me = comm.rank();
-  const BucketPlan plan = NetnsPlan();
-  auto ar = client::QuantizedAllReduce::Create(&comm, plan, {});
+  const EpochPlan plan = NetnsPlan();
+  auto ar = client::AllReduceEngine::Create(&comm, plan, {});
   if (!ar.ok()) return Fail(me, ar.status().ToString());
   client::VersionedFactors f;
-  const client::GiftFactor g = client::SyntheticLowRank(1, 1024, 32, 7);
+  const client::LayerFactor g = client::SyntheticLowRank(1, 1024, 32, 7);
   if (!f.Put("fc2.w", g).ok()) return kExitSetup;
   std::vector<float> x(plan.bucket_elements());
   std::string hashes;
@@ -117,13 +116,13 @@ int Main() {
   }
   auto store = client::FileStore::Create(env->store_dir);
   if (!store.ok()) return kExitSetup;
-  client::CommunicatorOptions options;
+  client::TransportOptions options;
   options.rank = env->rank;
   options.world_size = env->world_size;
   options.store = store->get();
   options.hostname = addr;
   options.timeout = absl::Seconds(15);
-  auto comm = client::CreateCommunicator(options);
+  auto comm = client::CreateTransport(options);
   if (!comm.ok()) {
     std::cerr << "rank " << env->rank << ": " << comm.status() << std::endl;
     return kExitSetup;

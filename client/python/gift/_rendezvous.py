@@ -8,7 +8,7 @@ serves.
 
     group = default_group(process_group)
     r = rendezvous(group, rank, options)       # collective over `group`
-    session = _gift.Session(session_options(r, ...), layers, total)
+    session = _gift.NativeRank(session_options(r, ...), layers, total)
 
 Thread safety: collective; call on every rank of the group, from the
 training thread.
@@ -112,7 +112,7 @@ def rendezvous(group: Any, rank: int, options: Options) -> Rendezvous:
 
 def session_options(r: Rendezvous, options: Options, rank: int,
                     world_size: int, device: torch.device) -> Dict[str, Any]:
-    """The options of libgift's Session (gift._gift.Session)."""
+    """The options of libgift's Session (gift._gift.NativeRank)."""
     return {
         "mode": options.mode, "backend": options.backend, "rank": rank,
         "device": device.index or 0,

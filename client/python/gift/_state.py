@@ -77,7 +77,7 @@ class GiftState:
         self._hooked = False      # gift's comm hook has run
         self._attached_logged = False
         self._rdv = _rendezvous.rendezvous(group, self._rank, options)
-        self._session = _gift.Session(
+        self._session = _gift.NativeRank(
             _rendezvous.session_options(self._rdv, options, self._rank,
                                         self._world_size, self._device),
             list(self._layout.layers), self._layout.total)
@@ -138,7 +138,7 @@ class GiftState:
 
     @property
     def session(self) -> Any:
-        """libgift's Session (gift._gift.Session); None once closed."""
+        """libgift's Session (gift._gift.NativeRank); None once closed."""
         return self._session
 
     @property

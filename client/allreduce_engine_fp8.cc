@@ -1,0 +1,240 @@
+// The fp8 mode of AllReduceEngine: the GIFT layers' whitening with
+// worker error feedback, the probe steps, and the two-phase rounds over a
+// bucket's pieces with the owner residuals of its layout.
+#include <memory>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "client/allreduce_engine.h"
+#include "client/chunking.h"
+#include "client/probe.h"
+#include "common/status_macros.h"
+
+namespace gift::client {
+
+// A layer the plan took off the GIFT path that still holds a worker
+// residual: un-whiten it into the gradient and
+// drop it, so the error it carries is sent now, in this step, instead of
+// re-entering whenever the layer comes back (possibly many steps and
+// factors later). Every rank does the same in the same step.
+absl::Status AllReduceEngine::FlushResidual(int i, const BucketLayer& l,
+                                            float* grad, GiftState& st) {
+  if (st.residual == nullptr || st.factor == nullptr ||
+      st.residual->data() == nullptr) {
+    return absl::OkStatus();
+  }
+  if (whitened_[i] == nullptr) whitened_[i] = backend_->memory().NewBuffer();
+  RETURN_IF_ERROR(whitened_[i]->Resize(l.size() * sizeof(float)));
+  float* back = whitened_[i]->floats();
+  RETURN_IF_ERROR(backend_->transforms().Inverse(
+      *st.factor, st.residual->floats(), l.d_out(), back));
+  RETURN_IF_ERROR(backend_->math().AddInPlace(grad, back, l.size()));
+  RETURN_IF_ERROR(st.residual->Zero());
+  st.factor.reset();
+  return absl::OkStatus();
+}
+
+absl::Status AllReduceEngine::PrepareGiftLayer(int i, const BucketLayer& l,
+                                               const LayerFactor& f,
+                                               const float* grad, LayerIo* io) {
+  const size_t bytes = l.size() * sizeof(float);
+  GiftState& st = gift_[l.name];
+  const bool ef = options_.error_feedback;
+  if (ef) {
+    if (st.residual == nullptr) st.residual = backend_->memory().NewBuffer();
+    if (st.residual->bytes() != bytes || st.residual->data() == nullptr) {
+      RETURN_IF_ERROR(st.residual->Resize(bytes));
+      RETURN_IF_ERROR(st.residual->Zero());
+      st.factor.reset();
+    } else if (st.factor != nullptr && st.factor->version != f.version) {
+      RETURN_IF_ERROR(backend_->transforms().Reproject(
+          *st.factor, f, st.residual->floats(), l.d_out()));
+    }
+    if (st.factor == nullptr || st.factor->version != f.version) {
+      st.factor = std::make_unique<LayerFactor>(f);
+    }
+  }
+  if (whitened_[i] == nullptr) whitened_[i] = backend_->memory().NewBuffer();
+  RETURN_IF_ERROR(whitened_[i]->Resize(bytes));
+  float* whitened = whitened_[i]->floats();
+  float* residual = ef ? st.residual->floats() : nullptr;
+  RETURN_IF_ERROR(
+      backend_->transforms().Forward(f, grad, l.d_out(), residual, whitened));
+  io->src = io->dst = whitened;
+  io->worker_residual = residual;
+  io->owner_feedback = ef;
+  io->reset_owner_residual = st.owner_version != f.version;
+  st.owner_version = f.version;
+  io->gift = true;
+  return absl::OkStatus();
+}
+
+absl::Status AllReduceEngine::Probe(const Group& g, const float* data,
+                                    StepTelemetry* t) {
+  const VersionedFactors& factors = *step_ctx_.factors;
+  for (size_t j = 0; j < g.index.size(); ++j) {
+    const BucketLayer& l = g.plan.layers()[j];
+    const int64_t v = step_ctx_.versions[g.index[j]];
+    const LayerFactor* f =
+        v != kNoVersion ? factors.Find(l.name, v) : factors.Newest(l.name);
+    if (l.shape.size() != 2 || l.size() == 0 || f == nullptr ||
+        !f->Validate(l.d_in()).ok()) {
+      continue;
+    }
+    ProbeResult p;
+    RETURN_IF_ERROR(backend_->probe().Probe(data + l.offset, l, *f, &p));
+    LayerTelemetry& lt = t->layers[j];
+    lt.probed = true;
+    lt.probe_euclid_rel_l2 = p.euclid_rel_l2;
+    lt.probe_gift_rel_l2 = p.gift_rel_l2;
+    if (!f->beta_auto) continue;
+    // β auto: the same round trip with the factor rebuilt for each grid β.
+    BetaVariants& bv = beta_variants_[l.name];
+    if (bv.version != f->version) {
+      bv.version = kNoVersion;
+      bv.f.clear();
+      for (int b = 0; b < kBetaGrid; ++b) {
+        ASSIGN_OR_RETURN(LayerFactor fb, f->WithBeta(kBetaGridValues[b]));
+        bv.f.push_back(std::move(fb));
+      }
+      bv.version = f->version;
+    }
+    for (int b = 0; b < kBetaGrid; ++b) {
+      RETURN_IF_ERROR(backend_->probe().Probe(data + l.offset, l, bv.f[b], &p));
+      lt.probe_beta_rel_l2[b] = p.gift_rel_l2;
+    }
+    lt.beta_probed = true;
+  }
+  return absl::OkStatus();
+}
+
+// One bucket of an fp8 step: `t` has one entry per layer of g.plan (the
+// bucket's own layout; g.index maps them to the step's plan).
+absl::Status AllReduceEngine::RunFp8(float* data, const Group& g,
+                                     const BucketGroup& layout,
+                                     StepTelemetry* t) {
+  const std::vector<BucketLayer>& layers = g.plan.layers();
+  if (step_ctx_.t.probe_step) RETURN_IF_ERROR(Probe(g, data, t));
+  if (step_ctx_.drift || step_ctx_.t.audit_step) {
+    const absl::Time start = absl::Now();
+    RETURN_IF_ERROR(AuditBefore(g, data));
+    t->audit_seconds += absl::ToDoubleSeconds(absl::Now() - start);
+  }
+  std::vector<LayerIo> io(layers.size());
+  std::vector<const LayerFactor*> used(layers.size(), nullptr);
+  RETURN_IF_ERROR(PrepareLayers(data, g, t, &io, &used));
+  RoundOutcome outcome;
+  outcome.Reset(layers.size());
+  RETURN_IF_ERROR(RunRounds(g.plan, layout, io, &outcome));
+  RETURN_IF_ERROR(FinishLayers(data, g, io, used, outcome, t));
+  t->bytes_euclid = outcome.bytes_euclid;
+  t->bytes_gift = outcome.bytes_gift;
+  if (step_ctx_.drift || step_ctx_.t.audit_step) {
+    const absl::Time start = absl::Now();
+    RETURN_IF_ERROR(AuditAfter(g, data, t));
+    t->audit_seconds += absl::ToDoubleSeconds(absl::Now() - start);
+  }
+  return absl::OkStatus();
+}
+
+// Before the rounds: every layer's source and destination; a GIFT layer
+// with an agreed factor is whitened (used[j] = that factor), one without
+// keeps or flushes its worker residual.
+absl::Status AllReduceEngine::PrepareLayers(
+    float* data, const Group& g, StepTelemetry* t, std::vector<LayerIo>* io,
+    std::vector<const LayerFactor*>* used) {
+  const std::vector<BucketLayer>& layers = g.plan.layers();
+  const VersionedFactors& factors = *step_ctx_.factors;
+  for (size_t j = 0; j < layers.size(); ++j) {
+    const BucketLayer& l = layers[j];
+    const int i = g.index[j];
+    const int64_t version = step_ctx_.versions[i];
+    (*io)[j].src = (*io)[j].dst = data + l.offset;
+    if (version == kNoVersion) {
+      if (auto it = gift_.find(l.name); it != gift_.end()) {
+        it->second.owner_version = kNoVersion;
+        // Off the GIFT path in the plan: flush. A GIFT layer merely without
+        // an agreed factor this step keeps its residual for the next one.
+        if (l.path != LayerPath::kGift) {
+          RETURN_IF_ERROR(FlushResidual(i, l, data + l.offset, it->second));
+        }
+      }
+      continue;
+    }
+    const absl::Time start = absl::Now();
+    (*used)[j] = factors.Find(l.name, version);
+    RETURN_IF_ERROR(
+        PrepareGiftLayer(i, l, *(*used)[j], data + l.offset, &(*io)[j]));
+    t->transform_seconds += absl::ToDoubleSeconds(absl::Now() - start);
+    t->layers[j].path = LayerPath::kGift;
+    t->layers[j].factor_version = version;
+  }
+  return absl::OkStatus();
+}
+
+// The two-phase rounds over the bucket's pieces; the owner residuals of
+// `layout` are made when a chunk of this rank first needs one.
+absl::Status AllReduceEngine::RunRounds(const EpochPlan& plan,
+                                        const BucketGroup& layout,
+                                        const std::vector<LayerIo>& io,
+                                        RoundOutcome* outcome) {
+  const int w = comm_->world_size(), me = comm_->rank();
+  const std::vector<Range> pieces =
+      SplitIntoPieces(plan.communicated_elements(), options_.piece_bytes / 4);
+  OwnerState* owners = nullptr;  // made when a chunk of mine needs one
+  for (size_t k = 0; k < pieces.size(); ++k) {
+    const PieceLayout piece =
+        LayoutPiece(plan, pieces[k].begin, pieces[k].end, w);
+    bool feedback = false;
+    for (const Segment& s : piece.chunks[me].segments) {
+      feedback |= io[s.layer].owner_feedback;
+    }
+    float* owner = nullptr;
+    if (feedback) {
+      if (owners == nullptr) {
+        owners = &owner_residual_[layout.Key()];
+        owners->group = layout;
+        owners->pieces.resize(pieces.size());
+      }
+      std::unique_ptr<Fp8Buffer>& b = owners->pieces[k];
+      const size_t bytes = piece.chunks[me].packed.size() * sizeof(float);
+      if (b == nullptr) b = backend_->memory().NewBuffer();
+      if (b->bytes() != bytes || b->data() == nullptr) {
+        RETURN_IF_ERROR(b->Resize(bytes));
+        RETURN_IF_ERROR(b->Zero());
+      }
+      owner = b->floats();
+    }
+    RETURN_IF_ERROR(round_->Run(plan, piece, io, owner, outcome));
+  }
+  return absl::OkStatus();
+}
+
+// After the rounds: the layers' telemetry; a non-finite layer is filled with
+// NaN, a GIFT layer is un-whitened into the bucket.
+absl::Status AllReduceEngine::FinishLayers(
+    float* data, const Group& g, const std::vector<LayerIo>& io,
+    const std::vector<const LayerFactor*>& used, const RoundOutcome& outcome,
+    StepTelemetry* t) {
+  const std::vector<BucketLayer>& layers = g.plan.layers();
+  for (size_t j = 0; j < layers.size(); ++j) {
+    const BucketLayer& l = layers[j];
+    LayerTelemetry& lt = t->layers[j];
+    lt.local = outcome.stats[j];
+    lt.nonfinite_result = outcome.nonfinite[j];
+    if (lt.nonfinite_result) {
+      ++t->nonfinite_layers;
+      RETURN_IF_ERROR(backend_->math().FillNaN(data + l.offset, l.size()));
+    } else if (io[j].gift) {
+      const absl::Time start = absl::Now();
+      RETURN_IF_ERROR(backend_->transforms().Inverse(
+          *used[j], whitened_[g.index[j]]->floats(), l.d_out(),
+          data + l.offset));
+      t->transform_seconds += absl::ToDoubleSeconds(absl::Now() - start);
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace gift::client

@@ -1,0 +1,496 @@
+// GiftdConnection against a real in-process giftd (Daemon + GrpcServer on
+// a unix socket) with two Gloo ranks in threads: factors arrive and the
+// pinned layer takes the GIFT path on both ranks in the same steps; the
+// daemon dies and the ranks keep training, going Euclidean once the factor
+// is stale; a restarted daemon is re-adopted with versions above the old.
+// Also, without a daemon, the drop of a stale factor and its note, and the
+// option checks (resume names, device_memory needing a device).
+#include "client/giftd_connection.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "client/daemon_store.h"
+#include "client/thread_ranks_testutil.h"
+#include "common/status_matchers.h"
+#include "daemon/daemon.h"
+#include "daemon/grpc_server.h"
+#include "gtest/gtest.h"
+#include "kernels/gpu.h"
+#include "shm/protocol.h"
+#include "shm/region.h"
+
+namespace gift::client {
+namespace {
+
+constexpr int64_t kOut = 32, kIn = 64, kRows = 256;
+
+// Activations with a decaying spectrum and gradients built from them, so
+// that whitening helps (a measurable gain) and the sketch has structure.
+void MakeStep(int rank, int64_t step, std::vector<float>* acts,
+              std::vector<float>* bucket) {
+  std::mt19937 gen(static_cast<uint32_t>(1000 * step + rank));
+  std::normal_distribution<float> n(0, 1);
+  acts->resize(kRows * kIn);
+  for (int64_t i = 0; i < kRows; ++i) {
+    for (int64_t j = 0; j < kIn; ++j) {
+      (*acts)[i * kIn + j] = n(gen) * std::pow(0.8f, static_cast<float>(j));
+    }
+  }
+  bucket->assign(kOut * kIn + kOut, 0.0f);
+  std::vector<float> delta(kRows * kOut);
+  for (float& d : delta) d = n(gen);
+  for (int64_t o = 0; o < kOut; ++o) {
+    for (int64_t i = 0; i < kRows; ++i) {
+      const float d = delta[i * kOut + o];
+      for (int64_t j = 0; j < kIn; ++j) {
+        (*bucket)[o * kIn + j] += d * (*acts)[i * kIn + j] / kRows;
+      }
+    }
+  }
+  for (int64_t o = 0; o < kOut; ++o) (*bucket)[kOut * kIn + o] = n(gen);
+}
+
+// The ranks' bucket: one 2-D layer "w" and its bias "b".
+absl::StatusOr<EpochPlan> TestPlan() {
+  return EpochPlan::Create(
+      0, kOut * kIn + kOut,
+      {{.name = "w", .shape = {kOut, kIn}, .offset = 0},
+       {.name = "b", .shape = {kOut}, .offset = kOut * kIn}});
+}
+
+struct Record {
+  LayerPath path;
+  int64_t version;
+  bool attached;
+  int64_t attaches;
+  bool full;  // the factor used is a `full` (dense) one
+};
+
+class Giftd {
+ public:
+  Giftd(const std::string& socket, const std::string& prefix) {
+    daemon::DaemonConfig c;
+    c.node = "test";
+    c.shm_prefix = prefix;
+    c.agent_socket = socket;
+    c.control_address = "127.0.0.1:0";
+    c.metrics_address = "";
+    c.refresh_interval = 4;
+    c.poll_interval_ms = 10;
+    c.heartbeat_interval_ms = 50;
+    c.rank_timeout_ms = 3000;
+    c.staleness_limit = 30;
+    c.refresh_threads = 1;
+    auto d = daemon::Daemon::Create(c, &registry_);
+    EXPECT_OK(d);
+    daemon_ = *std::move(d);
+    daemon::GrpcServerOptions o;
+    o.agent_socket = socket;
+    o.control_address = "127.0.0.1:0";
+    auto s = daemon::GrpcServer::Start(o, daemon_.get());
+    EXPECT_OK(s);
+    server_ = *std::move(s);
+  }
+  ~Giftd() {
+    server_->Shutdown(absl::Seconds(1));
+    daemon_->Stop();
+  }
+  // Pins `layer` in once a rank has declared it.
+  void Pin(const std::string& layer) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(20);
+    v1::SetLayerPolicyRequest r;
+    r.set_layer(layer);
+    r.mutable_settings()->set_pin(v1::PIN_IN);
+    while (!daemon_->SetLayerPolicy(r).ok() && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    ASSERT_OK(daemon_->SetLayerPolicy(r));
+  }
+  daemon::Daemon& core() { return *daemon_; }
+
+ private:
+  metrics::Registry registry_;
+  std::unique_ptr<daemon::Daemon> daemon_;
+  std::unique_ptr<daemon::GrpcServer> server_;
+};
+
+// Two Gloo ranks in threads training the layers "w" (GIFT-capable) and "b"
+// against the giftd on `socket`, recording every step, until Stop().
+class TwoRanks {
+ public:
+  explicit TwoRanks(const std::string& socket)
+      : records_(2), thread_([this, socket] { Run(socket); }) {}
+  ~TwoRanks() { Stop(); }
+
+  void Stop() {
+    done_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+  int failures() const { return failures_; }
+  // Waits (60 s at most) until the newest record of both ranks satisfies
+  // `pred`.
+  bool WaitFor(const std::function<bool(const Record&)>& pred) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(60);
+    while (absl::Now() < deadline && failures_ == 0) {
+      {
+        absl::MutexLock lock(&mu_);
+        if (!records_[0].empty() && !records_[1].empty() &&
+            pred(records_[0].back()) && pred(records_[1].back())) {
+          return true;
+        }
+      }
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    return false;
+  }
+  std::vector<std::vector<Record>> records() {
+    absl::MutexLock lock(&mu_);
+    return records_;
+  }
+
+ private:
+  void Run(const std::string& socket) {
+    RunThreadRanks(2, [&](Transport& comm) { Rank(socket, comm); });
+  }
+  void Rank(const std::string& socket, Transport& comm) {
+    absl::StatusOr<EpochPlan> plan = TestPlan();
+    ASSERT_OK(plan);
+    ConnectionOptions o;
+    o.agent_socket = socket;
+    o.job_id = "attach-test";
+    o.rank = comm.rank();
+    o.world_size = 2;
+    o.retry_interval = absl::Milliseconds(50);
+    auto att = GiftdConnection::Create(o, *plan);
+    ASSERT_OK(att);
+    AllReduceEngineOptions qo;
+    qo.probe_interval = 2;
+    auto ar = AllReduceEngine::Create(&comm, *plan, qo);
+    ASSERT_OK(ar);
+    VersionedFactors factors;
+    std::vector<float> acts, bucket;
+    for (int64_t step = 0; step < 20000; ++step) {
+      // Both ranks stop after the same step, or one would wait for the
+      // other in a collective.
+      int64_t stop = done_ ? 1 : 0;
+      ASSERT_OK(
+          comm.AllReduce(&stop, &stop, 1, DataType::kInt64, ReduceOp::kMax));
+      if (stop != 0) break;
+      MakeStep(comm.rank(), step, &acts, &bucket);
+      if ((*att)->WantsSketch("w")) {
+        ASSERT_OK((*att)->Sketch("w", acts.data(), kRows));
+      }
+      ASSERT_OK((*att)->BeforeStep(ar->get(), &factors));
+      StepTelemetry t;
+      absl::Status st = (*ar)->Run(bucket.data(), factors, &t);
+      if (!st.ok()) {
+        ++failures_;
+        ADD_FAILURE() << st;
+        return;
+      }
+      ASSERT_OK((*att)->AfterStep(**ar, t, 0.001));
+      const ConnectionStats s = (*att)->stats();
+      const LayerFactor* used = factors.Find("w", t.layers[0].factor_version);
+      absl::MutexLock lock(&mu_);
+      records_[comm.rank()].push_back(
+          {t.layers[0].path, t.layers[0].factor_version, s.attached, s.attaches,
+           used != nullptr && used->kind == GiftTransform::kFull});
+      absl::SleepFor(absl::Milliseconds(2));
+    }
+  }
+
+  absl::Mutex mu_;
+  std::vector<std::vector<Record>> records_ ABSL_GUARDED_BY(mu_);
+  std::atomic<bool> done_{false};
+  std::atomic<int> failures_{0};
+  std::thread thread_;  // last: started once the rest is set up
+};
+
+TEST(GiftdConnectionTest, FollowsDaemonThroughDeathAndRestart) {
+  char dir[] = "/tmp/gift_attach_XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const std::string socket = absl::StrCat(dir, "/agent.sock");
+  const std::string prefix = absl::StrCat("/gift-atest", ::getpid());
+  auto giftd = std::make_unique<Giftd>(socket, prefix);
+  TwoRanks ranks(socket);
+  auto wait_for = [&](const std::function<bool(const Record&)>& pred) {
+    return ranks.WaitFor(pred);
+  };
+
+  giftd->Pin("w");
+  EXPECT_TRUE(wait_for([](const Record& r) {
+    return r.path == LayerPath::kGift && r.version >= 1;
+  })) << "the pinned layer never took the GIFT path";
+  const int64_t old_version = ranks.records()[0].back().version;
+  giftd.reset();  // the daemon dies
+  EXPECT_TRUE(wait_for([](const Record& r) {
+    return !r.attached && r.path == LayerPath::kEuclid;
+  })) << "no Euclidean fallback after the staleness limit";
+
+  giftd = std::make_unique<Giftd>(socket, prefix);
+  giftd->Pin("w");
+  EXPECT_TRUE(wait_for([&](const Record& r) {
+    return r.attached && r.attaches == 2 && r.path == LayerPath::kGift &&
+           r.version > old_version;
+  })) << "the restarted daemon was not re-adopted";
+  ranks.Stop();
+  giftd.reset();
+
+  ASSERT_EQ(ranks.failures(), 0);
+  const std::vector<std::vector<Record>> records = ranks.records();
+  // Both ranks took the same path with the same version in every step.
+  const size_t n = std::min(records[0].size(), records[1].size());
+  for (size_t i = 0; i < n; ++i) {
+    EXPECT_EQ(records[0][i].path, records[1][i].path) << "step " << i;
+    EXPECT_EQ(records[0][i].version, records[1][i].version) << "step " << i;
+  }
+  auto left = shm::ListPosixObjects(prefix + "-");
+  ASSERT_OK(left);
+  EXPECT_TRUE(left->empty());
+}
+
+// DESIGN §3: Ω is d_in × (r + p). The layer "w" (d_in 64) has room for
+// k_cap = min(64, 64 + 16) = 64 columns, and at giftd's rank 32 each rank
+// sketches 48 of them: what both ranks' control blocks say of the windows
+// whose sketches became the factors they train with.
+TEST(GiftdConnectionTest, WindowsSketchRankPlusOversamplingColumns) {
+  char dir[] = "/tmp/gift_attach_XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const std::string socket = absl::StrCat(dir, "/agent.sock");
+  const std::string prefix = absl::StrCat("/gift-ktest", ::getpid());
+  auto giftd = std::make_unique<Giftd>(socket, prefix);
+  TwoRanks ranks(socket);
+  giftd->Pin("w");
+  EXPECT_TRUE(ranks.WaitFor([](const Record& r) {
+    return r.path == LayerPath::kGift && r.version >= 2;
+  })) << "the pinned layer never took the GIFT path";
+  // The ranks' control blocks, mapped while they live (giftd unlinks them
+  // when the ranks leave) and read once the ranks stopped writing.
+  auto names = shm::ListPosixObjects(prefix + "-");
+  ASSERT_OK(names);
+  std::vector<std::unique_ptr<shm::Region>> blocks;
+  for (const std::string& name : *names) {
+    if (!absl::EndsWith(name, "-ctl")) continue;
+    const std::string path =
+        absl::StrCat("/dev/shm/", name.substr(name[0] == '/' ? 1 : 0));
+    struct stat st {};
+    ASSERT_EQ(::stat(path.c_str(), &st), 0) << path;
+    shm::RegionDesc d{};
+    d.kind = static_cast<uint32_t>(shm::RegionKind::kPosix);
+    d.bytes = static_cast<uint64_t>(st.st_size);
+    std::strncpy(d.name, name.c_str(), sizeof(d.name) - 1);
+    auto block = shm::OpenRegion(d);
+    ASSERT_OK(block);
+    blocks.push_back(*std::move(block));
+  }
+  ranks.Stop();
+  ASSERT_EQ(ranks.failures(), 0);
+  ASSERT_EQ(blocks.size(), 2u);
+  for (const auto& block : blocks) {
+    const shm::LayerEntry* e = shm::Entry(block->data(), 0);
+    EXPECT_STREQ(e->name, "w");
+    EXPECT_EQ(e->k_cap, 64);
+    EXPECT_EQ(e->rank, 32);
+    int windows = 0;
+    for (const shm::SketchMeta& m : e->sketch_meta) {
+      if (m.end_step == 0) continue;  // never written
+      EXPECT_EQ(m.k, 48) << block->desc().name << " window " << m.window;
+      ++windows;
+    }
+    EXPECT_GE(windows, 1) << block->desc().name;
+  }
+}
+
+// The `full` transform: giftd gives the layer a full region, the ranks
+// accumulate Σaᵀa there, and the dense factor (A + τI)^(-1/2) it computes
+// is what both ranks whiten with.
+TEST(GiftdConnectionTest, FullTransformRefreshesFromTheAccumulatedMoment) {
+  char dir[] = "/tmp/gift_attach_XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const std::string socket = absl::StrCat(dir, "/agent.sock");
+  const std::string prefix = absl::StrCat("/gift-ftest", ::getpid());
+  auto giftd = std::make_unique<Giftd>(socket, prefix);
+  TwoRanks ranks(socket);
+  giftd->Pin("w");
+  v1::SetLayerPolicyRequest full;
+  full.set_layer("w");
+  full.mutable_settings()->set_transform(v1::TRANSFORM_FULL);
+  ASSERT_OK(giftd->core().SetLayerPolicy(full));
+  EXPECT_TRUE(ranks.WaitFor([](const Record& r) {
+    return r.path == LayerPath::kGift && r.full;
+  })) << "no full factor reached the ranks";
+  ranks.Stop();
+  ASSERT_EQ(ranks.failures(), 0);
+  const std::vector<std::vector<Record>> records = ranks.records();
+  const size_t n = std::min(records[0].size(), records[1].size());
+  for (size_t i = 0; i < n; ++i) {
+    EXPECT_EQ(records[0][i].version, records[1][i].version) << "step " << i;
+    EXPECT_EQ(records[0][i].full, records[1][i].full) << "step " << i;
+  }
+}
+
+// A rank without giftd holding factor v7 of "w" (resumed at step 0) with a
+// staleness limit of 3 steps: steps 0-3 keep it, the BeforeStep of step 4
+// drops it. Returns the note it logged (stats().last_error), or "" after a
+// failed assertion.
+std::string StaleDropNote() {
+  absl::StatusOr<EpochPlan> plan = TestPlan();
+  EXPECT_OK(plan);
+  if (!plan.ok()) return "";
+  ConnectionOptions o;
+  o.agent_socket = "/nonexistent/agent.sock";  // no daemon: never attaches
+  o.job_id = "job";
+  o.rank = 0;
+  o.world_size = 1;
+  o.retry_interval = absl::Hours(1);  // one try in Create, then quiet
+  o.staleness_limit = 3;
+  o.resume.factor_versions = {{"w", 7}};
+  absl::StatusOr<std::unique_ptr<GiftdConnection>> att =
+      GiftdConnection::Create(o, *plan);
+  EXPECT_OK(att);
+  if (!att.ok()) return "";
+  LayerFactor f;
+  f.version = 7;
+  f.d_in = kIn;
+  f.r = 1;
+  f.u.assign(kIn, 0.125f);
+  f.c = {0.5f};
+  f.c_inv = {-1.0f / 3};
+  VersionedFactors factors;
+  EXPECT_OK(factors.Put("w", std::move(f)));
+  std::string note;
+  RunThreadRanks(1, [&](Transport& comm) {
+    auto ar = AllReduceEngine::Create(&comm, *plan, {});
+    ASSERT_OK(ar);
+    for (int64_t step = 0; step <= 4; ++step) {
+      ASSERT_OK((*att)->BeforeStep(ar->get(), &factors));
+      EXPECT_EQ(factors.Held("w").size(), step < 4 ? 1u : 0u) << step;
+      StepTelemetry t;
+      t.step = step;
+      ASSERT_OK((*att)->AfterStep(**ar, t, 0.001));
+    }
+    const ConnectionStats stats = (*att)->stats();
+    EXPECT_EQ(stats.stale_drops, 1);
+    note = stats.last_error;
+  });
+  return note;
+}
+
+constexpr char kStaleNote[] =
+    "factor v7 of w is 4 steps old (limit 3): Euclidean until a new one "
+    "arrives";
+
+// The note names the version dropped: read before Drop frees the factor
+// (a heap-use-after-free under ASan before the fix).
+TEST(GiftdConnectionTest, StaleFactorIsDroppedAndNamedByItsVersion) {
+  EXPECT_EQ(StaleDropNote(), kStaleNote);
+}
+
+// The same in a child whose glibc heap fills freed blocks with 0xa5 bytes
+// (MALLOC_PERTURB; the tcache, which skips the fill, off): a read of the
+// freed factor then names version -6510615555426900571, so the use after
+// free fails without ASan too.
+TEST(GiftdConnectionTest, StaleNoteSurvivesAPoisonedHeap) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // the child execs anew
+  ::setenv("GLIBC_TUNABLES",
+           "glibc.malloc.tcache_count=0:glibc.malloc.perturb=165", 1);
+  EXPECT_EXIT(std::exit(StaleDropNote() == kStaleNote ? 0 : 1),
+              ::testing::ExitedWithCode(0), "");
+  ::unsetenv("GLIBC_TUNABLES");
+}
+
+TEST(GiftdConnectionTest, ResumeMustNameTwoDimensionalLayers) {
+  absl::StatusOr<EpochPlan> plan = TestPlan();
+  ASSERT_OK(plan);
+  ConnectionOptions o;
+  o.agent_socket = "/nonexistent/agent.sock";  // no daemon: never attaches
+  o.job_id = "job";
+  o.rank = 0;
+  o.world_size = 1;
+  o.resume.gift_layers = {"b"};  // 1-D: never a GIFT layer
+  EXPECT_THAT(GiftdConnection::Create(o, *plan).status(),
+              testing::StatusIs(absl::StatusCode::kInvalidArgument,
+                                ::testing::HasSubstr("'b'")));
+  o.resume.gift_layers = {"w"};
+  o.resume.factor_versions = {{"nope", 3}};
+  EXPECT_THAT(GiftdConnection::Create(o, *plan).status(),
+              testing::StatusIs(absl::StatusCode::kInvalidArgument));
+  o.resume.factor_versions = {{"w", 3}};
+  o.resume.plan_epoch = 12;
+  o.resume.step = 40;
+  auto a = GiftdConnection::Create(o, *plan);
+  ASSERT_OK(a);
+  EXPECT_FALSE((*a)->stats().attached);  // and training goes on without it
+}
+
+// device_memory needs a CUDA device (here: a GPU or a FAILED_PRECONDITION);
+// the host path has no sketch stream and ignores producer_stream.
+TEST(GiftdConnectionTest, DeviceMemoryNeedsADeviceAndHasASketchStream) {
+  absl::StatusOr<EpochPlan> plan = TestPlan();
+  ASSERT_OK(plan);
+  ConnectionOptions o;
+  o.agent_socket = "/nonexistent/agent.sock";  // no daemon: never attaches
+  o.job_id = "job";
+  o.rank = 0;
+  o.world_size = 1;
+  auto host = GiftdConnection::Create(o, *plan);
+  ASSERT_OK(host);
+  EXPECT_EQ((*host)->sketch_stream(), nullptr);
+  const std::vector<float> acts(kRows * kIn, 1.0f);
+  void* not_a_stream = reinterpret_cast<void*>(uintptr_t{0x1});
+  EXPECT_OK((*host)->Sketch("w", acts.data(), kRows, not_a_stream));
+  EXPECT_THAT((*host)->Sketch("nope", acts.data(), kRows),
+              testing::StatusIs(absl::StatusCode::kInvalidArgument));
+
+  o.device_memory = true;
+  auto dev = GiftdConnection::Create(o, *plan);
+  if (gpu::Available()) {
+    ASSERT_OK(dev);
+    EXPECT_NE((*dev)->sketch_stream(), nullptr);
+    EXPECT_OK((*dev)->Sketch("w", nullptr, 0));  // nothing wanted yet
+  } else {
+    EXPECT_THAT(dev.status(),
+                testing::StatusIs(absl::StatusCode::kFailedPrecondition));
+  }
+  o.device = gpu::DeviceCount();  // one past the last
+  EXPECT_THAT(GiftdConnection::Create(o, *plan).status(),
+              testing::StatusIs(absl::StatusCode::kFailedPrecondition));
+}
+
+TEST(DaemonStoreTest, RendezvousThroughTheDaemon) {
+  char dir[] = "/tmp/gift_store_XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const std::string socket = absl::StrCat(dir, "/agent.sock");
+  {
+    auto absent = DaemonStore::Connect(socket, "j");
+    ASSERT_OK(absent);
+    EXPECT_THAT((*absent)->Set("k", "v"),
+                gift::testing::StatusIs(absl::StatusCode::kUnavailable));
+  }
+  Giftd giftd(socket, absl::StrCat("/gift-stest", ::getpid()));
+  auto store = DaemonStore::Connect(socket, "j");
+  ASSERT_OK(store);
+  ASSERT_OK((*store)->Set("k", std::string("\0bytes", 6)));
+  auto v = (*store)->Get("k", absl::Seconds(1));
+  ASSERT_OK(v);
+  EXPECT_EQ(*v, std::string("\0bytes", 6));
+  EXPECT_EQ(*(*store)->Add("n", 5), 5);
+  EXPECT_THAT((*store)->Get("missing", absl::Milliseconds(50)).status(),
+              gift::testing::StatusIs(absl::StatusCode::kDeadlineExceeded));
+  // Wait covers keys set later by another client.
+  std::thread peer([&] { ASSERT_OK((*store)->Set("late", "x")); });
+  EXPECT_OK((*store)->Wait({"k", "late"}, absl::Seconds(5)));
+  peer.join();
+}
+
+}  // namespace
+}  // namespace gift::client
