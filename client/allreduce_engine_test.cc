@@ -12,11 +12,13 @@
 #include "client/synthetic_testutil.h"
 #include "client/thread_ranks_testutil.h"
 #include "common/status_matchers.h"
+#include "common/testing.h"
 #include "kernels/quantize.h"
 
 namespace gift::client {
 namespace {
 
+using ::gift::testing::RelL2;
 using ::gift::testing::StatusIs;
 using ::testing::HasSubstr;
 
@@ -357,17 +359,6 @@ std::vector<float> StepBucket(int rank, int step) {
   return x;
 }
 
-// ‖x − ref‖ / ‖ref‖ over [offset, offset + n), in double.
-double RelL2(const std::vector<double>& x, const std::vector<double>& ref,
-             int64_t offset, int64_t n) {
-  double e = 0, r = 0;
-  for (int64_t i = offset; i < offset + n; ++i) {
-    e += (x[i] - ref[i]) * (x[i] - ref[i]);
-    r += ref[i] * ref[i];
-  }
-  return std::sqrt(e / r);
-}
-
 // Every audit_interval steps the step audits what it applied against the
 // exact FP32 average, and the running sums since the previous audit; other
 // steps do not; every rank reports the same figures.
@@ -407,7 +398,8 @@ TEST(AllReduceEngineTest, AuditStepsMeasureWhatWasApplied) {
         EXPECT_EQ(l.audited, audit) << step << " " << l.name;
         EXPECT_EQ(l.drift_audited, audit) << step << " " << l.name;
         if (!audit) continue;
-        const double want = RelL2(applied, avg, spec.offset, spec.size());
+        const double want =
+            RelL2(applied, avg, spec.offset, spec.offset + spec.size());
         EXPECT_NEAR(l.audit_rel_l2, want, 1e-4 * want) << l.name;
         EXPECT_GT(l.audit_rel_l2, 0) << l.name;  // FP8 is not exact
         EXPECT_GT(l.audit_cosine, 0.99) << l.name;
@@ -415,7 +407,7 @@ TEST(AllReduceEngineTest, AuditStepsMeasureWhatWasApplied) {
         // Step 4 covers steps 0-4, step 8 covers 5-8.
         EXPECT_EQ(l.drift_steps, step == 4 ? 5 : 4) << l.name;
         const double drift =
-            RelL2(applied_sum, avg_sum, spec.offset, spec.size());
+            RelL2(applied_sum, avg_sum, spec.offset, spec.offset + spec.size());
         EXPECT_NEAR(l.audit_drift, drift, 1e-3 * drift) << l.name;
       }
       if (audit) {

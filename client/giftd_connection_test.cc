@@ -21,6 +21,7 @@
 #include "client/daemon_store.h"
 #include "client/thread_ranks_testutil.h"
 #include "common/status_matchers.h"
+#include "common/testing.h"
 #include "daemon/daemon.h"
 #include "daemon/grpc_server.h"
 #include "gtest/gtest.h"
@@ -106,13 +107,11 @@ class Giftd {
   }
   // Pins `layer` in once a rank has declared it.
   void Pin(const std::string& layer) {
-    const absl::Time deadline = absl::Now() + absl::Seconds(20);
     v1::SetLayerPolicyRequest r;
     r.set_layer(layer);
     r.mutable_settings()->set_pin(v1::PIN_IN);
-    while (!daemon_->SetLayerPolicy(r).ok() && absl::Now() < deadline) {
-      absl::SleepFor(absl::Milliseconds(10));
-    }
+    gift::testing::WaitUntil([&] { return daemon_->SetLayerPolicy(r).ok(); },
+                             absl::Seconds(20), absl::Milliseconds(10));
     ASSERT_OK(daemon_->SetLayerPolicy(r));
   }
   daemon::Daemon& core() { return *daemon_; }
@@ -216,8 +215,9 @@ class TwoRanks {
 };
 
 TEST(GiftdConnectionTest, FollowsDaemonThroughDeathAndRestart) {
-  char dir[] = "/tmp/gift_attach_XXXXXX";
-  ASSERT_NE(::mkdtemp(dir), nullptr);
+  gift::testing::TempDir tmp("gift_attach");
+  ASSERT_TRUE(tmp.ok());
+  const std::string dir = tmp.path();
   const std::string socket = absl::StrCat(dir, "/agent.sock");
   const std::string prefix = absl::StrCat("/gift-atest", ::getpid());
   auto giftd = std::make_unique<Giftd>(socket, prefix);
@@ -263,8 +263,9 @@ TEST(GiftdConnectionTest, FollowsDaemonThroughDeathAndRestart) {
 // sketches 48 of them: what both ranks' control blocks say of the windows
 // whose sketches became the factors they train with.
 TEST(GiftdConnectionTest, WindowsSketchRankPlusOversamplingColumns) {
-  char dir[] = "/tmp/gift_attach_XXXXXX";
-  ASSERT_NE(::mkdtemp(dir), nullptr);
+  gift::testing::TempDir tmp("gift_attach");
+  ASSERT_TRUE(tmp.ok());
+  const std::string dir = tmp.path();
   const std::string socket = absl::StrCat(dir, "/agent.sock");
   const std::string prefix = absl::StrCat("/gift-ktest", ::getpid());
   auto giftd = std::make_unique<Giftd>(socket, prefix);
@@ -314,8 +315,9 @@ TEST(GiftdConnectionTest, WindowsSketchRankPlusOversamplingColumns) {
 // accumulate Σaᵀa there, and the dense factor (A + τI)^(-1/2) it computes
 // is what both ranks whiten with.
 TEST(GiftdConnectionTest, FullTransformRefreshesFromTheAccumulatedMoment) {
-  char dir[] = "/tmp/gift_attach_XXXXXX";
-  ASSERT_NE(::mkdtemp(dir), nullptr);
+  gift::testing::TempDir tmp("gift_attach");
+  ASSERT_TRUE(tmp.ok());
+  const std::string dir = tmp.path();
   const std::string socket = absl::StrCat(dir, "/agent.sock");
   const std::string prefix = absl::StrCat("/gift-ftest", ::getpid());
   auto giftd = std::make_unique<Giftd>(socket, prefix);
@@ -467,8 +469,9 @@ TEST(GiftdConnectionTest, DeviceMemoryNeedsADeviceAndHasASketchStream) {
 }
 
 TEST(DaemonStoreTest, RendezvousThroughTheDaemon) {
-  char dir[] = "/tmp/gift_store_XXXXXX";
-  ASSERT_NE(::mkdtemp(dir), nullptr);
+  gift::testing::TempDir tmp("gift_store");
+  ASSERT_TRUE(tmp.ok());
+  const std::string dir = tmp.path();
   const std::string socket = absl::StrCat(dir, "/agent.sock");
   {
     auto absent = DaemonStore::Connect(socket, "j");

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/status_matchers.h"
+#include "common/testing.h"
 
 namespace gift::client {
 namespace {
@@ -17,13 +18,12 @@ namespace {
 class GlooStoreAdapterTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/gift_adapter_test_XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
+    ASSERT_TRUE(tmp_.ok());
+    dir_ = tmp_.path();
     store_ = *FileStore::Create(dir_);
   }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
 
+  gift::testing::TempDir tmp_{"gift_adapter_test"};
   std::string dir_;
   std::unique_ptr<FileStore> store_;
 };

@@ -13,6 +13,7 @@
 
 #include "client/transport_factory.h"
 #include "common/status_matchers.h"
+#include "common/testing.h"
 
 namespace gift::client {
 namespace {
@@ -24,12 +25,10 @@ using ::testing::AnyOf;
 class GlooTransportTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/gift_gloo_test_XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
+    ASSERT_TRUE(tmp_.ok());
+    dir_ = tmp_.path();
     store_ = *FileStore::Create(dir_);
   }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
 
   absl::StatusOr<std::unique_ptr<Transport>> Make(int rank, int world,
                                                   absl::Duration timeout) {
@@ -41,6 +40,7 @@ class GlooTransportTest : public ::testing::Test {
     return CreateTransport(o);
   }
 
+  gift::testing::TempDir tmp_{"gift_gloo_test"};
   std::string dir_;
   std::unique_ptr<FileStore> store_;
 };

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/status_matchers.h"
+#include "common/testing.h"
 
 namespace gift::client {
 namespace {
@@ -20,16 +21,15 @@ using ::gift::testing::StatusIs;
 class FileStoreTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/gift_store_test_XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
+    ASSERT_TRUE(tmp_.ok());
+    dir_ = tmp_.path();
     absl::StatusOr<std::unique_ptr<FileStore>> store =
         FileStore::Create(dir_ + "/store");
     ASSERT_OK(store);
     store_ = *std::move(store);
   }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
 
+  gift::testing::TempDir tmp_{"gift_store_test"};
   std::string dir_;
   std::unique_ptr<FileStore> store_;
 };

@@ -13,7 +13,6 @@
 #define GIFT_CLIENT_THREAD_RANKS_TESTUTIL_H_
 
 #include <gtest/gtest.h>
-#include <stdlib.h>
 
 #include <functional>
 #include <memory>
@@ -23,14 +22,16 @@
 
 #include "client/store.h"
 #include "client/transport_factory.h"
+#include "common/testing.h"
 
 namespace gift::client {
 
 inline void RunThreadRanks(int world_size,
                            const std::function<void(Transport&)>& fn) {
-  char tmpl[] = "/tmp/gift_thread_ranks_XXXXXX";
-  ASSERT_NE(::mkdtemp(tmpl), nullptr);
-  absl::StatusOr<std::unique_ptr<FileStore>> store = FileStore::Create(tmpl);
+  gift::testing::TempDir dir("gift_thread_ranks");
+  ASSERT_TRUE(dir.ok());
+  absl::StatusOr<std::unique_ptr<FileStore>> store =
+      FileStore::Create(dir.path());
   ASSERT_TRUE(store.ok()) << store.status();
   std::vector<std::thread> threads;
   for (int r = 0; r < world_size; ++r) {
@@ -47,7 +48,6 @@ inline void RunThreadRanks(int world_size,
     });
   }
   for (std::thread& t : threads) t.join();
-  std::system((std::string("rm -rf ") + tmpl).c_str());
 }
 
 }  // namespace gift::client

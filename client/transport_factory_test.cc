@@ -8,6 +8,7 @@
 #include <string>
 
 #include "common/status_matchers.h"
+#include "common/testing.h"
 
 namespace gift::client {
 namespace {
@@ -18,17 +19,16 @@ using ::testing::HasSubstr;
 class FactoryTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/gift_factory_test_XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
+    ASSERT_TRUE(tmp_.ok());
+    dir_ = tmp_.path();
     store_ = *FileStore::Create(dir_);
     options_.rank = 0;
     options_.world_size = 1;
     options_.store = store_.get();
     options_.timeout = absl::Seconds(5);
   }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
 
+  gift::testing::TempDir tmp_{"gift_factory_test"};
   std::string dir_;
   std::unique_ptr<FileStore> store_;
   TransportOptions options_;

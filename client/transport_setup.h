@@ -3,7 +3,7 @@
 // the key namespace, the address its Gloo listens on, and the collective
 // creation (transport_factory.h), with a hint naming that address when
 // the ranks fail to connect. The one copy of these steps behind the public
-// API (gift::Transport::Create, client/api/communicator.cc) and the
+// API (gift::Communicator::Create, client/api/communicator.cc) and the
 // Python extension's rank state (client/python/native_rank.h).
 //
 //   TransportSetupOptions o;

@@ -10,6 +10,7 @@
 
 #include "common/agent_socket.h"
 #include "common/status_matchers.h"
+#include "common/testing.h"
 
 namespace gift::client {
 namespace {
@@ -20,9 +21,8 @@ using ::testing::HasSubstr;
 class TransportSetupTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/gift_setup_test_XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
+    ASSERT_TRUE(tmp_.ok());
+    dir_ = tmp_.path();
     options_.rank = 0;
     options_.world_size = 1;
     options_.timeout = absl::Seconds(5);
@@ -30,8 +30,8 @@ class TransportSetupTest : public ::testing::Test {
     options_.key_prefix = "job/grad/";
     options_.socket_ifname = "lo";
   }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
 
+  gift::testing::TempDir tmp_{"gift_setup_test"};
   std::string dir_;
   TransportSetupOptions options_;
 };

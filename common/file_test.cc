@@ -10,6 +10,7 @@
 #include <string>
 
 #include "common/status_matchers.h"
+#include "common/testing.h"
 
 namespace gift {
 namespace {
@@ -20,9 +21,8 @@ using ::testing::HasSubstr;
 class ReadFileTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/file_test_XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
+    ASSERT_TRUE(tmp_.ok());
+    dir_ = tmp_.path();
   }
   void TearDown() override {
     ASSERT_EQ(std::system(("rm -rf " + dir_).c_str()), 0);
@@ -36,6 +36,7 @@ class ReadFileTest : public ::testing::Test {
     close(fd);
     return path;
   }
+  gift::testing::TempDir tmp_{"file_test"};
   std::string dir_;
 };
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/status_matchers.h"
+#include "common/testing.h"
 
 namespace gift::daemon {
 namespace {
@@ -703,8 +704,9 @@ TEST(ConfigTest, LoadConfigFileErrors) {
 TEST(ConfigTest, ConfigFileMustBeABoundedRegularFile) {
   ExpectError(LoadArgv({"--config", "/dev/zero"}),
               "cannot read config file '/dev/zero': not a regular file");
-  char dir[] = "/tmp/giftd_config_dir_XXXXXX";
-  ASSERT_NE(mkdtemp(dir), nullptr);
+  gift::testing::TempDir tmp("giftd_config_dir");
+  ASSERT_TRUE(tmp.ok());
+  const std::string dir = tmp.path();
   ExpectError(
       LoadArgv({"--config", dir}),
       std::string("cannot read config file '") + dir + "': not a regular file");
@@ -713,7 +715,6 @@ TEST(ConfigTest, ConfigFileMustBeABoundedRegularFile) {
   ExpectError(LoadArgv({"--config", fifo}),
               "cannot read config file '" + fifo + "': not a regular file");
   unlink(fifo.c_str());
-  rmdir(dir);
   TempFile big(std::string((1 << 20) + 1, '#'));
   ExpectError(LoadArgv({"--config", big.path()}),
               "cannot read config file '" + big.path() +

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_matchers.h"
+#include "common/testing.h"
 
 namespace gift::tools {
 namespace {
@@ -195,8 +196,9 @@ TEST(NpyTest, MissingFileIsNotFound) {
 // (a read that waits for a writer) and a directory (once "out of memory")
 // are refused before any read, naming the file.
 TEST(NpyTest, ReadsOnlyBoundedRegularFiles) {
-  char dir[] = "/tmp/npy_test_XXXXXX";
-  ASSERT_NE(mkdtemp(dir), nullptr);
+  gift::testing::TempDir tmp("npy_test");
+  ASSERT_TRUE(tmp.ok());
+  const std::string dir = tmp.path();
   const std::string fifo = std::string(dir) + "/fifo.npy";
   ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
   for (const std::string& path :
@@ -217,7 +219,6 @@ TEST(NpyTest, ReadsOnlyBoundedRegularFiles) {
                        absl::StrCat(path, ": ", size, " bytes, more than the ",
                                     size - 1, " allowed")));
   unlink(path.c_str());
-  rmdir(dir);
 }
 
 TEST(NpyTest, SerializeChecksShape) {

@@ -40,6 +40,7 @@
 #include "bench/allreduce/bench_rank.h"
 #include "bench/allreduce/bench_results.h"
 #include "bench/allreduce/rank_launcher.h"
+#include "common/testing.h"
 #include "nlohmann/json.hpp"
 
 namespace gift::bench {
@@ -200,12 +201,12 @@ int LauncherMain(const Flags& f, const RankConfig& c) {
   }
   std::error_code ec;
   const std::string self = std::filesystem::read_symlink("/proc/self/exe", ec);
-  const char* tmp = std::getenv("TMPDIR");
-  std::string dir = absl::StrCat(tmp ? tmp : "/tmp", "/gift_arbench_XXXXXX");
-  if (ec || ::mkdtemp(dir.data()) == nullptr) {
+  absl::StatusOr<std::string> made = gift::testing::MakeTempDir("gift_arbench");
+  if (ec || !made.ok()) {
     std::cerr << "allreduce_bench: cannot set up the run" << std::endl;
     return kExitFailed;
   }
+  const std::string dir = *std::move(made);
   std::vector<std::vector<std::string>> argvs;
   for (int r = 0; r < c.world_size; ++r) {
     argvs.push_back(RankArgv(f, c, r, self, dir, hosts[r]));

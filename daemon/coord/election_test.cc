@@ -10,6 +10,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/status_matchers.h"
+#include "common/testing.h"
 #include "daemon/coord/test_etcd.h"
 #include "daemon/coord/test_net.h"
 #include "gmock/gmock.h"
@@ -50,12 +51,7 @@ class Events {
 };
 
 bool WaitFor(const std::function<bool()>& done, absl::Duration limit) {
-  const absl::Time until = absl::Now() + limit;
-  while (absl::Now() < until) {
-    if (done()) return true;
-    absl::SleepFor(absl::Milliseconds(50));
-  }
-  return done();
+  return gift::testing::WaitUntil(done, limit, absl::Milliseconds(50));
 }
 
 class ElectionTest : public TestEtcdTest {

@@ -17,6 +17,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/status_matchers.h"
+#include "common/testing.h"
 #include "daemon/coord/http_post.h"
 
 namespace gift::daemon::coord {
@@ -103,9 +104,9 @@ bool TestEtcd::Available() { return access(kEtcdBinary, X_OK) == 0; }
 
 absl::StatusOr<std::unique_ptr<TestEtcd>> TestEtcd::Start() {
   std::unique_ptr<TestEtcd> etcd(new TestEtcd);
-  char tmpl[] = "/tmp/gift_etcd_XXXXXX";
-  if (mkdtemp(tmpl) == nullptr) return absl::InternalError(strerror(errno));
-  etcd->dir_ = tmpl;
+  absl::StatusOr<std::string> dir = gift::testing::MakeTempDir("gift_etcd");
+  if (!dir.ok()) return dir.status();
+  etcd->dir_ = *std::move(dir);
   absl::Status s;
   for (int attempt = 0; attempt < 3; ++attempt) {  // a port may be taken
     auto client = FreePort();
@@ -151,15 +152,17 @@ absl::Status TestEtcd::Launch() {
                             dir_ + "/etcd.log");
   if (!child.ok()) return child.status();
   process_ = std::move(*child);
-  const absl::Time until = absl::Now() + absl::Seconds(30);
-  while (absl::Now() < until) {
-    if (!process_->Running()) break;
-    auto r = HttpPost({endpoint_ + "/v3/kv/range", R"({"key":"Lw=="})", "", "",
-                       "", "", absl::Seconds(1)});
-    if (r.ok() && (r->status == 200 || r->status == 400))
-      return absl::OkStatus();
-    absl::SleepFor(absl::Milliseconds(100));
-  }
+  bool ready = false;
+  gift::testing::WaitUntil(
+      [&] {
+        if (!process_->Running()) return true;  // gone: not ready
+        auto r = HttpPost({endpoint_ + "/v3/kv/range", R"({"key":"Lw=="})", "",
+                           "", "", "", absl::Seconds(1)});
+        ready = r.ok() && (r->status == 200 || r->status == 400);
+        return ready;
+      },
+      absl::Seconds(30), absl::Milliseconds(100));
+  if (ready) return absl::OkStatus();
   return absl::UnavailableError(absl::StrCat(
       "etcd did not answer at ", endpoint_, "; see ", dir_, "/etcd.log"));
 }

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_matchers.h"
+#include "common/testing.h"
 #include "daemon/core/daemon.h"
 #include "daemon/core/daemon_testutil.h"
 #include "daemon/peer/fake_peer_link.h"
@@ -140,13 +141,13 @@ class DaemonPeerTest : public ::testing::Test {
   // Polls every daemon until `done` or 20 s.
   template <typename F>
   bool PollUntil(F done) {
-    const absl::Time deadline = absl::Now() + absl::Seconds(20);
-    while (!done()) {
-      if (absl::Now() > deadline) return false;
-      PollAll();
-      absl::SleepFor(absl::Milliseconds(2));
-    }
-    return true;
+    return gift::testing::WaitUntil(
+        [&] {
+          if (done()) return true;
+          PollAll();
+          return false;
+        },
+        absl::Seconds(20), absl::Milliseconds(2));
   }
   // Ranks 0..ranks-1 hold an fc2 factor of `version` or newer.
   bool RanksHoldFc2(int64_t version, int ranks = kWorld) {

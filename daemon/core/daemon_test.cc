@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_matchers.h"
+#include "common/testing.h"
 #include "daemon/core/daemon_testutil.h"
 #include "daemon/limits.h"
 #include "gmock/gmock.h"
@@ -268,11 +269,13 @@ void RefreshFromKnownWindow(Daemon& daemon, FakeRank& rank, int64_t ks,
   meta.end_step = 50;
   shm::CloseWindow(e, meta);
 
-  const absl::Time deadline = absl::Now() + absl::Seconds(20);
-  while (shm::NewestFactorVersion(*e) < 0 && absl::Now() < deadline) {
-    daemon.PollOnce();
-    absl::SleepFor(absl::Milliseconds(5));
-  }
+  gift::testing::WaitUntil(
+      [&] {
+        if (shm::NewestFactorVersion(*e) >= 0) return true;
+        daemon.PollOnce();
+        return false;
+      },
+      absl::Seconds(20), absl::Milliseconds(5));
   ASSERT_GE(shm::NewestFactorVersion(*e), 1);
   EXPECT_EQ(e->window_consumed.load(), 0);
   ASSERT_OK(shm::ReadNewestFactor(*e, *rank.data[1], nullptr, f));

@@ -25,6 +25,7 @@
 #include "absl/time/clock.h"
 #include "common/grpc_status.h"
 #include "common/status_matchers.h"
+#include "common/testing.h"
 #include "daemon/grpc/fake_core.h"
 #include "gift/v1/agent.grpc.pb.h"
 #include "gift/v1/control.grpc.pb.h"
@@ -129,16 +130,14 @@ std::vector<std::string> ReflectedServices(
 class GrpcServerTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char pattern[] = "/tmp/giftd-grpc-XXXXXX";
-    ASSERT_NE(mkdtemp(pattern), nullptr);
-    dir_ = pattern;
+    ASSERT_TRUE(tmp_.ok());
+    dir_ = tmp_.path();
     // A directory giftd must create (0700) itself.
     options_.agent_socket = dir_ + "/run/agent.sock";
     options_.control_address = "127.0.0.1:0";
   }
   void TearDown() override {
     if (server_ != nullptr) server_->Shutdown(absl::Seconds(1));
-    std::filesystem::remove_all(dir_);
   }
 
   void StartServer() {
@@ -174,6 +173,7 @@ class GrpcServerTest : public ::testing::Test {
         ->GetStatus(&context, v1::GetStatusRequest(), response);
   }
 
+  gift::testing::TempDir tmp_{"giftd-grpc"};
   std::string dir_;
   GrpcServerOptions options_;
   FakeCore core_;
@@ -247,14 +247,13 @@ TEST_F(GrpcServerTest, RequestsAreCountedByMethodAndCode) {
   // The server records a call once it is closed, which may be just after
   // the client has its answer.
   std::string text;
-  for (absl::Time end = absl::Now() + absl::Seconds(10); absl::Now() < end;
-       absl::SleepFor(absl::Milliseconds(5))) {
-    text = metrics::Serialize(registry);
-    if (absl::StrContains(text, "GetStatus\"} 1") &&
-        absl::StrContains(text, "FAILED_PRECONDITION")) {
-      break;
-    }
-  }
+  gift::testing::WaitUntil(
+      [&] {
+        text = metrics::Serialize(registry);
+        return absl::StrContains(text, "GetStatus\"} 1") &&
+               absl::StrContains(text, "FAILED_PRECONDITION");
+      },
+      absl::Seconds(10), absl::Milliseconds(5));
   EXPECT_THAT(text, ::testing::HasSubstr(
                         "gift_grpc_requests_total{code=\"FAILED_PRECONDITION\","
                         "method=\"Register\",node=\"n0\","

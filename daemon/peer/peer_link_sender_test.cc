@@ -5,6 +5,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "common/testing.h"
 #include "daemon/peer/peer_link_internal.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -34,13 +35,12 @@ TEST(PeerSenderTest, RunsInOrderAndDropsTheOldestWhenFull) {
     });
   }
   release.Notify();
-  const absl::Time deadline = absl::Now() + absl::Seconds(10);
-  auto done = [&] {
-    absl::MutexLock lock(&mu);
-    return ran.size() == 2;
-  };
-  while (!done() && absl::Now() < deadline)
-    absl::SleepFor(absl::Milliseconds(5));
+  gift::testing::WaitUntil(
+      [&] {
+        absl::MutexLock lock(&mu);
+        return ran.size() == 2;
+      },
+      absl::Seconds(10), absl::Milliseconds(5));
   sender.Stop();
   {
     absl::MutexLock lock(&mu);

@@ -18,6 +18,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/status_matchers.h"
+#include "common/testing.h"
 #include "gift/v1/peer.grpc.pb.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -38,12 +39,7 @@ constexpr char kJob[] = "job-1";
 // Polls `done` until it holds or `timeout` passes (then false).
 bool Eventually(const std::function<bool()>& done,
                 absl::Duration timeout = absl::Seconds(15)) {
-  const absl::Time deadline = absl::Now() + timeout;
-  while (absl::Now() < deadline) {
-    if (done()) return true;
-    absl::SleepFor(absl::Milliseconds(10));
-  }
-  return done();
+  return gift::testing::WaitUntil(done, timeout, absl::Milliseconds(10));
 }
 
 // Records every call; the leader's OnMembersChanged publishes a new plan
@@ -543,9 +539,9 @@ TEST_F(PeerLinkTest, TlsJob) {
   if (std::system("command -v openssl >/dev/null 2>&1") != 0) {
     GTEST_SKIP() << "openssl is not installed: no certificate for the test";
   }
-  char dir_template[] = "/tmp/peer_link_test.XXXXXX";
-  ASSERT_NE(mkdtemp(dir_template), nullptr);
-  const std::string dir = dir_template;
+  gift::testing::TempDir tmp("peer_link_test");
+  ASSERT_TRUE(tmp.ok());
+  const std::string dir = tmp.path();
   const std::string cmd = absl::StrCat(
       "openssl req -x509 -newkey rsa:2048 -nodes -subj /CN=localhost "
       "-addext subjectAltName=IP:127.0.0.1 -days 1 -keyout ",

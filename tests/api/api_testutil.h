@@ -1,7 +1,9 @@
-// Helpers of the public API's tests (tests/api/): temporary directories,
-// ranks as threads of one process (each with its own communicator over a
-// shared store directory), and deterministic gradients. Uses only the
-// public headers and the standard library, as a consumer of libgift would.
+// Helpers of the public API's tests (tests/api/): ranks as threads of one
+// process (each with its own communicator over a shared store directory)
+// and deterministic gradients; the temporary directories (TempDir) and
+// RelL2 are the shared test helpers' (common/testing.h). Uses only the
+// public headers, the standard library and those test helpers (not part of
+// libgift), as a consumer of libgift would.
 //
 // Thread safety: RunRanks runs fn on one thread per rank; gtest assertions
 // are thread-safe.
@@ -9,42 +11,16 @@
 #define GIFT_TESTS_API_API_TESTUTIL_H_
 
 #include <gtest/gtest.h>
-#include <stdlib.h>
 
-#include <cmath>
 #include <cstdint>
-#include <filesystem>
 #include <functional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "common/testing.h"
+
 namespace gift::testing {
-
-// A fresh directory under $TMPDIR (or /tmp), removed with the object.
-class TempDir {
- public:
-  TempDir() {
-    const char* base = std::getenv("TMPDIR");
-    std::string tmpl = std::string(base != nullptr && *base ? base : "/tmp") +
-                       "/gift_api_test_XXXXXX";
-    std::vector<char> buf(tmpl.begin(), tmpl.end());
-    buf.push_back('\0');
-    if (::mkdtemp(buf.data()) != nullptr) path_ = buf.data();
-  }
-  ~TempDir() {
-    std::error_code ec;
-    if (!path_.empty()) std::filesystem::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-
-  const std::string& path() const { return path_; }
-  std::string Sub(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
 
 // Runs fn(rank) on world_size threads and joins them.
 inline void RunRanks(int world_size, const std::function<void(int)>& fn) {
@@ -65,18 +41,6 @@ inline std::vector<float> Gradient(int rank, size_t n, uint32_t seed = 1) {
     if (i % 97 == 5) g[i] *= 8;
   }
   return g;
-}
-
-// ||a - b|| / ||b|| over [begin, end).
-inline double RelL2(const std::vector<float>& a, const std::vector<float>& b,
-                    size_t begin, size_t end) {
-  double num = 0, den = 0;
-  for (size_t i = begin; i < end; ++i) {
-    const double d = static_cast<double>(a[i]) - b[i];
-    num += d * d;
-    den += static_cast<double>(b[i]) * b[i];
-  }
-  return den > 0 ? std::sqrt(num / den) : std::sqrt(num);
 }
 
 }  // namespace gift::testing

@@ -41,7 +41,7 @@ using gift::testing::TestPlan;
 // not equal to it: it was quantized), bit-identical across ranks, gaps
 // untouched; argument errors change nothing and break nothing.
 TEST(CApiTest, Fp8AllReduceOnTwoRanks) {
-  TempDir dir;
+  TempDir dir("gift_api_test");
   constexpr int kWorld = 2;
   const std::vector<float> exact = ExactAverage(kWorld, kBucket);
   std::vector<std::vector<float>> results(kWorld);
@@ -135,7 +135,7 @@ TEST(CApiTest, Fp8AllReduceOnTwoRanks) {
 
 // A smaller struct_size (an older header) gets only its fields.
 TEST(CApiTest, StepInfoHonoursStructSize) {
-  TempDir dir;
+  TempDir dir("gift_api_test");
   gift_communicator_t* comm = Connect(0, 1, dir.path());
   ASSERT_NE(comm, nullptr);
   gift_plan_t* plan = TestPlan();
@@ -166,7 +166,7 @@ TEST(CApiTest, StepInfoHonoursStructSize) {
 
 // fp32 mode is the exact average: (a + b) / 2 in float, bit for bit.
 TEST(CApiTest, Fp32ModeIsExact) {
-  TempDir dir;
+  TempDir dir("gift_api_test");
   constexpr int kWorld = 2;
   std::vector<std::vector<float>> results(kWorld);
   RunRanks(kWorld, [&](int rank) {
@@ -199,7 +199,7 @@ TEST(CApiTest, Fp32ModeIsExact) {
 // An overlapped step over two buckets (the bias first, in its own
 // buffer), against the exact average; and the step state machine.
 TEST(CApiTest, OverlappedStepOverTwoBuckets) {
-  TempDir dir;
+  TempDir dir("gift_api_test");
   constexpr int kWorld = 2;
   const std::vector<float> exact = ExactAverage(kWorld, kBucket);
   std::vector<std::vector<float>> fcs(kWorld), biases(kWorld);
@@ -298,7 +298,7 @@ TEST(CApiTest, OverlappedStepOverTwoBuckets) {
 // The GIFT path without a daemon: a plan epoch with fc on it and a
 // low-rank factor given by hand on every rank.
 TEST(CApiTest, GiftPathWithFactorByHand) {
-  TempDir dir;
+  TempDir dir("gift_api_test");
   constexpr int kWorld = 2;
   constexpr int64_t kR = 2;
   const std::vector<float> exact = ExactAverage(kWorld, kBucket);
@@ -397,7 +397,7 @@ TEST(CApiTest, GiftPathWithFactorByHand) {
 // allreduce and reports the error of what it applied against that average,
 // which is what this test computes itself.
 TEST(CApiTest, AuditStepReportsTheErrorAgainstFp32) {
-  TempDir dir;
+  TempDir dir("gift_api_test");
   constexpr int kWorld = 2;
   std::vector<std::vector<float>> results(kWorld);
   std::vector<gift_step_info_t> steps(kWorld);
@@ -448,7 +448,7 @@ TEST(CApiTest, AuditStepReportsTheErrorAgainstFp32) {
 }
 
 TEST(CApiTest, PlanMismatchFailsOnEveryRank) {
-  TempDir dir;
+  TempDir dir("gift_api_test");
   constexpr int kWorld = 2;
   std::vector<gift_status_t> codes(kWorld, GIFT_OK);
   std::vector<std::string> messages(kWorld);

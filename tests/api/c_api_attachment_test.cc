@@ -33,7 +33,7 @@ using gift::testing::TestPlan;
 // steps Euclidean, sketches are checked and taken (or skipped), and the
 // handles may be destroyed in any order.
 TEST(CApiTest, AttachmentWithoutDaemon) {
-  TempDir dir;
+  TempDir dir("gift_api_test");
   gift_communicator_t* comm = Connect(0, 1, dir.Sub("store"));
   ASSERT_NE(comm, nullptr);
   gift_plan_t* plan = TestPlan();
@@ -102,7 +102,7 @@ TEST(CApiTest, AttachmentWithoutDaemon) {
 }
 
 TEST(CApiTest, AttachmentServesOneAllReduceOfItsLayout) {
-  TempDir dir;
+  TempDir dir("gift_api_test");
   gift_communicator_t* comm = Connect(0, 1, dir.Sub("store"));
   ASSERT_NE(comm, nullptr);
   gift_plan_t* plan = TestPlan();

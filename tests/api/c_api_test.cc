@@ -197,7 +197,7 @@ TEST(CApiTest, EnumValuesOutOfRangeAreRejected) {
 }
 
 TEST(CApiTest, CommunicatorOptionsAreCheckedAtCreate) {
-  TempDir dir;
+  TempDir dir("gift_api_test");
   struct Case {
     int rank, world;
     bool store;
@@ -333,7 +333,7 @@ TEST(CApiTest, PlanGettersAndFingerprint) {
 }
 
 TEST(CApiTest, BarrierAndBroadcast) {
-  TempDir dir;
+  TempDir dir("gift_api_test");
   constexpr int kWorld = 2;
   std::vector<std::vector<int32_t>> got(kWorld);
   std::vector<uint64_t> sent(kWorld);

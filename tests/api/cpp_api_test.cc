@@ -149,7 +149,7 @@ TEST(CppApiTest, ModesAndBackends) {
 }
 
 TEST(CppApiTest, CommunicatorErrors) {
-  TempDir dir;
+  TempDir dir("gift_api_test");
   std::shared_ptr<Communicator> comm;
   CommunicatorOptions o;
   o.rank = 0;
@@ -202,7 +202,7 @@ TEST(CppApiTest, CommunicatorErrors) {
 // fp8 on two ranks with a GIFT epoch and a factor: stats, bit-identical
 // results, error against the exact average; then bf16.
 TEST(CppApiTest, AllReduceOnTwoRanks) {
-  TempDir dir;
+  TempDir dir("gift_api_test");
   constexpr int kWorld = 2;
   std::vector<std::vector<float>> results(kWorld);
   std::vector<gift::StepStats> stats(kWorld);
@@ -286,7 +286,7 @@ TEST(CppApiTest, AllReduceOnTwoRanks) {
 }
 
 TEST(CppApiTest, AttachRequiresTheLayout) {
-  TempDir dir;
+  TempDir dir("gift_api_test");
   std::shared_ptr<Communicator> comm = Connect(0, 1, dir.Sub("store"));
   ASSERT_NE(comm, nullptr);
   std::unique_ptr<QuantizedAllReduce> ar;

@@ -15,6 +15,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/status_macros.h"
+#include "common/testing.h"
 #include "daemon/metrics/http_testutil.h"
 
 namespace gift::testing_daemon {
@@ -48,12 +49,7 @@ std::string Yaml(const GiftdConfig& c, const std::string& socket,
 
 bool WaitFor(const std::function<bool()>& done, absl::Duration timeout,
              absl::Duration every) {
-  const absl::Time deadline = absl::Now() + timeout;
-  while (!done()) {
-    if (absl::Now() >= deadline) return false;
-    absl::SleepFor(every);
-  }
-  return true;
+  return gift::testing::WaitUntil(done, timeout, every);
 }
 
 absl::StatusOr<std::unique_ptr<Giftd>> Giftd::Start(

@@ -122,14 +122,10 @@ absl::Status Subprocess::Signal(int sig) {
 }
 
 absl::StatusOr<int> Subprocess::Wait(absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
-  while (Running()) {
-    if (absl::Now() >= deadline) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("pid ", pid_, " still running after ",
-                       absl::FormatDuration(timeout)));
-    }
-    absl::SleepFor(absl::Milliseconds(5));
+  if (!gift::testing::WaitUntil([&] { return !Running(); }, timeout,
+                                absl::Milliseconds(5))) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "pid ", pid_, " still running after ", absl::FormatDuration(timeout)));
   }
   if (!done_) return absl::FailedPreconditionError("no process");
   return exit_code_;
@@ -190,13 +186,6 @@ absl::StatusOr<int> FreePort() {
   }
   ::close(fd);
   return ntohs(a.sin_port);
-}
-
-absl::StatusOr<std::string> MakeTempDir(const std::string& prefix) {
-  const char* tmp = std::getenv("TMPDIR");
-  std::string tmpl = absl::StrCat(tmp ? tmp : "/tmp", "/", prefix, "_XXXXXX");
-  if (::mkdtemp(tmpl.data()) == nullptr) return Errno("mkdtemp");
-  return tmpl;
 }
 
 std::string FindOnPath(const std::string& name) {

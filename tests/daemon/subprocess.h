@@ -26,6 +26,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/testing.h"
 
 namespace gift::testing_daemon {
 
@@ -85,8 +86,9 @@ absl::StatusOr<CommandResult> Run(
 // tests on one machine.
 absl::StatusOr<int> FreePort();
 
-// A fresh directory under $TMPDIR (or /tmp) named prefix_XXXXXX.
-absl::StatusOr<std::string> MakeTempDir(const std::string& prefix);
+// A fresh directory under $TMPDIR (or /tmp) named prefix_XXXXXX: the
+// shared test helper's (common/testing.h).
+using ::gift::testing::MakeTempDir;
 
 // The first executable `name` in $PATH, or "".
 std::string FindOnPath(const std::string& name);

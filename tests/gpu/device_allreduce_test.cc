@@ -34,6 +34,7 @@
 #include "client/synthetic_testutil.h"
 #include "client/transport_factory.h"
 #include "common/status_matchers.h"
+#include "common/testing.h"
 #include "kernels/gpu.h"
 #include "tests/multiprocess/harness.h"
 
@@ -100,9 +101,8 @@ class DeviceBackendTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!gpu::Available()) GTEST_SKIP() << "no GPU";
-    char tmpl[] = "/tmp/gift_dev_backend_XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
+    ASSERT_TRUE(tmp_.ok());
+    dir_ = tmp_.path();
     auto store = FileStore::Create(dir_);
     ASSERT_OK(store);
     store_ = std::move(*store);
@@ -123,7 +123,6 @@ class DeviceBackendTest : public ::testing::Test {
   void TearDown() override {
     dev_.reset();
     comm_.reset();
-    if (!dir_.empty()) std::filesystem::remove_all(dir_);
   }
 
   // A device buffer holding `fill` bytes everywhere (to see unwritten
@@ -136,6 +135,7 @@ class DeviceBackendTest : public ::testing::Test {
     return b;
   }
 
+  gift::testing::TempDir tmp_{"gift_dev_backend"};
   std::string dir_;
   std::unique_ptr<FileStore> store_;
   std::unique_ptr<Transport> comm_;

@@ -34,6 +34,7 @@
 #include "client/store.h"
 #include "client/synthetic_testutil.h"
 #include "client/transport_factory.h"
+#include "common/testing.h"
 #include "kernels/fp8.h"
 #include "tests/multiprocess/allreduce_check.h"
 #include "tests/multiprocess/harness.h"
@@ -145,15 +146,6 @@ class DeviceBucket {
   bool ok_ = false;
 };
 
-double RelL2(const float* a, const float* ref, int64_t n) {
-  double e = 0, r = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    e += (double(a[i]) - ref[i]) * (double(a[i]) - ref[i]);
-    r += double(ref[i]) * ref[i];
-  }
-  return r > 0 ? std::sqrt(e / r) : std::sqrt(e);
-}
-
 // NaN equals NaN whatever its payload (the GPU's NaN is canonical).
 int64_t BitDiffs(const float* a, const float* b, int64_t n, int64_t* first) {
   int64_t bad = 0;
@@ -185,7 +177,7 @@ void CompareLayer(Checker& check, const std::string& what, const BucketLayer& l,
                          : ""));
     return;
   }
-  const double rel = RelL2(d, h, l.size());
+  const double rel = gift::testing::RelL2(d, h, l.size());
   check.Expect(rel <= tol,
                absl::StrCat(what, " layer ", l.name,
                             ": device vs host relative L2 ", rel, " > ", tol));

@@ -16,6 +16,7 @@
 
 #include "client/transport_factory.h"
 #include "common/status_matchers.h"
+#include "common/testing.h"
 
 namespace gift::client {
 namespace {
@@ -59,9 +60,8 @@ class NcclTransportTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!HaveDevice()) GTEST_SKIP() << "no CUDA device";
-    char tmpl[] = "/tmp/gift_nccl_test_XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
+    ASSERT_TRUE(tmp_.ok());
+    dir_ = tmp_.path();
     store_ = *FileStore::Create(dir_);
     options_.backend = "nccl";
     options_.rank = 0;
@@ -69,10 +69,7 @@ class NcclTransportTest : public ::testing::Test {
     options_.store = store_.get();
     options_.timeout = absl::Seconds(30);
   }
-  void TearDown() override {
-    if (!dir_.empty()) std::filesystem::remove_all(dir_);
-  }
-
+  gift::testing::TempDir tmp_{"gift_nccl_test"};
   std::string dir_;
   std::unique_ptr<FileStore> store_;
   TransportOptions options_;
@@ -154,16 +151,15 @@ TEST_F(NcclTransportTest, OneRankCollectivesOnDeviceBuffers) {
 
 TEST(NcclWithoutDeviceTest, CreationFailsCleanly) {
   if (HaveDevice()) GTEST_SKIP() << "a CUDA device is present";
-  char tmpl[] = "/tmp/gift_nccl_test_XXXXXX";
-  ASSERT_NE(::mkdtemp(tmpl), nullptr);
-  std::unique_ptr<FileStore> store = *FileStore::Create(tmpl);
+  gift::testing::TempDir tmp("gift_nccl_test");
+  ASSERT_TRUE(tmp.ok());
+  std::unique_ptr<FileStore> store = *FileStore::Create(tmp.path());
   TransportOptions options;
   options.backend = "nccl";
   options.rank = 0;
   options.world_size = 1;
   options.store = store.get();
   absl::StatusOr<std::unique_ptr<Transport>> c = CreateTransport(options);
-  std::filesystem::remove_all(tmpl);
   ASSERT_FALSE(c.ok());
   EXPECT_THAT(std::string(c.status().message()),
               ::testing::HasSubstr("cudaSetDevice"));

@@ -16,6 +16,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/testing.h"
 
 extern char** environ;
 
@@ -59,12 +60,9 @@ absl::StatusOr<RunResult> RunRanks(const LaunchOptions& options) {
   if (options.binary.empty() || options.world_size < 1) {
     return absl::InvalidArgumentError("RunRanks: binary and world_size >= 1");
   }
-  const char* tmp = std::getenv("TMPDIR");
-  std::string tmpl = absl::StrCat(tmp ? tmp : "/tmp", "/gift_mp_XXXXXX");
-  if (::mkdtemp(tmpl.data()) == nullptr) {
-    return absl::InternalError(absl::StrCat("mkdtemp: ", std::strerror(errno)));
-  }
-  const std::string dir = tmpl;
+  absl::StatusOr<std::string> made = gift::testing::MakeTempDir("gift_mp");
+  if (!made.ok()) return made.status();
+  const std::string dir = *std::move(made);
   std::error_code ec;
   std::filesystem::create_directory(dir + "/store", ec);
   std::filesystem::create_directory(dir + "/out", ec);

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "common/status_matchers.h"
+#include "common/testing.h"
 #include "tools/npy.h"
 
 namespace gift::fidelity {
@@ -25,9 +26,8 @@ class CliTest : public ::testing::Test {
   void SetUp() override {
     // A folder of this process's own: ctest runs the cases of this suite
     // as parallel processes, which would race on shared file names.
-    std::string tmpl = ::testing::TempDir() + "/cli_test_XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
+    ASSERT_TRUE(tmp_.ok());
+    dir_ = tmp_.path();
     std::mt19937 rng(11);
     std::normal_distribution<float> n(0, 1);
     std::vector<float> w(8 * 40), x(100 * 40);
@@ -37,7 +37,6 @@ class CliTest : public ::testing::Test {
     ASSERT_OK(tools::WriteNpy(Path("w.npy"), {8, 40}, w));
     ASSERT_OK(tools::WriteNpy(Path("x.npy"), {100, 40}, x));
   }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
   std::string Path(const std::string& name) { return dir_ + "/cli_" + name; }
   int Run(const std::vector<std::string>& args) {
     out_.str("");
@@ -45,6 +44,7 @@ class CliTest : public ::testing::Test {
     return RunFidelityCli(args, out_, err_);
   }
 
+  gift::testing::TempDir tmp_{"cli_test"};
   std::string dir_;
   std::ostringstream out_, err_;
 };

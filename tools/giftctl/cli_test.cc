@@ -18,6 +18,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "common/status_matchers.h"
+#include "common/testing.h"
 #include "daemon/selection_policy_schema.h"
 #include "gift/v1/control.grpc.pb.h"
 #include "tools/giftctl/commands.h"
@@ -366,8 +367,9 @@ TEST(BinaryTest, MissingTokenFileExitsOne) {
 // (no writer) or a directory fail at once instead of reading forever,
 // blocking or failing later.
 TEST(BinaryTest, TokenAndCaFilesMustBeRegularFiles) {
-  char dir[] = "/tmp/giftctl_cli_test_XXXXXX";
-  ASSERT_NE(mkdtemp(dir), nullptr);
+  gift::testing::TempDir tmp("giftctl_cli_test");
+  ASSERT_TRUE(tmp.ok());
+  const std::string dir = tmp.path();
   const std::string fifo = std::string(dir) + "/fifo";
   ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
   for (const std::string& path :
@@ -383,7 +385,6 @@ TEST(BinaryTest, TokenAndCaFilesMustBeRegularFiles) {
                                     "': not a regular file"));
   }
   unlink(fifo.c_str());
-  rmdir(dir);
 }
 
 }  // namespace
