@@ -36,8 +36,10 @@
 
 #if defined(__CUDACC__)
 #define GIFT_FP4_HD __host__ __device__ __forceinline__
+#define GIFT_FP4_HOST_DEVICE __host__ __device__
 #else
 #define GIFT_FP4_HD inline
+#define GIFT_FP4_HOST_DEVICE
 #endif
 
 namespace gift::kernels {
@@ -49,7 +51,7 @@ namespace gift::kernels {
 enum class Fp4Format : uint8_t { kNvfp4 = 0, kMxfp4 = 1 };
 
 // Elements per block scale: 16 (nvfp4) or 32 (mxfp4).
-constexpr int64_t Fp4BlockSize(Fp4Format f) {
+GIFT_FP4_HOST_DEVICE constexpr int64_t Fp4BlockSize(Fp4Format f) {
   return f == Fp4Format::kNvfp4 ? 16 : 32;
 }
 
