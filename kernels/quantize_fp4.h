@@ -12,12 +12,13 @@
 // call (the tensor scale s_t). Blocks have an even size, so no byte holds
 // two blocks' codes.
 //
-// nvfp4 (NVIDIA's two-level NVFP4 recipe: "NVFP4 ... applies a two-level
-// scaling strategy, which combines a fine-grained E4M3 scaling factor per
-// 16-value micro-block with a second-level FP32 scalar applied per tensor";
-// NVIDIA technical blog "Introducing NVFP4 for Efficient and Accurate
-// Low-Precision Inference", 2025, and Transformer Engine's NVFP4 recipe,
-// whose global scale is amax / (448 · 6)). Exactly, with IEEE float
+// nvfp4 (NVIDIA's two-level NVFP4 scaling: an E4M3 scale per 16-element
+// micro-block and an FP32 scale per tensor that maps the block scales into
+// E4M3's range; NVIDIA technical blog "Introducing NVFP4 for Efficient and
+// Accurate Low-Precision Inference", 2025,
+// developer.nvidia.com/blog/introducing-nvfp4-for-efficient-and-accurate-
+// low-precision-inference; Transformer Engine's NVFP4 recipe takes the
+// per-tensor scale as amax / (448 · 6) as well). Exactly, with IEEE float
 // operations in this order (a = the segment's finite amax(|x|), a_b = the
 // block's):
 //   s_t = a / 2688 (6 · 448); 1 when a == 0; the smallest positive float
