@@ -1,0 +1,258 @@
+// Block-scaled 4-bit quantization, CPU reference. Per block: the finite amax
+// (integer max over the magnitude bits, which orders non-negative floats
+// like their values) and the non-finite count, the block's scale code, then
+// one pass that encodes, packs two codes per byte, writes the residual and
+// adds the telemetry (double sums in element order). Plain scalar loops: the
+// reference for the CUDA kernels, not tuned.
+#include "kernels/quantize_fp4.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/fp8.h"
+
+namespace gift::kernels {
+namespace {
+
+using internal::BitsFloat;
+using internal::FloatBits;
+
+constexpr uint32_t kInfBits = 0x7F800000u;
+
+struct BlockAmax {
+  float amax;         // over finite elements
+  int64_t nonfinite;  // NaN/Inf count
+};
+
+BlockAmax FiniteAmax(const float* x, int64_t n) {
+  uint32_t amax = 0;
+  int64_t bad = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t a = FloatBits(x[i]) & 0x7FFFFFFFu;
+    const bool finite = a < kInfBits;
+    amax = std::max(amax, finite ? a : 0u);
+    bad += finite ? 0 : 1;
+  }
+  return {BitsFloat(amax), bad};
+}
+
+// How one block's elements map to codes and back: q = e2m1(pre(x)) and
+// x̂ = post(e2m1val(q)), as the header defines them per format.
+struct BlockCoder {
+  Fp4Format f;
+  float tensor;  // nvfp4: s_t
+  float block;   // nvfp4: e4m3val(c_b); mxfp4: X
+  float div;     // nvfp4: e4m3val(c_b), 1 for an all-zero block
+  float recip;   // mxfp4: 2^(127 - e_b)
+
+  static BlockCoder For(Fp4Format f, uint8_t code, float s_t) {
+    BlockCoder c{f, s_t, 0, 1, 1};
+    if (f == Fp4Format::kNvfp4) {
+      c.block = DecodeFp8(code, Fp8Format::kE4M3);
+      c.div = code == 0 ? 1.0f : c.block;
+    } else {
+      c.block = DecodeE8M0(code);
+      c.recip = BitsFloat(uint32_t(254 - code) << 23);
+    }
+    return c;
+  }
+  uint8_t Encode(float x) const {
+    return f == Fp4Format::kNvfp4 ? EncodeE2M1((x / tensor) / div)
+                                  : EncodeE2M1(x * recip);
+  }
+  float Decode(uint8_t q) const {
+    return f == Fp4Format::kNvfp4 ? (DecodeE2M1(q) * block) * tensor
+                                  : DecodeE2M1(q) * block;
+  }
+};
+
+uint8_t BlockScaleCode(Fp4Format f, float amax, float s_t) {
+  return f == Fp4Format::kNvfp4 ? Nvfp4BlockScaleCode(amax, s_t)
+                                : Mxfp4ScaleCode(amax);
+}
+
+// Encodes elements [0, m) of one block into packed bytes at `codes`.
+void EncodeBlock(const BlockCoder& c, const float* x, int64_t m, uint8_t* codes,
+                 float* residual, QuantizeStats* st) {
+  double e = 0, xx = 0, hx = 0;
+  for (int64_t i = 0; i < m; ++i) {
+    const float xv = x[i];  // read before residual (may alias x) is written
+    const bool finite = (FloatBits(xv) & 0x7FFFFFFFu) < kInfBits;
+    const uint8_t q = c.Encode(xv);
+    if (i % 2 == 0) {
+      codes[i / 2] = q;
+    } else {
+      codes[i / 2] |= uint8_t(q << 4);
+    }
+    const float h = c.Decode(q);
+    if (residual) residual[i] = finite ? xv - h : 0.0f;
+    if (!finite) continue;
+    st->upper += (q & 7) == kE2M1MaxCode;
+    st->lower += (q & 7) == 0 && xv != 0;
+    const double xd = xv, hd = h, d = hd - xd;
+    e += d * d;
+    xx += xd * xd;
+    hx += hd * xd;
+  }
+  st->err_sq += e;
+  st->x_sq += xx;
+  st->xhat_x += hx;
+}
+
+float TensorScaleOf(Fp4Format f, const float* tensor_scale) {
+  return f == Fp4Format::kNvfp4 ? *tensor_scale : 1.0f;
+}
+
+}  // namespace
+
+int64_t Fp4PackedBytes(int64_t n) { return n > 0 ? (n + 1) / 2 : 0; }
+
+int64_t Fp4NumBlocks(int64_t n, Fp4Format f) {
+  const int64_t b = Fp4BlockSize(f);
+  return n > 0 ? (n + b - 1) / b : 0;
+}
+
+float Nvfp4TensorScale(float amax) {
+  if (amax == 0) return 1.0f;
+  const float s = amax / kNvfp4TensorDivisor;
+  return s > 0 ? s : std::numeric_limits<float>::denorm_min();
+}
+
+uint8_t Nvfp4BlockScaleCode(float block_amax, float tensor_scale) {
+  if (block_amax == 0) return 0x00;
+  const uint8_t c =
+      EncodeFp8((block_amax / tensor_scale) / 6.0f, Fp8Format::kE4M3);
+  return c == 0 ? uint8_t{0x01} : c;
+}
+
+uint8_t Mxfp4ScaleCode(float block_amax) {
+  if (block_amax == 0) return 127;
+  const uint8_t e = EncodeE8M0(block_amax);
+  return e > 2 ? uint8_t(e - 2) : uint8_t{0};
+}
+
+absl::Status internal::CheckQuantizeFp4Args(const float* x, int64_t n,
+                                            Fp4Format f, const uint8_t* codes,
+                                            const uint8_t* block_scales,
+                                            const float* tensor_scale) {
+  if (n < 0) return absl::InvalidArgumentError(absl::StrCat("n = ", n, " < 0"));
+  if (f == Fp4Format::kNvfp4 && tensor_scale == nullptr) {
+    return absl::InvalidArgumentError("null tensor_scale (nvfp4)");
+  }
+  if (n > 0 && (x == nullptr || codes == nullptr || block_scales == nullptr)) {
+    return absl::InvalidArgumentError("null buffer");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status internal::CheckDequantizeFp4Args(const uint8_t* codes,
+                                              const uint8_t* block_scales,
+                                              const float* tensor_scale,
+                                              int64_t n, Fp4Format f,
+                                              const float* out) {
+  if (n < 0) return absl::InvalidArgumentError(absl::StrCat("n = ", n, " < 0"));
+  if (n > 0 && (codes == nullptr || block_scales == nullptr || out == nullptr ||
+                (f == Fp4Format::kNvfp4 && tensor_scale == nullptr))) {
+    return absl::InvalidArgumentError("null buffer");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status internal::CheckAccumulateFp4Args(const Fp4Source* sources,
+                                              int num_sources, int64_t n,
+                                              Fp4Format f, const float* acc) {
+  if (n < 0) return absl::InvalidArgumentError(absl::StrCat("n = ", n, " < 0"));
+  if (num_sources < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_sources = ", num_sources, " < 0"));
+  }
+  if (num_sources > 0 && sources == nullptr) {
+    return absl::InvalidArgumentError("null sources");
+  }
+  if (n == 0) return absl::OkStatus();
+  if (acc == nullptr) return absl::InvalidArgumentError("null acc");
+  for (int k = 0; k < num_sources; ++k) {
+    if (sources[k].codes == nullptr || sources[k].block_scales == nullptr ||
+        (f == Fp4Format::kNvfp4 && sources[k].tensor_scale == nullptr)) {
+      return absl::InvalidArgumentError(absl::StrCat("null source ", k));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status QuantizeFp4(const float* x, int64_t n, Fp4Format f, uint8_t* codes,
+                         uint8_t* block_scales, float* tensor_scale,
+                         float* residual, QuantizeStats* stats) {
+  if (auto s = internal::CheckQuantizeFp4Args(x, n, f, codes, block_scales,
+                                              tensor_scale);
+      !s.ok()) {
+    return s;
+  }
+  const bool nv = f == Fp4Format::kNvfp4;
+  const float s_t = nv ? Nvfp4TensorScale(FiniteAmax(x, n).amax) : 1.0f;
+  if (tensor_scale != nullptr) *tensor_scale = s_t;
+  QuantizeStats st;
+  st.n = n;
+  const int64_t block = Fp4BlockSize(f);
+  for (int64_t b = 0, lo = 0; lo < n; ++b, lo += block) {
+    const int64_t m = std::min(block, n - lo);
+    const BlockAmax am = FiniteAmax(x + lo, m);
+    const uint8_t code = BlockScaleCode(f, am.amax, s_t);
+    EncodeBlock(BlockCoder::For(f, code, s_t), x + lo, m, codes + lo / 2,
+                residual ? residual + lo : nullptr, &st);
+    st.nonfinite += am.nonfinite;
+    block_scales[b] = am.nonfinite == 0 ? code : nv ? kNvfp4NaNScale : kE8M0NaN;
+  }
+  if (stats) *stats = st;
+  return absl::OkStatus();
+}
+
+absl::Status DequantizeFp4(const uint8_t* codes, const uint8_t* block_scales,
+                           const float* tensor_scale, int64_t n, Fp4Format f,
+                           float* out) {
+  if (auto s = internal::CheckDequantizeFp4Args(codes, block_scales,
+                                                tensor_scale, n, f, out);
+      !s.ok()) {
+    return s;
+  }
+  if (n == 0) return absl::OkStatus();
+  const float s_t = TensorScaleOf(f, tensor_scale);
+  const int64_t block = Fp4BlockSize(f);
+  for (int64_t b = 0, lo = 0; lo < n; ++b, lo += block) {
+    const int64_t m = std::min(block, n - lo);
+    const BlockCoder c = BlockCoder::For(f, block_scales[b], s_t);
+    for (int64_t i = 0; i < m; ++i) {
+      out[lo + i] = c.Decode(uint8_t(codes[(lo + i) / 2] >> (4 * (i % 2))));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status DequantizeAccumulateFp4(const Fp4Source* sources, int num_sources,
+                                     int64_t n, Fp4Format f, bool zero_first,
+                                     float* acc) {
+  if (auto s =
+          internal::CheckAccumulateFp4Args(sources, num_sources, n, f, acc);
+      !s.ok()) {
+    return s;
+  }
+  if (n == 0) return absl::OkStatus();
+  if (zero_first) std::fill(acc, acc + n, 0.0f);
+  const int64_t block = Fp4BlockSize(f);
+  for (int k = 0; k < num_sources; ++k) {
+    const Fp4Source& src = sources[k];
+    const float s_t = TensorScaleOf(f, src.tensor_scale);
+    for (int64_t b = 0, lo = 0; lo < n; ++b, lo += block) {
+      const int64_t m = std::min(block, n - lo);
+      const BlockCoder c = BlockCoder::For(f, src.block_scales[b], s_t);
+      for (int64_t i = 0; i < m; ++i) {
+        const uint8_t q = uint8_t(src.codes[(lo + i) / 2] >> (4 * (i % 2)));
+        acc[lo + i] = acc[lo + i] + c.Decode(q);
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace gift::kernels

@@ -1,0 +1,577 @@
+#include "kernels/quantize_fp4.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "common/status_matchers.h"
+#include "gtest/gtest.h"
+#include "kernels/accumulate.h"
+#include "kernels/whiten.h"
+
+namespace gift::kernels {
+namespace {
+
+using ::gift::testing::StatusIs;
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr Fp4Format kNv = Fp4Format::kNvfp4;
+constexpr Fp4Format kMx = Fp4Format::kMxfp4;
+constexpr Fp4Format kFormats[] = {kNv, kMx};
+
+bool SameBits(float a, float b) { return std::memcmp(&a, &b, 4) == 0; }
+
+// Gaussian values over many binades; never all zero.
+std::vector<float> RandomData(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  std::uniform_int_distribution<int> ex(-12, 6);
+  std::vector<float> x(n);
+  for (auto& v : x) v = std::ldexp(g(rng), ex(rng));
+  if (n > 0) x[0] = 3.5f;
+  return x;
+}
+
+std::vector<float> Gaussian(int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  std::vector<float> x(n);
+  for (auto& v : x) v = g(rng);
+  return x;
+}
+
+struct Result {
+  std::vector<uint8_t> codes, scales;
+  float tensor = -1;
+  std::vector<float> residual;
+  QuantizeStats stats;
+
+  uint8_t Code(int64_t i) const { return (codes[i / 2] >> (4 * (i % 2))) & 15; }
+};
+
+// Outputs pre-filled with sentinels a correct call never leaves.
+Result RunQuantize(const std::vector<float>& x, Fp4Format f) {
+  const int64_t n = x.size();
+  Result r{std::vector<uint8_t>(Fp4PackedBytes(n), 0xEE),
+           std::vector<uint8_t>(Fp4NumBlocks(n, f), 0xEE),
+           -1.0f,
+           std::vector<float>(n, kNaN),
+           {}};
+  r.stats.n = -5;
+  EXPECT_OK(QuantizeFp4(x.data(), n, f, r.codes.data(), r.scales.data(),
+                        &r.tensor, r.residual.data(), &r.stats));
+  return r;
+}
+
+std::vector<float> Dequant(const Result& r, int64_t n, Fp4Format f) {
+  std::vector<float> out(n + 1, -9.0f);
+  EXPECT_OK(DequantizeFp4(r.codes.data(), r.scales.data(), &r.tensor, n, f,
+                          out.data()));
+  EXPECT_EQ(out[n], -9.0f);  // nothing written past n
+  out.resize(n);
+  return out;
+}
+
+// Independent reference from the header's formulas, element by element.
+Result Naive(const std::vector<float>& x, Fp4Format f) {
+  const int64_t n = x.size(), bs = Fp4BlockSize(f);
+  Result r{std::vector<uint8_t>(Fp4PackedBytes(n), 0),
+           std::vector<uint8_t>(Fp4NumBlocks(n, f)),
+           1.0f,
+           std::vector<float>(n),
+           {}};
+  r.stats.n = n;
+  float amax = 0;
+  for (float v : x) {
+    if (std::isfinite(v)) amax = std::max(amax, std::fabs(v));
+  }
+  if (f == kNv && amax > 0) {
+    r.tensor = amax / 2688.0f;
+    if (r.tensor == 0) r.tensor = std::numeric_limits<float>::denorm_min();
+  }
+  for (int64_t lo = 0; lo < n; lo += bs) {
+    const int64_t hi = std::min(n, lo + bs);
+    float am = 0;
+    bool bad = false;
+    for (int64_t i = lo; i < hi; ++i) {
+      if (std::isfinite(x[i])) am = std::max(am, std::fabs(x[i]));
+      bad |= !std::isfinite(x[i]);
+    }
+    uint8_t code;
+    float scale;
+    if (f == kNv) {
+      code = am == 0 ? 0
+                     : std::max<uint8_t>(1, EncodeFp8(am / r.tensor / 6.0f,
+                                                      Fp8Format::kE4M3));
+      scale = DecodeFp8(code, Fp8Format::kE4M3);
+    } else {
+      code = am == 0 ? 127 : std::max(std::ilogb(am) + 127 - 2, 0);
+      scale = std::ldexp(1.0f, code - 127);
+    }
+    r.scales[lo / bs] = bad ? (f == kNv ? 0x7F : 0xFF) : code;
+    for (int64_t i = lo; i < hi; ++i) {
+      const uint8_t q =
+          f == kNv ? EncodeE2M1(x[i] / r.tensor / (code ? scale : 1.0f))
+                   : EncodeE2M1(x[i] / scale);
+      const float h =
+          f == kNv ? DecodeE2M1(q) * scale * r.tensor : DecodeE2M1(q) * scale;
+      r.codes[i / 2] |= q << (4 * (i % 2));
+      if (!std::isfinite(x[i])) {
+        ++r.stats.nonfinite;
+        continue;
+      }
+      r.residual[i] = x[i] - h;
+      r.stats.upper += (q & 7) == 7;
+      r.stats.lower += (q & 7) == 0 && x[i] != 0;
+      r.stats.err_sq += (double(h) - x[i]) * (double(h) - x[i]);
+      r.stats.x_sq += double(x[i]) * x[i];
+      r.stats.xhat_x += double(h) * x[i];
+    }
+  }
+  return r;
+}
+
+void ExpectSame(const Result& got, const Result& want) {
+  ASSERT_EQ(got.codes, want.codes);
+  ASSERT_EQ(got.scales, want.scales);
+  EXPECT_TRUE(SameBits(got.tensor, want.tensor))
+      << got.tensor << " vs " << want.tensor;
+  ASSERT_EQ(got.residual.size(), want.residual.size());
+  for (size_t i = 0; i < got.residual.size(); ++i) {
+    ASSERT_TRUE(SameBits(got.residual[i], want.residual[i]))
+        << "residual " << i;
+  }
+  EXPECT_EQ(got.stats.n, want.stats.n);
+  EXPECT_EQ(got.stats.upper, want.stats.upper);
+  EXPECT_EQ(got.stats.lower, want.stats.lower);
+  EXPECT_EQ(got.stats.nonfinite, want.stats.nonfinite);
+  // Sums per block, then over blocks: the order differs from Naive's.
+  EXPECT_NEAR(got.stats.err_sq, want.stats.err_sq, 1e-12 * want.stats.err_sq);
+  EXPECT_NEAR(got.stats.x_sq, want.stats.x_sq, 1e-12 * want.stats.x_sq);
+  EXPECT_NEAR(got.stats.xhat_x, want.stats.xhat_x,
+              1e-12 * std::fabs(want.stats.xhat_x));
+}
+
+TEST(QuantizeFp4Test, Sizes) {
+  EXPECT_EQ(Fp4PackedBytes(0), 0);
+  EXPECT_EQ(Fp4PackedBytes(1), 1);
+  EXPECT_EQ(Fp4PackedBytes(2), 1);
+  EXPECT_EQ(Fp4PackedBytes(33), 17);
+  EXPECT_EQ(Fp4NumBlocks(0, kNv), 0);
+  EXPECT_EQ(Fp4NumBlocks(16, kNv), 1);
+  EXPECT_EQ(Fp4NumBlocks(17, kNv), 2);
+  EXPECT_EQ(Fp4NumBlocks(32, kMx), 1);
+  EXPECT_EQ(Fp4NumBlocks(33, kMx), 2);
+}
+
+TEST(QuantizeFp4Test, MatchesNaiveReference) {
+  for (Fp4Format f : kFormats) {
+    for (int64_t n : {1, 2, 5, 15, 16, 17, 31, 32, 33, 1000, 4097}) {
+      SCOPED_TRACE(::testing::Message() << Fp4FormatName(f) << " n " << n);
+      const auto x = RandomData(n, uint32_t(n * 7 + int(f)));
+      ExpectSame(RunQuantize(x, f), Naive(x, f));
+    }
+  }
+}
+
+// Hand-computed nvfp4: amax 6 * 448 makes s_t = 1; block 0's amax 6 makes
+// its E4M3 scale 1 (code 0x38), block 1's amax 2688 makes it 448 (0x7E).
+TEST(QuantizeFp4Test, Nvfp4HandComputed) {
+  std::vector<float> x(20, 0.0f);
+  const float b0[16] = {0.25f, 0.3f,  0.75f, -1.25f, 1.3f, 2.5f, 3.5f, 5.0f,
+                        5.1f,  -6.0f, 0.0f,  -0.0f,  1.0f, 2.0f, 4.0f, 0.1f};
+  std::copy(b0, b0 + 16, x.begin());
+  x[16] = 2688.0f;
+  x[17] = -448.0f;  // 1 * 448
+  x[18] = 1000.0f;  // 2.23 -> 2 (code 4)
+  x[19] = 1120.0f;  // 2.5 -> tie -> 2
+  const Result r = RunQuantize(x, kNv);
+  EXPECT_EQ(r.tensor, 1.0f);
+  ASSERT_EQ(r.scales.size(), 2u);
+  EXPECT_EQ(r.scales[0], 0x38);
+  EXPECT_EQ(r.scales[1], 0x7E);
+  const uint8_t want0[16] = {0x0, 0x1, 0x2, 0xA, 0x3, 0x4, 0x6, 0x6,
+                             0x7, 0xF, 0x0, 0x8, 0x2, 0x4, 0x6, 0x0};
+  for (int i = 0; i < 16; ++i) EXPECT_EQ(r.Code(i), want0[i]) << i;
+  EXPECT_EQ(r.Code(16), 0x7);
+  EXPECT_EQ(r.Code(17), 0xA);
+  EXPECT_EQ(r.Code(18), 0x4);
+  EXPECT_EQ(r.Code(19), 0x4);
+  EXPECT_EQ(r.codes[0], 0x10);  // low nibble = element 0
+  EXPECT_EQ(r.codes[1], 0xA2);
+  // upper: 5.1, -6 (block 0), 2688 (block 1); lower: 0.25, 0.1.
+  EXPECT_EQ(r.stats.upper, 3);
+  EXPECT_EQ(r.stats.lower, 2);
+  EXPECT_EQ(r.stats.n, 20);
+  const auto xh = Dequant(r, 20, kNv);
+  EXPECT_EQ(xh[1], 0.5f);
+  EXPECT_EQ(xh[9], -6.0f);
+  EXPECT_EQ(xh[16], 2688.0f);
+  EXPECT_EQ(xh[18], 896.0f);
+  EXPECT_EQ(r.residual[18], 104.0f);
+}
+
+// Hand-computed mxfp4: amax 5 -> floor(log2 5) = 2 -> X = 2^0 (code 127);
+// amax 0.7 -> floor(log2) = -1 -> X = 2^-3 (code 124).
+TEST(QuantizeFp4Test, Mxfp4HandComputed) {
+  std::vector<float> x(40, 0.0f);
+  x[0] = 5.0f;     // 5 -> tie -> 4
+  x[1] = -1.75f;   // tie -> 2
+  x[2] = 0.2f;     // -> 0 (lower hit)
+  x[3] = 4.9f;     // -> 4
+  x[32] = 0.7f;    // 0.7 * 8 = 5.6 -> 6
+  x[33] = -0.07f;  // 0.56 -> 0.5
+  x[34] = 0.03f;   // 0.24 -> 0
+  Result r = RunQuantize(x, kMx);
+  EXPECT_EQ(r.tensor, 1.0f);
+  ASSERT_EQ(r.scales.size(), 2u);
+  EXPECT_EQ(r.scales[0], 127);
+  EXPECT_EQ(r.scales[1], 124);
+  EXPECT_EQ(r.Code(0), 0x6);
+  EXPECT_EQ(r.Code(1), 0xC);
+  EXPECT_EQ(r.Code(2), 0x0);
+  EXPECT_EQ(r.Code(3), 0x6);
+  EXPECT_EQ(r.Code(32), 0x7);
+  EXPECT_EQ(r.Code(33), 0x9);
+  EXPECT_EQ(r.Code(34), 0x0);
+  EXPECT_EQ(r.stats.upper, 1);
+  EXPECT_EQ(r.stats.lower, 2);
+  const auto xh = Dequant(r, 40, kMx);
+  EXPECT_EQ(xh[32], 0.75f);
+  EXPECT_EQ(xh[33], -0.0625f);
+  // Values in [6, 8) * X saturate (the spec's clipping): amax 7.9 -> X = 1.
+  x[0] = 7.9f;
+  r = RunQuantize(x, kMx);
+  EXPECT_EQ(r.scales[0], 127);
+  EXPECT_EQ(r.Code(0), 0x7);
+}
+
+TEST(QuantizeFp4Test, EmptyAndOddSizes) {
+  for (Fp4Format f : kFormats) {
+    float s_t = -1;
+    QuantizeStats st;
+    st.upper = 9;
+    ASSERT_OK(QuantizeFp4(nullptr, 0, f, nullptr, nullptr, &s_t, nullptr, &st));
+    EXPECT_EQ(s_t, 1.0f);
+    EXPECT_EQ(st.n, 0);
+    EXPECT_EQ(st.upper, 0);
+    ASSERT_OK(DequantizeFp4(nullptr, nullptr, &s_t, 0, f, nullptr));
+    // Odd n: the last byte's high nibble is 0.
+    const std::vector<float> x = {-6.0f, 6.0f, -6.0f};
+    const Result r = RunQuantize(x, f);
+    ASSERT_EQ(r.codes.size(), 2u);
+    EXPECT_EQ(r.codes[1], 0x0F);
+  }
+  // mxfp4 needs no tensor scale.
+  const float x[2] = {1, 2};
+  uint8_t q, s;
+  ASSERT_OK(QuantizeFp4(x, 2, kMx, &q, &s, nullptr, nullptr, nullptr));
+  EXPECT_EQ(q, 0x64);  // amax 2: X = 0.5, codes 2 (0x4) and 4 (0x6)
+}
+
+TEST(QuantizeFp4Test, ZeroBlocks) {
+  std::vector<float> x(48, 0.0f);
+  x[20] = -0.0f;
+  x[40] = 3.0f;  // only the last nvfp4 block is non-zero
+  for (Fp4Format f : kFormats) {
+    const Result r = RunQuantize(x, f);
+    ExpectSame(r, Naive(x, f));
+    if (f == kNv) {
+      EXPECT_EQ(r.scales[0], 0x00);
+      EXPECT_EQ(r.scales[1], 0x00);
+      EXPECT_NE(r.scales[2], 0x00);
+    } else {
+      EXPECT_EQ(r.scales[0], 127);
+    }
+    EXPECT_EQ(r.Code(20), 0x8);  // -0 keeps its sign
+    const auto xh = Dequant(r, 48, f);
+    for (int i = 0; i < 48; ++i) {
+      if (i == 40) continue;
+      EXPECT_EQ(xh[i], 0.0f) << i;
+      EXPECT_EQ(r.residual[i], 0.0f) << i;
+    }
+    EXPECT_NEAR(xh[40], 3.0f, 1e-6);
+    EXPECT_EQ(r.stats.lower, 0);
+  }
+  // An all-zero tensor.
+  const std::vector<float> z(37, 0.0f);
+  for (Fp4Format f : kFormats) {
+    const Result r = RunQuantize(z, f);
+    EXPECT_EQ(r.tensor, 1.0f);
+    for (uint8_t c : r.codes) EXPECT_EQ(c, 0);
+    EXPECT_EQ(r.stats.RelL2(), 0.0);
+    EXPECT_EQ(r.stats.Cosine(), 1.0);
+  }
+}
+
+// A block 10^4 below the tensor's amax: its E4M3 scale would round to 0;
+// it takes the smallest subnormal 0x01 instead and keeps what fits.
+TEST(QuantizeFp4Test, Nvfp4BlockScaleUnderflow) {
+  std::vector<float> x(32, 0.0f);
+  x[0] = 2688.0f;  // s_t = 1
+  // Block 1: amax 0.0032, and 0.0032 / 6 < 2^-10 rounds to 0 in E4M3.
+  for (int i = 16; i < 32; ++i) {
+    x[i] = 0.0002f * float(i - 15) * ((i % 2) ? 1.0f : -1.0f);
+  }
+  const Result r = RunQuantize(x, kNv);
+  ExpectSame(r, Naive(x, kNv));
+  EXPECT_EQ(r.tensor, 1.0f);
+  EXPECT_EQ(r.scales[1], 0x01);
+  EXPECT_EQ(Nvfp4BlockScaleCode(0.0032f, 1.0f), 0x01);
+  EXPECT_EQ(EncodeFp8(0.0032f / 6.0f, Fp8Format::kE4M3), 0x00);
+  const auto xh = Dequant(r, 32, kNv);
+  int nonzero = 0;
+  for (int i = 16; i < 32; ++i) {
+    ASSERT_LE(std::fabs(xh[i] - x[i]), std::fabs(x[i])) << i;
+    // No element saturates: |x / 2^-9| <= 3.
+    EXPECT_NE(r.Code(i) & 7, 7) << i;
+    nonzero += xh[i] != 0;
+  }
+  EXPECT_GT(nonzero, 8);        // most of the block survives
+  EXPECT_EQ(r.stats.upper, 1);  // only 2688
+}
+
+// Whole tensors in the float subnormal range, and blocks far below it.
+TEST(QuantizeFp4Test, SubnormalRange) {
+  for (Fp4Format f : kFormats) {
+    for (float unit : {1e-40f, 1e-44f, 1e-30f}) {
+      std::vector<float> x = RandomData(100, 17);
+      for (auto& v : x) v *= unit;
+      x[50] = std::numeric_limits<float>::denorm_min();
+      SCOPED_TRACE(::testing::Message() << Fp4FormatName(f) << " " << unit);
+      const Result r = RunQuantize(x, f);
+      ExpectSame(r, Naive(x, f));
+      EXPECT_TRUE(std::isfinite(r.tensor) && r.tensor > 0);
+      const auto xh = Dequant(r, 100, f);
+      for (int i = 0; i < 100; ++i) {
+        ASSERT_TRUE(std::isfinite(xh[i])) << i;
+        ASSERT_TRUE(SameBits(r.residual[i], x[i] - xh[i])) << i;
+      }
+      // mxfp4 cannot scale below 2^-127: such blocks decode to 0.
+      EXPECT_LE(r.stats.RelL2(), 1.0);
+    }
+  }
+  // mxfp4 clamps the shared exponent at 2^-127.
+  EXPECT_EQ(Mxfp4ScaleCode(1e-40f), 0);
+  EXPECT_EQ(Mxfp4ScaleCode(std::ldexp(1.0f, -124)), 1);
+  EXPECT_EQ(Mxfp4ScaleCode(std::numeric_limits<float>::max()), 252);
+  EXPECT_EQ(Nvfp4TensorScale(1e-44f), std::numeric_limits<float>::denorm_min());
+}
+
+TEST(QuantizeFp4Test, NonFiniteBlocksAreFlagged) {
+  for (Fp4Format f : kFormats) {
+    const int64_t bs = Fp4BlockSize(f);
+    auto x = RandomData(4 * bs, 4);
+    x[bs + 3] = kNaN;       // block 1
+    x[2 * bs + 5] = -kInf;  // block 2
+    const Result r = RunQuantize(x, f);
+    ExpectSame(r, Naive(x, f));
+    const uint8_t flag = f == kNv ? 0x7F : 0xFF;
+    EXPECT_EQ(r.scales[1], flag);
+    EXPECT_EQ(r.scales[2], flag);
+    EXPECT_NE(r.scales[0], flag);
+    EXPECT_NE(r.scales[3], flag);
+    EXPECT_TRUE(std::isfinite(r.tensor));
+    EXPECT_EQ(r.stats.nonfinite, 2);
+    EXPECT_EQ(r.Code(bs + 3), 0x7);      // NaN -> +6
+    EXPECT_EQ(r.Code(2 * bs + 5), 0xF);  // -Inf -> -6
+    EXPECT_EQ(r.residual[bs + 3], 0.0f);
+    EXPECT_EQ(r.residual[2 * bs + 5], 0.0f);
+    EXPECT_TRUE(std::isfinite(r.stats.err_sq));
+    const auto xh = Dequant(r, 4 * bs, f);
+    for (int64_t i = 0; i < 4 * bs; ++i) {
+      EXPECT_EQ(std::isnan(xh[i]), i >= bs && i < 3 * bs) << i;
+    }
+    // The flag poisons every sum it enters.
+    std::vector<float> acc(4 * bs, 1.0f);
+    const Fp4Source src{r.codes.data(), r.scales.data(), &r.tensor};
+    ASSERT_OK(DequantizeAccumulateFp4(&src, 1, 4 * bs, f, false, acc.data()));
+    for (int64_t i = 0; i < 4 * bs; ++i) {
+      EXPECT_EQ(std::isnan(acc[i]), i >= bs && i < 3 * bs) << i;
+    }
+    // Finite elements of a flagged block are coded with the finite amax.
+    auto y = x;
+    y[bs + 3] = 0;
+    y[2 * bs + 5] = 0;
+    const Result clean = RunQuantize(y, f);
+    for (int64_t i = 0; i < 4 * bs; ++i) {
+      if (i == bs + 3 || i == 2 * bs + 5) continue;
+      ASSERT_EQ(r.Code(i), clean.Code(i)) << i;
+      ASSERT_TRUE(SameBits(r.residual[i], clean.residual[i])) << i;
+    }
+  }
+}
+
+TEST(QuantizeFp4Test, ResidualIdentityAndAlias) {
+  for (Fp4Format f : kFormats) {
+    auto x = RandomData(5003, 9);
+    const Result r = RunQuantize(x, f);
+    const auto xh = Dequant(r, x.size(), f);
+    for (size_t i = 0; i < x.size(); ++i) {
+      ASSERT_TRUE(SameBits(r.residual[i], x[i] - xh[i])) << i;
+      ASSERT_EQ(xh[i] + r.residual[i], x[i]) << i;
+    }
+    // In place, as error feedback runs.
+    std::vector<uint8_t> codes(r.codes.size()), scales(r.scales.size());
+    float s_t;
+    QuantizeStats st;
+    ASSERT_OK(QuantizeFp4(x.data(), x.size(), f, codes.data(), scales.data(),
+                          &s_t, x.data(), &st));
+    EXPECT_EQ(codes, r.codes);
+    EXPECT_EQ(scales, r.scales);
+    EXPECT_EQ(st.err_sq, r.stats.err_sq);
+    for (size_t i = 0; i < x.size(); ++i) {
+      ASSERT_TRUE(SameBits(x[i], r.residual[i])) << i;
+    }
+  }
+}
+
+TEST(QuantizeFp4Test, StatsAgreeWithRecomputation) {
+  for (Fp4Format f : kFormats) {
+    const auto x = Gaussian(3001, 5);
+    const Result r = RunQuantize(x, f);
+    const auto xh = Dequant(r, x.size(), f);
+    double e = 0, xx = 0, hx = 0;
+    int64_t upper = 0, lower = 0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      e += (double(xh[i]) - x[i]) * (double(xh[i]) - x[i]);
+      xx += double(x[i]) * x[i];
+      hx += double(xh[i]) * x[i];
+      upper += (r.Code(i) & 7) == 7;
+      lower += xh[i] == 0 && x[i] != 0;
+    }
+    EXPECT_NEAR(r.stats.err_sq, e, 1e-12 * e);
+    EXPECT_NEAR(r.stats.x_sq, xx, 1e-12 * xx);
+    EXPECT_NEAR(r.stats.xhat_x, hx, 1e-12 * hx);
+    EXPECT_EQ(r.stats.upper, upper);
+    EXPECT_EQ(r.stats.lower, lower);
+    EXPECT_GT(upper, 0);
+    EXPECT_GT(lower, 0);
+  }
+}
+
+TEST(QuantizeFp4Test, AccumulateMatchesDequantizeSums) {
+  for (Fp4Format f : kFormats) {
+    const int64_t n = 1001;
+    std::vector<Result> rs;
+    for (uint32_t k = 0; k < 3; ++k)
+      rs.push_back(RunQuantize(RandomData(n, 40 + k), f));
+    std::vector<Fp4Source> src;
+    for (auto& r : rs)
+      src.push_back({r.codes.data(), r.scales.data(), &r.tensor});
+    std::vector<float> acc(n + 1, 2.0f), want(n, 2.0f);
+    ASSERT_OK(DequantizeAccumulateFp4(src.data(), 3, n, f, false, acc.data()));
+    for (auto& r : rs) {
+      const auto xh = Dequant(r, n, f);
+      for (int64_t i = 0; i < n; ++i) want[i] = want[i] + xh[i];
+    }
+    for (int64_t i = 0; i < n; ++i) ASSERT_TRUE(SameBits(acc[i], want[i])) << i;
+    EXPECT_EQ(acc[n], 2.0f);
+    ASSERT_OK(DequantizeAccumulateFp4(src.data(), 1, n, f, true, acc.data()));
+    const auto xh0 = Dequant(rs[0], n, f);
+    for (int64_t i = 0; i < n; ++i) {
+      ASSERT_TRUE(SameBits(acc[i], 0.0f + xh0[i])) << i;
+    }
+    ASSERT_OK(DequantizeAccumulateFp4(nullptr, 0, n, f, true, acc.data()));
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(acc[i], 0.0f);
+  }
+}
+
+// Error feedback in whitened coordinates (DESIGN §2) with the 4-bit codec:
+// Ũ = W T + R by kernels/whiten.h, then QuantizeFp4 in place leaves
+// R = Ũ − x̂. Over steps the residual stays bounded (it does not grow).
+TEST(QuantizeFp4Test, WhitenedErrorFeedbackChain) {
+  const int64_t rows = 8, d = 64, r = 4;
+  std::vector<float> u(d * r, 0.0f), c(r, -0.5f);
+  for (int64_t j = 0; j < r; ++j) u[j * r + j] = 1.0f;  // orthonormal columns
+  const LowRankView fwd{u.data(), c.data(), d, r};
+  std::vector<float> ws(WhitenWorkspaceFloats(rows, d, r));
+  for (Fp4Format f : kFormats) {
+    std::vector<float> res(rows * d, 0.0f), ut(rows * d);
+    std::vector<uint8_t> q(Fp4PackedBytes(rows * d)),
+        sc(Fp4NumBlocks(rows * d, f));
+    float s_t;
+    for (int step = 0; step < 5; ++step) {
+      const auto w = Gaussian(rows * d, 100 + step);
+      ASSERT_OK(
+          ApplyLowRank(w.data(), rows, fwd, res.data(), ut.data(), ws.data()));
+      const std::vector<float> before = ut;
+      ASSERT_OK(QuantizeFp4(ut.data(), rows * d, f, q.data(), sc.data(), &s_t,
+                            ut.data(), nullptr));
+      res = ut;
+      std::vector<float> xh(rows * d);
+      ASSERT_OK(
+          DequantizeFp4(q.data(), sc.data(), &s_t, rows * d, f, xh.data()));
+      double rn = 0, un = 0;
+      for (int64_t i = 0; i < rows * d; ++i) {
+        ASSERT_TRUE(SameBits(res[i], before[i] - xh[i])) << i;
+        rn += double(res[i]) * res[i];
+        un += double(before[i]) * before[i];
+      }
+      EXPECT_LT(std::sqrt(rn / un), 0.3) << step;
+    }
+  }
+}
+
+TEST(QuantizeFp4Test, RejectsBadArguments) {
+  float x = 1, s = 1;
+  uint8_t q = 0, b = 127;
+  const auto kBad = absl::StatusCode::kInvalidArgument;
+  EXPECT_THAT(QuantizeFp4(&x, -1, kNv, &q, &b, &s, nullptr, nullptr),
+              StatusIs(kBad));
+  EXPECT_THAT(QuantizeFp4(&x, 1, kNv, &q, &b, nullptr, nullptr, nullptr),
+              StatusIs(kBad));
+  EXPECT_THAT(QuantizeFp4(nullptr, 1, kMx, &q, &b, &s, nullptr, nullptr),
+              StatusIs(kBad));
+  EXPECT_THAT(QuantizeFp4(&x, 1, kMx, nullptr, &b, &s, nullptr, nullptr),
+              StatusIs(kBad));
+  EXPECT_THAT(QuantizeFp4(&x, 1, kMx, &q, nullptr, &s, nullptr, nullptr),
+              StatusIs(kBad));
+  EXPECT_THAT(DequantizeFp4(&q, &b, &s, -1, kNv, &x), StatusIs(kBad));
+  EXPECT_THAT(DequantizeFp4(&q, &b, nullptr, 1, kNv, &x), StatusIs(kBad));
+  EXPECT_THAT(DequantizeFp4(&q, nullptr, &s, 1, kMx, &x), StatusIs(kBad));
+  EXPECT_THAT(DequantizeFp4(&q, &b, &s, 1, kMx, nullptr), StatusIs(kBad));
+  const Fp4Source bad{&q, &b, nullptr};
+  EXPECT_THAT(DequantizeAccumulateFp4(&bad, 1, 1, kNv, false, &x),
+              StatusIs(kBad));
+  EXPECT_THAT(DequantizeAccumulateFp4(nullptr, 1, 1, kNv, false, &x),
+              StatusIs(kBad));
+  EXPECT_THAT(DequantizeAccumulateFp4(&bad, -1, 1, kMx, false, &x),
+              StatusIs(kBad));
+  EXPECT_THAT(DequantizeAccumulateFp4(&bad, 1, 1, kMx, false, nullptr),
+              StatusIs(kBad));
+  ASSERT_OK(DequantizeAccumulateFp4(&bad, 1, 1, kMx, false, &x));
+}
+
+// Fidelity on N(0, 1) data, n = 2^20 (printed, loosely bounded): E4M3 per
+// tensor vs the two 4-bit formats.
+TEST(QuantizeFp4Test, RelL2OnGaussianData) {
+  const int64_t n = int64_t{1} << 20;
+  const auto x = Gaussian(n, 2027);
+  std::vector<uint8_t> q8(n);
+  float s8;
+  QuantizeStats e4m3;
+  ASSERT_OK(Quantize(x.data(), n, {Fp8Format::kE4M3, 0}, q8.data(), &s8,
+                     nullptr, &e4m3));
+  const Result nv = RunQuantize(x, kNv), mx = RunQuantize(x, kMx);
+  std::printf(
+      "RelL2 on N(0,1), n=2^20: e4m3 (per tensor) %.4f, nvfp4 %.4f, "
+      "mxfp4 %.4f; 4-bit boundary hits upper/lower: nvfp4 %lld/%lld, "
+      "mxfp4 %lld/%lld\n",
+      e4m3.RelL2(), nv.stats.RelL2(), mx.stats.RelL2(),
+      (long long)nv.stats.upper, (long long)nv.stats.lower,
+      (long long)mx.stats.upper, (long long)mx.stats.lower);
+  RecordProperty("rel_l2_e4m3", std::to_string(e4m3.RelL2()));
+  RecordProperty("rel_l2_nvfp4", std::to_string(nv.stats.RelL2()));
+  RecordProperty("rel_l2_mxfp4", std::to_string(mx.stats.RelL2()));
+  EXPECT_LT(e4m3.RelL2(), nv.stats.RelL2());
+  EXPECT_LT(nv.stats.RelL2(), mx.stats.RelL2());
+  EXPECT_LT(nv.stats.RelL2(), 0.15);
+  EXPECT_LT(mx.stats.RelL2(), 0.25);
+}
+
+}  // namespace
+}  // namespace gift::kernels
