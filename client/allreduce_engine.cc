@@ -366,16 +366,30 @@ absl::StatusOr<const EpochPlan*> AllReduceEngine::AgreeOnStep(
   step_ctx_.drift_agreed = agreed[drift_slot] != kNoVersion;
   // Not every rank holds the slowest rank's newest epoch (they added
   // different ones): stay on the epoch in use, which every rank holds.
-  const EpochPlan& plan =
-      plans_.at(agreed[0] == kNoVersion ? current_epoch_ : agreed[0]);
-  if (plan.epoch() != current_epoch_) {
-    // Every rank switches in this same step, so all of them check.
-    RETURN_IF_ERROR(CheckPlanAcrossRanks(*backend_->control(), plan));
-    owner_residual_.clear();
-    groups_.clear();
-    for (auto& [name, state] : gift_) state.owner_version = kNoVersion;
-    current_epoch_ = plan.epoch();
+  int64_t epoch = agreed[0] == kNoVersion ? current_epoch_ : agreed[0];
+  if (epoch != current_epoch_) {
+    // Every rank switches in this same step, so all of them check. Plans
+    // that differ under one epoch number come from two giftd instances: one
+    // restarted while a rank still held an epoch of the old one that the job
+    // never used, and gave the same number to another plan. Every rank sees
+    // the mismatch in this same collective, drops that epoch and stays on
+    // the one in use; the daemon's next epoch brings the ranks together.
+    absl::Status same =
+        CheckPlanAcrossRanks(*backend_->control(), plans_.at(epoch));
+    if (absl::IsFailedPrecondition(same)) {
+      step_ctx_.t.dropped_epoch = epoch;
+      plans_.erase(epoch);
+      epoch = current_epoch_;
+    } else if (!same.ok()) {
+      return same;
+    } else {
+      owner_residual_.clear();
+      groups_.clear();
+      for (auto& [name, state] : gift_) state.owner_version = kNoVersion;
+      current_epoch_ = epoch;
+    }
   }
+  const EpochPlan& plan = plans_.at(epoch);
   versions->assign(plan.layers().size(), kNoVersion);
   for (size_t i = 0; i < plan.layers().size(); ++i) {
     if (plan.layers()[i].path == LayerPath::kGift) {

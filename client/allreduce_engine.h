@@ -188,7 +188,10 @@ class AllReduceEngine {
   // one in use), so a step in which the ranks' newest epochs differ (a
   // daemon published several in a row) simply stays on the current epoch.
   // INVALID_ARGUMENT unless plan.epoch() is above every held epoch and the
-  // layout (bucket size, names, shapes, offsets) matches.
+  // layout (bucket size, names, shapes, offsets) matches. When the ranks
+  // hold different plans under the epoch they would switch to (a restarted
+  // giftd reused the number), every rank drops it in that step and stays on
+  // the epoch in use (StepTelemetry::dropped_epoch).
   absl::Status AddPlan(EpochPlan plan);
 
   // Averages `bucket` (plan.bucket_elements() floats, of the communicator's

@@ -264,6 +264,35 @@ TEST(AllReduceEngineTest, DifferentNewestEpochsStayOnTheCurrentOne) {
   });
 }
 
+// A giftd restarted while rank 1 still held an epoch the job never used
+// gives the same number to another plan (rank 0's): the ranks hold
+// different plans under epoch 2. Every rank drops it in the same step and
+// stays on epoch 1 instead of failing; the next common epoch is taken.
+TEST(AllReduceEngineTest, PlansThatDifferUnderOneEpochAreDroppedEverywhere) {
+  RunThreadRanks(2, [](Transport& comm) {
+    auto ar = AllReduceEngine::Create(&comm, Plan(1), {});
+    ASSERT_OK(ar);
+    VersionedFactors f;
+    ASSERT_OK(f.Put("g", SyntheticLowRank(1, 16, 4, 5)));
+    ASSERT_OK((*ar)->AddPlan(
+        Plan(2, comm.rank() == 0 ? LayerPath::kEuclid : LayerPath::kGift)));
+    std::vector<float> x = Bucket(comm.rank());
+    StepTelemetry t;
+    ASSERT_OK((*ar)->Run(x.data(), f, &t));
+    EXPECT_EQ(t.dropped_epoch, 2);
+    EXPECT_EQ(t.plan_epoch, 1);
+    EXPECT_EQ((*ar)->current_epoch(), 1);
+    EXPECT_EQ(t.layers[1].path, LayerPath::kGift);
+    ASSERT_OK((*ar)->Run(x.data(), f, &t));
+    EXPECT_EQ(t.dropped_epoch, 0);
+    EXPECT_EQ(t.plan_epoch, 1);
+    ASSERT_OK((*ar)->AddPlan(Plan(3, LayerPath::kEuclid)));
+    ASSERT_OK((*ar)->Run(x.data(), f, &t));
+    EXPECT_EQ(t.plan_epoch, 3);
+    EXPECT_EQ(t.layers[1].path, LayerPath::kEuclid);
+  });
+}
+
 // A checkpoint: the exported state (residuals, epochs, step) restored into
 // a fresh allreduce reproduces the next step bit for bit, and without it
 // the step differs (the error-feedback residual matters).

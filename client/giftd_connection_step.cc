@@ -274,6 +274,12 @@ absl::Status GiftdConnection::AfterStep(const AllReduceEngine& allreduce,
   Impl& m = *impl_;
   absl::MutexLock lock(&m.mu);
   m.step = telemetry.step + 1;
+  if (telemetry.dropped_epoch != 0) {
+    m.Note(absl::StrFormat(
+        "the ranks held different plans under epoch %d (giftd restarted "
+        "while it was published): dropped it, staying on epoch %d",
+        telemetry.dropped_epoch, allreduce.current_epoch()));
+  }
   const int64_t epoch = allreduce.current_epoch();
   if (epoch != m.stats.current_epoch) {
     m.stats.current_epoch = epoch;

@@ -72,6 +72,9 @@ struct StepTelemetry {
   int64_t plan_epoch = 0;
   bool probe_step = false;
   bool audit_step = false;
+  // An epoch this step dropped because the ranks held different plans under
+  // it (a restarted giftd; AllReduceEngine::AddPlan); 0 when none.
+  int64_t dropped_epoch = 0;
   std::vector<LayerTelemetry> layers;  // plan order
   // Layers whose result was marked non-finite.
   int64_t nonfinite_layers = 0;

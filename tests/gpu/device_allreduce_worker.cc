@@ -38,6 +38,7 @@
 #include "kernels/fp8.h"
 #include "tests/multiprocess/allreduce_check.h"
 #include "tests/multiprocess/harness.h"
+#include "tests/multiprocess/rank_checker.h"
 
 namespace gift::multiprocess {
 namespace {
@@ -52,32 +53,10 @@ using client::StepTelemetry;
 using client::Transport;
 using client::VersionedFactors;
 
-constexpr int kExitCheckFailed = 1;
 constexpr int kExitSetup = 2;
 constexpr int kExitDuplicateGpu = 3;
 
-class Checker {
- public:
-  explicit Checker(int rank) : rank_(rank) {}
-  bool Expect(bool ok, const std::string& what) {
-    if (!ok) {
-      ++failures_;
-      std::cerr << "rank " << rank_ << ": FAILED: " << what << std::endl;
-    }
-    return ok;
-  }
-  bool ExpectOk(const absl::Status& s, const std::string& what) {
-    return Expect(s.ok(), absl::StrCat(what, ": ", s.ToString()));
-  }
-  void ExpectEmpty(const std::string& problem) {
-    Expect(problem.empty(), problem);
-  }
-  int exit_code() const { return failures_ == 0 ? 0 : kExitCheckFailed; }
-
- private:
-  const int rank_;
-  int failures_ = 0;
-};
+using Checker = gift::testing::RankChecker;
 
 EpochPlan MixedPlan() {
   const auto e5 = kernels::Fp8Format::kE5M2;

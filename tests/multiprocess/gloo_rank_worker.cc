@@ -27,6 +27,7 @@
 #include "client/gloo_transport.h"
 #include "client/transport_factory.h"
 #include "tests/multiprocess/harness.h"
+#include "tests/multiprocess/rank_checker.h"
 
 namespace gift::client {
 namespace {
@@ -37,24 +38,7 @@ constexpr int kExitUnexpectedOk = 3;
 constexpr int kExitStatusBase = 100;
 constexpr uint8_t kSentinel = 0xEE;
 
-// Accumulates failed expectations; prints each one with the rank.
-class Checker {
- public:
-  explicit Checker(int rank) : rank_(rank) {}
-  void Expect(bool ok, const std::string& what) {
-    if (ok) return;
-    ++failures_;
-    std::cerr << "rank " << rank_ << ": FAILED: " << what << std::endl;
-  }
-  void ExpectOk(const absl::Status& s, const std::string& what) {
-    Expect(s.ok(), absl::StrCat(what, ": ", s.ToString()));
-  }
-  int failures() const { return failures_; }
-
- private:
-  const int rank_;
-  int failures_ = 0;
-};
+using Checker = gift::testing::RankChecker;
 
 uint8_t Pattern(int a, int b, size_t i) {
   return static_cast<uint8_t>(a * 131 + b * 17 + i * 7 + (i >> 8) * 3);

@@ -36,6 +36,7 @@
 #include "tests/multiprocess/allreduce_check.h"
 #include "tests/multiprocess/allreduce_drift.h"
 #include "tests/multiprocess/harness.h"
+#include "tests/multiprocess/rank_checker.h"
 
 namespace gift::multiprocess {
 namespace {
@@ -53,26 +54,7 @@ constexpr int kExitCheckFailed = 1;
 constexpr int kExitSetup = 2;
 constexpr int kExitStatusBase = 100;
 
-class Checker {
- public:
-  explicit Checker(int rank) : rank_(rank) {}
-  void Expect(bool ok, const std::string& what) {
-    if (ok) return;
-    ++failures_;
-    std::cerr << "rank " << rank_ << ": FAILED: " << what << std::endl;
-  }
-  void ExpectOk(const absl::Status& s, const std::string& what) {
-    Expect(s.ok(), absl::StrCat(what, ": ", s.ToString()));
-  }
-  void ExpectEmpty(const std::string& problem) {
-    Expect(problem.empty(), problem);
-  }
-  int exit_code() const { return failures_ == 0 ? 0 : kExitCheckFailed; }
-
- private:
-  const int rank_;
-  int failures_ = 0;
-};
+using Checker = gift::testing::RankChecker;
 
 EpochPlan SuitePlan(bool variant) {
   const auto e5 = kernels::Fp8Format::kE5M2;
