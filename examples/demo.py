@@ -108,6 +108,8 @@ class Giftd:
 
     def __init__(self, exe, ctl, run_dir, flags=(), private=False):
         self.ctl = ctl
+        # giftd's and the clients' default (common/agent_socket.h), so that
+        # giftctl and the ranks find this daemon without flags.
         self.socket = "/tmp/gift/agent.sock"
         self.control = DEFAULT_CONTROL
         self.metrics = DEFAULT_METRICS
