@@ -19,8 +19,9 @@ namespace {
 
 // Fingerprint of the options every rank must share.
 uint64_t OptionsFingerprint(const AllReduceEngineOptions& o) {
-  const int64_t v[4] = {static_cast<int64_t>(o.mode), o.piece_bytes,
-                        o.error_feedback ? 1 : 0, o.audit_drift ? 1 : 0};
+  const int64_t v[5] = {static_cast<int64_t>(o.mode), o.piece_bytes,
+                        o.error_feedback ? 1 : 0, o.audit_drift ? 1 : 0,
+                        static_cast<int64_t>(o.euclid_error_feedback)};
   return Fnv1a64(v, sizeof(v));
 }
 
@@ -35,6 +36,7 @@ absl::Status CheckOptionsAcrossRanks(Transport& comm,
       "quantized allreduce options differ across ranks (this rank: mode ",
       AllReduceModeName(o.mode), ", piece_bytes ", o.piece_bytes,
       ", error_feedback ", o.error_feedback, ", audit_drift ", o.audit_drift,
+      ", euclid_error_feedback ", EuclidFeedbackName(o.euclid_error_feedback),
       ")"));
 }
 
@@ -62,6 +64,28 @@ absl::StatusOr<AllReduceMode> ParseAllReduceMode(absl::string_view name) {
   }
   return absl::InvalidArgumentError(absl::StrCat(
       "unknown allreduce mode '", name, "' (fp8, fp32, bf16, nccl-fp8)"));
+}
+
+absl::string_view EuclidFeedbackName(EuclidFeedback f) {
+  switch (f) {
+    case EuclidFeedback::kAuto:
+      return "auto";
+    case EuclidFeedback::kOff:
+      return "off";
+    case EuclidFeedback::kOn:
+      return "on";
+  }
+  return "?";
+}
+
+absl::StatusOr<EuclidFeedback> ParseEuclidFeedback(absl::string_view name) {
+  const std::string n = absl::AsciiStrToLower(name);
+  for (EuclidFeedback f :
+       {EuclidFeedback::kAuto, EuclidFeedback::kOff, EuclidFeedback::kOn}) {
+    if (n == EuclidFeedbackName(f)) return f;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown Euclidean error feedback '", name, "' (auto, off, on)"));
 }
 
 AllReduceEngine::AllReduceEngine(Transport* comm, EpochPlan plan,
@@ -92,6 +116,10 @@ absl::StatusOr<std::unique_ptr<AllReduceEngine>> AllReduceEngine::Create(
         "AllReduceEngine: piece_bytes must be >= 4 (is ", options.piece_bytes,
         "), probe_interval >= 0 (is ", options.probe_interval,
         ") and audit_interval >= 0 (is ", options.audit_interval, ")"));
+  }
+  if (static_cast<int>(options.euclid_error_feedback) > 2) {
+    return absl::InvalidArgumentError(
+        "AllReduceEngine: unknown euclid_error_feedback value");
   }
   if (options.mode == AllReduceMode::kNcclFp8 &&
       comm->backend_name() != "nccl") {
@@ -386,6 +414,7 @@ absl::StatusOr<const EpochPlan*> AllReduceEngine::AgreeOnStep(
       owner_residual_.clear();
       groups_.clear();
       for (auto& [name, state] : gift_) state.owner_version = kNoVersion;
+      for (auto& [name, state] : euclid_) state.owner_live = false;
       current_epoch_ = epoch;
     }
   }

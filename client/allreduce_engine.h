@@ -6,11 +6,17 @@
 // on plan epoch and factor versions.
 //
 // Modes:
-//   fp8       two-phase FP8 (fp8_round.h): local per-segment scales, FP32
-//             accumulation by the chunk owner, re-quantization, FP8
-//             all-gather. GIFT layers: Ũ = W T + R (worker residual R),
-//             quantize, R = Ũ − deq(q); after: Ŵ = Û T⁻¹. The owner keeps its
-//             own residual for the re-quantization of GIFT segments.
+//   fp8       two-phase quantized allreduce (fp8_round.h), each layer in its
+//             wire format (BucketLayer::format: FP8 e4m3 / e5m2, or 4-bit
+//             nvfp4 / mxfp4): local per-segment scales, FP32 accumulation by
+//             the chunk owner, re-quantization, all-gather. GIFT layers:
+//             Ũ = W T + R (worker residual R), quantize, R = Ũ − deq(q);
+//             after: Ŵ = Û T⁻¹. The owner keeps its own residual for the
+//             re-quantization of GIFT segments. Euclidean error feedback
+//             (options.euclid_error_feedback; on by default for 4-bit
+//             layers only): the same two residuals for a layer sent
+//             Euclidean, in gradient coordinates: quantize x + r, r = x + r −
+//             deq(q).
 //   fp32      Transport::AllReduce SUM in FP32, then / W.
 //   bf16      the same in bfloat16 (every partial sum rounded), then / W.
 //   nccl-fp8  the paper's path (nccl_fp8_allreduce.h: global MAX-reduced
@@ -26,6 +32,19 @@
 // collective), and what is dropped is one rounding of one step's sum, once
 // per refresh (K = 50 steps by default) — the worker residual, which carries
 // the accumulated error of every rank, is kept exactly.
+//
+// Euclidean residuals follow the layer: a format change keeps the worker
+// residual (it is in gradient coordinates, whatever the format); a layer
+// whose Euclidean feedback turns off (a new epoch moves it from a 4-bit to
+// an FP8 format under the default) or that takes the GIFT path with an
+// agreed factor adds its worker residual to the gradient of that step
+// (before whitening) and drops it — exact, as (W + r) T = W T + r T; a layer
+// leaving the GIFT path flushes its GIFT residual into the gradient as above
+// and then starts a Euclidean one. A GIFT layer without an agreed factor
+// for a step goes Euclidean with Euclidean feedback (when on) and keeps its
+// GIFT residual for later. The owner residuals of a layer's segments are
+// reset whenever they last held something else (GIFT coordinates, another
+// epoch, nothing).
 //
 // The transform of a GIFT layer is that of the agreed factor (LayerFactor::
 // kind); BucketLayer::transform tells the daemon which kind to build.
@@ -99,6 +118,14 @@ enum class AllReduceMode { kFp8, kFp32, kBf16, kNcclFp8 };
 absl::string_view AllReduceModeName(AllReduceMode mode);
 absl::StatusOr<AllReduceMode> ParseAllReduceMode(absl::string_view name);
 
+// Error feedback on the Euclidean path (AllReduceEngineOptions::
+// euclid_error_feedback): kAuto is on for 4-bit layers, off for FP8 ones.
+enum class EuclidFeedback : uint8_t { kAuto = 0, kOff = 1, kOn = 2 };
+
+// "auto", "off", "on".
+absl::string_view EuclidFeedbackName(EuclidFeedback f);
+absl::StatusOr<EuclidFeedback> ParseEuclidFeedback(absl::string_view name);
+
 struct AllReduceEngineOptions {
   // Default: fp8.
   AllReduceMode mode = AllReduceMode::kFp8;
@@ -132,6 +159,14 @@ struct AllReduceEngineOptions {
   // every rank's sums cover the same steps. Default: false (opt in to
   // measure drift). Must be the same on every rank.
   bool audit_drift = false;
+  // Worker and owner error feedback (fp8 mode) on the steps a layer is sent
+  // Euclidean (its plan path, or GIFT without an agreed factor): the worker
+  // quantizes x + r and keeps r = x + r − x̂ per layer, the owner keeps a
+  // residual per segment, as on the GIFT path (memory: 4 bytes per element
+  // of such layers, plus the owner's share). kAuto: on for 4-bit layers
+  // (nvfp4, mxfp4), off for FP8 layers, so FP8 results are those without
+  // it. Default: kAuto. Must be the same on every rank.
+  EuclidFeedback euclid_error_feedback = EuclidFeedback::kAuto;
 };
 
 // Everything a AllReduceEngine carries from one step to the next, as
@@ -159,6 +194,17 @@ struct AllReduceState {
     std::vector<std::vector<float>> pieces;
   };
   std::vector<OwnerResiduals> owner_residuals;
+  // Euclidean error feedback: per layer that holds one, the worker residual
+  // (gradient coordinates) and whether the owner residuals of its segments
+  // hold Euclidean residuals (false: reset at its next Euclidean step).
+  // Empty in a state exported before this existed: importing it starts
+  // every Euclidean residual at zero.
+  struct EuclidLayer {
+    std::string name;
+    std::vector<float> residual;
+    bool owner_live = false;
+  };
+  std::vector<EuclidLayer> euclid_layers;
 };
 
 // One framework bucket of an overlapped step: some of the plan's layers,
@@ -248,6 +294,11 @@ class AllReduceEngine {
     std::unique_ptr<LayerFactor> factor;  // the factor the residual is in
     int64_t owner_version = kNoVersion;   // owner residual's version
   };
+  // Per-layer Euclidean error-feedback state.
+  struct EuclidState {
+    std::unique_ptr<Fp8Buffer> residual;  // gradient coordinates
+    bool owner_live = false;              // owner residuals hold Euclidean ones
+  };
 
   AllReduceEngine(Transport* comm, EpochPlan plan,
                   const AllReduceEngineOptions& options,
@@ -301,6 +352,15 @@ class AllReduceEngine {
   absl::Status PrepareGiftLayer(int i, const BucketLayer& l,
                                 const LayerFactor& f, const float* grad,
                                 LayerIo* io);
+  // Euclidean error feedback: whether layer l uses it, the step's input
+  // x + r (in place in grad), and the flush of a residual into grad.
+  bool EuclidFeedbackOn(const BucketLayer& l) const;
+  absl::Status PrepareEuclidLayer(const BucketLayer& l, float* grad,
+                                  LayerIo* io);
+  absl::Status FlushEuclidResidual(const BucketLayer& l, float* grad);
+  absl::Status ImportEuclidLayers(
+      const AllReduceState& state,
+      std::map<std::string, EuclidState>* euclid) const;
   absl::Status Probe(const Group& g, const float* data, StepTelemetry* t);
 
   Transport* const comm_;
@@ -309,6 +369,7 @@ class AllReduceEngine {
   int64_t current_epoch_;
   int64_t step_ = 0;
   std::map<std::string, GiftState> gift_;
+  std::map<std::string, EuclidState> euclid_;
   // β auto: per layer, the probe's copies of one factor version rebuilt for
   // each β of kBetaGridValues (kept, so their addresses stay those of the
   // same coefficients while the device backend caches uploads by address).

@@ -1,6 +1,7 @@
 // The fp8 mode of AllReduceEngine: the GIFT layers' whitening with
-// worker error feedback, the probe steps, and the two-phase rounds over a
-// bucket's pieces with the owner residuals of its layout.
+// worker error feedback, Euclidean error feedback, the probe steps, and the
+// two-phase rounds over a bucket's pieces with the owner residuals of its
+// layout.
 #include <memory>
 #include <vector>
 
@@ -67,6 +68,58 @@ absl::Status AllReduceEngine::PrepareGiftLayer(int i, const BucketLayer& l,
   io->reset_owner_residual = st.owner_version != f.version;
   st.owner_version = f.version;
   io->gift = true;
+  return absl::OkStatus();
+}
+
+bool AllReduceEngine::EuclidFeedbackOn(const BucketLayer& l) const {
+  switch (options_.euclid_error_feedback) {
+    case EuclidFeedback::kOn:
+      return true;
+    case EuclidFeedback::kOff:
+      return false;
+    case EuclidFeedback::kAuto:
+      break;
+  }
+  return l.format.is_fp4();
+}
+
+// A layer sent Euclidean this step: with feedback, x + r goes on the wire
+// (added in place: the bucket is overwritten by the result anyway) and the
+// round leaves r = x + r − x̂; without, a residual left from earlier is
+// flushed.
+absl::Status AllReduceEngine::PrepareEuclidLayer(const BucketLayer& l,
+                                                 float* grad, LayerIo* io) {
+  if (!EuclidFeedbackOn(l)) return FlushEuclidResidual(l, grad);
+  if (l.size() == 0) return absl::OkStatus();
+  EuclidState& st = euclid_[l.name];
+  const size_t bytes = l.size() * sizeof(float);
+  if (st.residual == nullptr) st.residual = backend_->memory().NewBuffer();
+  if (st.residual->bytes() != bytes || st.residual->data() == nullptr) {
+    RETURN_IF_ERROR(st.residual->Resize(bytes));
+    RETURN_IF_ERROR(st.residual->Zero());
+  } else {
+    RETURN_IF_ERROR(
+        backend_->math().AddInPlace(grad, st.residual->floats(), l.size()));
+  }
+  io->worker_residual = st.residual->floats();
+  io->owner_feedback = true;
+  io->reset_owner_residual = !st.owner_live;
+  st.owner_live = true;
+  return absl::OkStatus();
+}
+
+// Adds the layer's Euclidean worker residual (if any) to grad and drops it
+// with the layer's Euclidean state.
+absl::Status AllReduceEngine::FlushEuclidResidual(const BucketLayer& l,
+                                                  float* grad) {
+  auto it = euclid_.find(l.name);
+  if (it == euclid_.end()) return absl::OkStatus();
+  Fp8Buffer* r = it->second.residual.get();
+  if (r != nullptr && r->data() != nullptr &&
+      r->bytes() == l.size() * sizeof(float)) {
+    RETURN_IF_ERROR(backend_->math().AddInPlace(grad, r->floats(), l.size()));
+  }
+  euclid_.erase(it);
   return absl::OkStatus();
 }
 
@@ -140,7 +193,8 @@ absl::Status AllReduceEngine::RunFp8(float* data, const Group& g,
 
 // Before the rounds: every layer's source and destination; a GIFT layer
 // with an agreed factor is whitened (used[j] = that factor), one without
-// keeps or flushes its worker residual.
+// keeps or flushes its worker residual; a layer sent Euclidean gets its
+// Euclidean error feedback.
 absl::Status AllReduceEngine::PrepareLayers(
     float* data, const Group& g, StepTelemetry* t, std::vector<LayerIo>* io,
     std::vector<const LayerFactor*>* used) {
@@ -160,8 +214,11 @@ absl::Status AllReduceEngine::PrepareLayers(
           RETURN_IF_ERROR(FlushResidual(i, l, data + l.offset, it->second));
         }
       }
+      RETURN_IF_ERROR(PrepareEuclidLayer(l, data + l.offset, &(*io)[j]));
       continue;
     }
+    // The GIFT path: a Euclidean residual joins the gradient first.
+    RETURN_IF_ERROR(FlushEuclidResidual(l, data + l.offset));
     const absl::Time start = absl::Now();
     (*used)[j] = factors.Find(l.name, version);
     RETURN_IF_ERROR(

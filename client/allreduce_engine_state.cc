@@ -1,6 +1,6 @@
 // Checkpoint state of AllReduceEngine: ExportState / ImportState copy
-// the carried state (plans, worker and owner residuals) to and from plain
-// host data.
+// the carried state (plans, GIFT and Euclidean worker residuals, owner
+// residuals) to and from plain host data.
 #include <cstring>
 #include <map>
 #include <memory>
@@ -53,6 +53,13 @@ absl::StatusOr<AllReduceState> AllReduceEngine::ExportState() const {
     l.owner_version = g.owner_version;
     s.gift_layers.push_back(std::move(l));
   }
+  for (const auto& [name, e] : euclid_) {
+    AllReduceState::EuclidLayer l;
+    l.name = name;
+    l.residual = CopyOut(e.residual.get());
+    l.owner_live = e.owner_live;
+    s.euclid_layers.push_back(std::move(l));
+  }
   for (const auto& [key, os] : owner_residual_) {
     AllReduceState::OwnerResiduals o;
     o.layers = os.group.layers;
@@ -62,6 +69,25 @@ absl::StatusOr<AllReduceState> AllReduceEngine::ExportState() const {
     s.owner_residuals.push_back(std::move(o));
   }
   return s;
+}
+
+absl::Status AllReduceEngine::ImportEuclidLayers(
+    const AllReduceState& state,
+    std::map<std::string, EuclidState>* euclid) const {
+  const EpochPlan& layout = plans_.rbegin()->second;
+  for (const AllReduceState::EuclidLayer& l : state.euclid_layers) {
+    const int i = layout.FindLayer(l.name);
+    if (i < 0 ||
+        (!l.residual.empty() && static_cast<int64_t>(l.residual.size()) !=
+                                    layout.layers()[i].size())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "ImportState: bad Euclidean layer state '", l.name, "'"));
+    }
+    EuclidState& e = (*euclid)[l.name];
+    RETURN_IF_ERROR(CopyIn(l.residual, &backend_->memory(), &e.residual));
+    e.owner_live = l.owner_live;
+  }
+  return absl::OkStatus();
 }
 
 absl::Status AllReduceEngine::ImportState(const AllReduceState& state) {
@@ -103,6 +129,8 @@ absl::Status AllReduceEngine::ImportState(const AllReduceState& state) {
     }
     g.owner_version = l.owner_version;
   }
+  std::map<std::string, EuclidState> euclid;
+  RETURN_IF_ERROR(ImportEuclidLayers(state, &euclid));
   std::map<uint64_t, OwnerState> owner;
   for (const AllReduceState::OwnerResiduals& o : state.owner_residuals) {
     for (int i : o.layers) {
@@ -130,6 +158,7 @@ absl::Status AllReduceEngine::ImportState(const AllReduceState& state) {
   current_epoch_ = state.current_epoch;
   step_ = state.step;
   gift_ = std::move(gift);
+  euclid_ = std::move(euclid);
   owner_residual_ = std::move(owner);
   groups_.clear();  // checked again against the ranks when next used
   return absl::OkStatus();

@@ -104,7 +104,7 @@ TEST(AllReduceEngineTest, SingleRankFp8IsTheSegmentRoundTrip) {
     ASSERT_OK((*ar)->Run(x.data(), VersionedFactors(), &t));
     const EpochPlan plan = Plan();
     for (const BucketLayer& l : plan.layers()) {
-      const kernels::QuantizeSpec spec{l.format, l.block_size};
+      const kernels::QuantizeSpec spec{l.format.fp8(), l.block_size};
       std::vector<uint8_t> q(l.size());
       std::vector<float> s(kernels::NumScales(l.size(), l.block_size)),
           want(l.size());

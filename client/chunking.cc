@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "kernels/quantize.h"
+#include "kernels/quantize_fp4.h"
 
 namespace gift::client {
 
@@ -38,20 +39,45 @@ ChunkLayout LayoutChunk(const EpochPlan& plan, Range packed) {
     if (lb >= packed.end) break;
     const int64_t b = std::max(lb, packed.begin), e = std::min(le, packed.end);
     if (e <= b) continue;  // empty layer
+    const kernels::WireFormat f = layers[i].format;
     Segment s;
     s.layer = i;
     s.layer_begin = b - lb;
     s.count = e - b;
-    s.code_offset = b - packed.begin;
+    s.elem_offset = b - packed.begin;
+    s.code_offset = chunk.code_bytes;
+    s.code_bytes = kernels::WireCodeBytes(f, s.count);
     s.scale_offset = chunk.num_scales;
-    s.num_scales = kernels::NumScales(s.count, layers[i].block_size);
+    s.block_scale_offset = chunk.num_block_scales;
+    if (f.is_fp4()) {
+      s.num_scales = f.fp4() == kernels::Fp4Format::kNvfp4 ? 1 : 0;
+      s.num_block_scales = kernels::Fp4NumBlocks(s.count, f.fp4());
+    } else {
+      s.num_scales = kernels::NumScales(s.count, layers[i].block_size);
+    }
+    chunk.code_bytes += s.code_bytes;
     chunk.num_scales += s.num_scales;
+    chunk.num_block_scales += s.num_block_scales;
     chunk.segments.push_back(s);
   }
   return chunk;
 }
 
 }  // namespace
+
+SegmentWire WireOf(uint8_t* chunk, const ChunkLayout& c, const Segment& s) {
+  SegmentWire w;
+  w.codes = chunk + s.code_offset;
+  if (s.num_scales > 0) {
+    w.scales = reinterpret_cast<float*>(chunk + c.scales_byte_offset()) +
+               s.scale_offset;
+  }
+  if (s.num_block_scales > 0) {
+    w.block_scales =
+        chunk + c.block_scales_byte_offset() + s.block_scale_offset;
+  }
+  return w;
+}
 
 PieceLayout LayoutPiece(const EpochPlan& plan, int64_t begin, int64_t end,
                         int w) {

@@ -103,5 +103,131 @@ TEST(ChunkingTest, MoreRanksThanElementsGivesEmptyChunks) {
   }
 }
 
+// FP8 "a" (per layer), nvfp4 "nv" (ragged: 37 = 2 blocks + 5), mxfp4 "mx"
+// (70 = 2 blocks + 6), and a one-element nvfp4 layer.
+EpochPlan MixedPlan() {
+  return *EpochPlan::Create(0, 120,
+                            {{.name = "a", .shape = {9}, .offset = 0},
+                             {.name = "nv",
+                              .shape = {37},
+                              .offset = 9,
+                              .format = kernels::Fp4Format::kNvfp4},
+                             {.name = "mx",
+                              .shape = {7, 10},
+                              .offset = 46,
+                              .format = kernels::Fp4Format::kMxfp4},
+                             {.name = "one",
+                              .shape = {1},
+                              .offset = 116,
+                              .format = kernels::Fp4Format::kNvfp4}});
+}
+
+TEST(ChunkingTest, FourBitSegmentsPackCodesAndByteScales) {
+  const EpochPlan plan = MixedPlan();
+  ASSERT_EQ(plan.communicated_elements(), 117);
+  const PieceLayout whole = LayoutPiece(plan, 0, 117, 1);
+  const ChunkLayout& c = whole.chunks[0];
+  ASSERT_EQ(c.segments.size(), 4u);
+  const Segment &a = c.segments[0], &nv = c.segments[1], &mx = c.segments[2],
+                &one = c.segments[3];
+  // Codes: 9 + ceil(37/2) + 70/2 + ceil(1/2) bytes, each segment's own.
+  EXPECT_EQ(a.code_offset, 0);
+  EXPECT_EQ(a.code_bytes, 9);
+  EXPECT_EQ(nv.code_offset, 9);
+  EXPECT_EQ(nv.code_bytes, 19);
+  EXPECT_EQ(mx.code_offset, 28);
+  EXPECT_EQ(mx.code_bytes, 35);
+  EXPECT_EQ(one.code_offset, 63);
+  EXPECT_EQ(one.code_bytes, 1);
+  EXPECT_EQ(c.code_bytes, 64);
+  // Element offsets stay those of the chunk's FP32 staging.
+  EXPECT_EQ(nv.elem_offset, 9);
+  EXPECT_EQ(mx.elem_offset, 46);
+  EXPECT_EQ(one.elem_offset, 116);
+  // Float scales: a's one, nv's tensor scale, none for mx, one's tensor
+  // scale.
+  EXPECT_EQ(a.num_scales, 1);
+  EXPECT_EQ(nv.num_scales, 1);
+  EXPECT_EQ(nv.scale_offset, 1);
+  EXPECT_EQ(mx.num_scales, 0);
+  EXPECT_EQ(one.scale_offset, 2);
+  EXPECT_EQ(c.num_scales, 3);
+  // Block scales: ceil(37/16) = 3, ceil(70/32) = 3, 1.
+  EXPECT_EQ(a.num_block_scales, 0);
+  EXPECT_EQ(nv.num_block_scales, 3);
+  EXPECT_EQ(mx.block_scale_offset, 3);
+  EXPECT_EQ(mx.num_block_scales, 3);
+  EXPECT_EQ(one.block_scale_offset, 6);
+  EXPECT_EQ(c.num_block_scales, 7);
+  // 64 code bytes, 3 floats, 7 scale bytes, padded to 4: 84.
+  EXPECT_EQ(c.scales_byte_offset(), 64);
+  EXPECT_EQ(c.block_scales_byte_offset(), 76);
+  EXPECT_EQ(c.wire_bytes(), 84);
+  EXPECT_EQ(nv.payload_bytes(), 19 + 4 + 3);
+  EXPECT_EQ(mx.payload_bytes(), 35 + 3);
+  // The parts' pointers.
+  alignas(4) uint8_t wire[84];
+  const SegmentWire w = WireOf(wire, c, mx);
+  EXPECT_EQ(w.codes, wire + 28);
+  EXPECT_EQ(w.scales, nullptr);
+  EXPECT_EQ(w.block_scales, wire + 79);
+  const SegmentWire wn = WireOf(wire, c, nv);
+  EXPECT_EQ(reinterpret_cast<uint8_t*>(wn.scales), wire + 68);
+  EXPECT_EQ(wn.block_scales, wire + 76);
+  EXPECT_EQ(WireOf(wire, c, a).block_scales, nullptr);
+}
+
+TEST(ChunkingTest, FourBitChunksAreExactAlignedAndRaggedAtSegmentStarts) {
+  const EpochPlan plan = MixedPlan();
+  for (int w : {1, 2, 3, 4, 7, 200}) {
+    const PieceLayout piece = LayoutPiece(plan, 5, 117, w);
+    int64_t covered = 0;
+    for (const ChunkLayout& c : piece.chunks) {
+      int64_t codes = 0, floats = 0, blocks = 0, payload = 0;
+      for (const Segment& s : c.segments) {
+        const kernels::WireFormat f = plan.layers()[s.layer].format;
+        EXPECT_EQ(s.code_offset, codes);
+        EXPECT_EQ(s.code_bytes, f.is_fp4() ? (s.count + 1) / 2 : s.count);
+        if (f.is_fp4()) {
+          // Blocks start at the segment's start: the last one is ragged.
+          const int64_t b = kernels::Fp4BlockSize(f.fp4());
+          EXPECT_EQ(s.num_block_scales, (s.count + b - 1) / b);
+          EXPECT_EQ(s.num_scales,
+                    f.fp4() == kernels::Fp4Format::kNvfp4 ? 1 : 0);
+        }
+        codes += s.code_bytes;
+        floats += s.num_scales;
+        blocks += s.num_block_scales;
+        payload += s.payload_bytes();
+        covered += s.count;
+      }
+      EXPECT_EQ(c.code_bytes, codes);
+      const int64_t exact = (codes + 3) / 4 * 4 + 4 * floats + blocks;
+      EXPECT_EQ(c.wire_bytes(), (exact + 3) / 4 * 4) << w;
+      EXPECT_EQ(c.wire_bytes() % 4, 0);
+      EXPECT_LE(c.wire_bytes() - payload, 6);  // at most 3 + 3 padding
+      if (c.segments.empty()) EXPECT_EQ(c.wire_bytes(), 0);
+    }
+    EXPECT_EQ(covered, 112) << w;
+  }
+}
+
+TEST(ChunkingTest, Fp8ChunksKeepTheirLayout) {
+  // The FP8-only layout: codes at their element offsets, scales after the
+  // codes padded to 4, nothing else.
+  const EpochPlan plan = Plan();
+  for (int w : {1, 3, 4, 8}) {
+    for (const ChunkLayout& c : LayoutPiece(plan, 0, 30, w).chunks) {
+      EXPECT_EQ(c.scales_byte_offset(), (c.packed.size() + 3) / 4 * 4);
+      EXPECT_EQ(c.wire_bytes(), c.scales_byte_offset() + 4 * c.num_scales);
+      EXPECT_EQ(c.num_block_scales, 0);
+      for (const Segment& s : c.segments) {
+        EXPECT_EQ(s.code_offset, s.elem_offset);
+        EXPECT_EQ(s.code_bytes, s.count);
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace gift::client

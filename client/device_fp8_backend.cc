@@ -99,14 +99,8 @@ class DeviceFp8Codec : public Fp8Codec {
                         const kernels::QuantizeSpec& spec, uint8_t* codes,
                         float* scales, float* residual,
                         int stat_slot) override {
-    if (stat_slot >= num_stats_) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("Quantize: stat slot ", stat_slot, " of ", num_stats_));
-    }
-    kernels::QuantizeStats* st =
-        stat_slot < 0
-            ? nullptr
-            : static_cast<kernels::QuantizeStats*>(stats_->data()) + stat_slot;
+    ASSIGN_OR_RETURN(kernels::QuantizeStats * st,
+                     StatSlot("Quantize", stat_slot));
     return kernels::cuda::Quantize(*ctx_, x, n, spec, codes, scales, residual,
                                    st);
   }
@@ -125,11 +119,39 @@ class DeviceFp8Codec : public Fp8Codec {
   }
 
   absl::Status FlagNonFinite(const float* x, int64_t n, int flag) override {
-    if (flag < 0 || flag >= num_flags_) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("FlagNonFinite: flag ", flag, " of ", num_flags_));
-    }
+    RETURN_IF_ERROR(CheckFlag("FlagNonFinite", flag));
     return device::FlagNonFinite(*ctx_, x, n, flags_->u8() + flag);
+  }
+
+  absl::Status QuantizeFp4(const float* x, int64_t n, kernels::Fp4Format f,
+                           uint8_t* codes, uint8_t* block_scales,
+                           float* tensor_scale, float* residual,
+                           int stat_slot) override {
+    ASSIGN_OR_RETURN(kernels::QuantizeStats * st,
+                     StatSlot("QuantizeFp4", stat_slot));
+    return kernels::cuda::QuantizeFp4(*ctx_, x, n, f, codes, block_scales,
+                                      tensor_scale, residual, st);
+  }
+
+  absl::Status DequantizeFp4(const uint8_t* codes, const uint8_t* block_scales,
+                             const float* tensor_scale, int64_t n,
+                             kernels::Fp4Format f, float* out) override {
+    return kernels::cuda::DequantizeFp4(*ctx_, codes, block_scales,
+                                        tensor_scale, n, f, out);
+  }
+
+  absl::Status AccumulateFp4(const kernels::Fp4Source* sources, int num_sources,
+                             int64_t n, kernels::Fp4Format f,
+                             float* acc) override {
+    return kernels::cuda::DequantizeAccumulateFp4(*ctx_, sources, num_sources,
+                                                  n, f, true, acc);
+  }
+
+  absl::Status FlagNonFiniteFp4(const uint8_t* block_scales, int64_t n,
+                                kernels::Fp4Format f, int flag) override {
+    RETURN_IF_ERROR(CheckFlag("FlagNonFiniteFp4", flag));
+    return device::FlagNonFiniteFp4(*ctx_, block_scales, n, f,
+                                    flags_->u8() + flag);
   }
 
   absl::Status EndRound(std::vector<kernels::QuantizeStats>* stats,
@@ -152,6 +174,24 @@ class DeviceFp8Codec : public Fp8Codec {
   }
 
  private:
+  // The device statistics of `stat_slot` (null for -1).
+  absl::StatusOr<kernels::QuantizeStats*> StatSlot(const char* what,
+                                                   int stat_slot) {
+    if (stat_slot >= num_stats_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": stat slot ", stat_slot, " of ", num_stats_));
+    }
+    if (stat_slot < 0) return static_cast<kernels::QuantizeStats*>(nullptr);
+    return static_cast<kernels::QuantizeStats*>(stats_->data()) + stat_slot;
+  }
+  absl::Status CheckFlag(const char* what, int flag) const {
+    if (flag < 0 || flag >= num_flags_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": flag ", flag, " of ", num_flags_));
+    }
+    return absl::OkStatus();
+  }
+
   gpu::Context* const ctx_;
   BackendMemory* const memory_;
   std::unique_ptr<Fp8Buffer> stats_, flags_;

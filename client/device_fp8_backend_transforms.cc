@@ -9,6 +9,7 @@
 #include "common/cuda_check.h"
 #include "common/status_macros.h"
 #include "kernels/quantize.h"
+#include "kernels/quantize_fp4.h"
 
 namespace gift::client {
 namespace {
@@ -153,32 +154,48 @@ DeviceLayerProbe::DeviceLayerProbe(gpu::Context* ctx, BackendMemory* memory,
       b_(memory->NewBuffer()),
       sums_(memory->NewBuffer()) {}
 
+absl::Status DeviceLayerProbe::RoundTrip(const float* x, int64_t n,
+                                         const BucketLayer& layer, float* out) {
+  if (layer.format.is_fp4()) {
+    const kernels::Fp4Format f = layer.format.fp4();
+    // Block scales, then the (4-byte aligned) tensor scale.
+    const int64_t blocks = (kernels::Fp4NumBlocks(n, f) + 3) / 4 * 4;
+    RETURN_IF_ERROR(codes_->Grow(kernels::Fp4PackedBytes(n)));
+    RETURN_IF_ERROR(scales_->Grow(blocks + 4));
+    uint8_t* q = codes_->u8();
+    uint8_t* bs = scales_->u8();
+    float* ts = reinterpret_cast<float*>(bs + blocks);
+    RETURN_IF_ERROR(kernels::cuda::QuantizeFp4(*ctx_, x, n, f, q, bs, ts,
+                                               nullptr, nullptr));
+    return kernels::cuda::DequantizeFp4(*ctx_, q, bs, ts, n, f, out);
+  }
+  const kernels::QuantizeSpec spec{layer.format.fp8(), layer.block_size};
+  RETURN_IF_ERROR(codes_->Grow(n));
+  RETURN_IF_ERROR(scales_->Grow(kernels::NumScales(n, spec.block_size) * 4));
+  uint8_t* q = codes_->u8();
+  float* s = scales_->floats();
+  RETURN_IF_ERROR(
+      kernels::cuda::Quantize(*ctx_, x, n, spec, q, s, nullptr, nullptr));
+  return kernels::cuda::Dequantize(*ctx_, q, s, n, spec, out);
+}
+
 absl::Status DeviceLayerProbe::Probe(const float* grad,
                                      const BucketLayer& layer,
                                      const LayerFactor& factor,
                                      ProbeResult* result) {
   RETURN_IF_ERROR(factor.Validate(layer.d_in()));
   const int64_t n = layer.size(), rows = layer.d_out();
-  const kernels::QuantizeSpec spec{layer.format, layer.block_size};
-  RETURN_IF_ERROR(codes_->Grow(n));
-  RETURN_IF_ERROR(scales_->Grow(kernels::NumScales(n, spec.block_size) * 4));
   RETURN_IF_ERROR(a_->Grow(n * 4));
   RETURN_IF_ERROR(b_->Grow(n * 4));
   RETURN_IF_ERROR(sums_->Grow(4 * sizeof(double)));
   RETURN_IF_ERROR(sums_->Zero());
-  uint8_t* q = codes_->u8();
-  float* s = scales_->floats();
   float* a = a_->floats();
   float* b = b_->floats();
   auto* sums = static_cast<double*>(sums_->data());
-  RETURN_IF_ERROR(
-      kernels::cuda::Quantize(*ctx_, grad, n, spec, q, s, nullptr, nullptr));
-  RETURN_IF_ERROR(kernels::cuda::Dequantize(*ctx_, q, s, n, spec, a));
+  RETURN_IF_ERROR(RoundTrip(grad, n, layer, a));
   RETURN_IF_ERROR(device::AddSquaredError(*ctx_, grad, a, n, sums));
   RETURN_IF_ERROR(transforms_->Forward(factor, grad, rows, nullptr, a));
-  RETURN_IF_ERROR(
-      kernels::cuda::Quantize(*ctx_, a, n, spec, q, s, nullptr, nullptr));
-  RETURN_IF_ERROR(kernels::cuda::Dequantize(*ctx_, q, s, n, spec, a));
+  RETURN_IF_ERROR(RoundTrip(a, n, layer, a));
   RETURN_IF_ERROR(transforms_->Inverse(factor, a, rows, b));
   RETURN_IF_ERROR(device::AddSquaredError(*ctx_, grad, b, n, sums + 2));
   double h[4];

@@ -86,6 +86,10 @@ class DeviceLayerProbe : public LayerProbe {
                      const LayerFactor& factor, ProbeResult* result) override;
 
  private:
+  // out = x̂ of the layer's n elements x in its wire format (may alias x).
+  absl::Status RoundTrip(const float* x, int64_t n, const BucketLayer& layer,
+                         float* out);
+
   gpu::Context* const ctx_;
   GiftTransforms* const transforms_;
   std::unique_ptr<Fp8Buffer> codes_, scales_, a_, b_, sums_;

@@ -7,6 +7,7 @@
 #include "client/device_ops.h"
 #include "common/cuda_check.h"
 #include "kernels/fp8_device.cuh"
+#include "kernels/wire_format.h"
 
 namespace gift::client::device {
 namespace {
@@ -36,6 +37,13 @@ __global__ void AddKernel(float* acc, const float* x, int64_t n) {
 __global__ void FlagKernel(const float* x, int64_t n, uint8_t* flag) {
   GIFT_GRID_STRIDE(i, n) {
     if (!isfinite(x[i])) *flag = 1;  // benign race: every writer writes 1
+  }
+}
+
+__global__ void FlagFp4Kernel(const uint8_t* scales, int64_t n,
+                              kernels::Fp4Format f, uint8_t* flag) {
+  GIFT_GRID_STRIDE(i, n) {
+    if (kernels::IsFp4NaNScale(scales[i], f)) *flag = 1;  // benign race
   }
 }
 
@@ -184,6 +192,15 @@ absl::Status FlagNonFinite(gpu::Context& ctx, const float* x, int64_t n,
   if (absl::Status s = CheckN(n, x, "FlagNonFinite"); !s.ok()) return s;
   if (flag == nullptr) return absl::InvalidArgumentError("null flag");
   GIFT_LAUNCH(FlagKernel, ctx, n, x, n, flag);
+}
+
+absl::Status FlagNonFiniteFp4(gpu::Context& ctx, const uint8_t* block_scales,
+                              int64_t n, kernels::Fp4Format f, uint8_t* flag) {
+  if (absl::Status s = CheckN(n, block_scales, "FlagNonFiniteFp4"); !s.ok()) {
+    return s;
+  }
+  if (flag == nullptr) return absl::InvalidArgumentError("null flag");
+  GIFT_LAUNCH(FlagFp4Kernel, ctx, n, block_scales, n, f, flag);
 }
 
 absl::Status FillNaN(gpu::Context& ctx, float* x, int64_t n) {

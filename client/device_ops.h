@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "kernels/fp4.h"
 #include "kernels/fp8.h"
 #include "kernels/gpu.h"
 
@@ -27,6 +28,10 @@ absl::Status AddInPlace(gpu::Context& ctx, float* acc, const float* x,
 // *flag = 1 when any x[0, n) is NaN or infinite (never cleared here).
 absl::Status FlagNonFinite(gpu::Context& ctx, const float* x, int64_t n,
                            uint8_t* flag);
+// *flag = 1 when any of the n 4-bit block-scale codes is f's non-finite
+// flag (kernels::IsFp4NaNScale; never cleared here).
+absl::Status FlagNonFiniteFp4(gpu::Context& ctx, const uint8_t* block_scales,
+                              int64_t n, kernels::Fp4Format f, uint8_t* flag);
 // x[i] = 0x7FC00000.
 absl::Status FillNaN(gpu::Context& ctx, float* x, int64_t n);
 // Round to nearest even, NaN → (bits >> 16) | 0x40, as the host.

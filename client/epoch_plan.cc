@@ -43,7 +43,7 @@ uint64_t ComputeFingerprint(int64_t epoch, int64_t bucket_elements,
     s.Int(l.offset);
     s.Int(static_cast<int64_t>(l.path));
     s.Int(static_cast<int64_t>(l.transform));
-    s.Int(static_cast<int64_t>(l.format));
+    s.Int(l.format.code());
     s.Int(l.block_size);
   }
   return Fnv1a64(s.bytes().data(), s.bytes().size());
@@ -74,9 +74,16 @@ absl::Status CheckLayer(const BucketLayer& l, int64_t bucket_elements) {
     return absl::InvalidArgumentError(
         absl::StrCat(who, "the GIFT path needs a 2-D (d_out x d_in) layer"));
   }
-  if (static_cast<int>(l.format) > 1 || static_cast<int>(l.path) > 1 ||
+  if (!l.format.valid() || static_cast<int>(l.path) > 1 ||
       static_cast<int>(l.transform) > 1) {
     return absl::InvalidArgumentError(absl::StrCat(who, "unknown enum value"));
+  }
+  if (l.format.is_fp4() && l.block_size != 0 &&
+      l.block_size != kernels::Fp4BlockSize(l.format.fp4())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(who, kernels::WireFormatName(l.format), " has blocks of ",
+                     kernels::Fp4BlockSize(l.format.fp4()),
+                     " elements (block size ", l.block_size, ")"));
   }
   return absl::OkStatus();
 }

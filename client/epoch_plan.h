@@ -5,10 +5,10 @@
 //
 // A plan is an ordered list of layers, each a contiguous run of FP32
 // elements of the bucket at an element offset, with its shape (d_out × d_in,
-// or 1-D), its path (Euclidean or GIFT, and for GIFT the transform), its FP8
-// format and its scale granularity. Layers are sorted by offset and must not
-// overlap; gaps between them are allowed (framework padding) and are never
-// communicated or written. Empty layers are allowed.
+// or 1-D), its path (Euclidean or GIFT, and for GIFT the transform), its
+// wire format (FP8 or 4-bit) and its scale granularity. Layers are sorted by
+// offset and must not overlap; gaps between them are allowed (framework
+// padding) and are never communicated or written. Empty layers are allowed.
 //
 // Every rank must run the same plan. Fingerprint() is a stable 64-bit FNV-1a
 // hash of a canonical serialisation (identical in every process, on every
@@ -35,7 +35,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "client/transport.h"
-#include "kernels/fp8.h"
+#include "kernels/wire_format.h"
 
 namespace gift::client {
 
@@ -57,11 +57,13 @@ struct BucketLayer {
   LayerPath path = LayerPath::kEuclid;
   // Used only on the GIFT path. Default: low-rank.
   GiftTransform transform = GiftTransform::kLowRank;
-  // Default: E4M3.
-  kernels::Fp8Format format = kernels::Fp8Format::kE4M3;
-  // Elements per scale block within each chunk segment; 0 = one scale per
-  // segment of the layer (per-layer granularity, the default).
-  // REQUIRES: >= 0.
+  // The element format on the wire: FP8 (e4m3, e5m2) or block-scaled 4-bit
+  // (nvfp4, mxfp4; kernels/wire_format.h). Default: E4M3. REQUIRES: valid().
+  kernels::WireFormat format = kernels::Fp8Format::kE4M3;
+  // FP8: elements per scale block within each chunk segment; 0 = one scale
+  // per segment of the layer (per-layer granularity, the default). 4-bit:
+  // the format fixes it (16 for nvfp4, 32 for mxfp4; blocks start at each
+  // segment's start); 0 or that size. REQUIRES: >= 0.
   int64_t block_size = 0;
 
   int64_t size() const;

@@ -1,16 +1,19 @@
-// The FP8 codec part of an Fp8Backend (fp8_backend.h): one round of the
+// The codec part of an Fp8Backend (fp8_backend.h): one round of the
 // two-phase algorithm (fp8_round.h) as the backend's kernels — quantize with
 // per-block scales, dequantize, dequantize-and-accumulate the W copies of a
-// chunk — with the round's per-segment statistics and per-layer non-finite
-// flags collected where the data lives and read back once, at EndRound.
+// chunk, in FP8 (kernels/quantize.h, kernels/accumulate.h) or block-scaled
+// 4-bit formats (the *Fp4 methods, kernels/quantize_fp4.h) — with the
+// round's per-segment statistics and per-layer non-finite flags collected
+// where the data lives and read back once, at EndRound.
 //
 //   RETURN_IF_ERROR(codec.BeginRound(segments, layers));
 //   RETURN_IF_ERROR(codec.Quantize(x, n, spec, codes, scales, nullptr, 0));
 //   ...
 //   RETURN_IF_ERROR(codec.EndRound(&stats, &flags));
 //
-// Bit-identity: Quantize, Dequantize and Accumulate give the same bits on
-// every backend (IEEE single operations, no contraction).
+// Bit-identity: Quantize, Dequantize and Accumulate (and their 4-bit
+// counterparts) give the same bits on every backend (IEEE single
+// operations, no contraction).
 //
 // Thread safety: not thread-safe; one round at a time.
 #ifndef GIFT_CLIENT_FP8_BACKEND_CODEC_H_
@@ -22,6 +25,7 @@
 #include "absl/status/status.h"
 #include "kernels/accumulate.h"
 #include "kernels/quantize.h"
+#include "kernels/quantize_fp4.h"
 
 namespace gift::client {
 
@@ -48,6 +52,25 @@ class Fp8Codec {
                                   float* acc) = 0;
   // Sets flag `flag` when any of x[0, n) is NaN or infinite.
   virtual absl::Status FlagNonFinite(const float* x, int64_t n, int flag) = 0;
+
+  // 4-bit segments: kernels::QuantizeFp4 (statistics as Quantize),
+  // DequantizeFp4, and DequantizeAccumulateFp4 with zero_first. tensor_scale
+  // is nvfp4's (null for mxfp4).
+  virtual absl::Status QuantizeFp4(const float* x, int64_t n,
+                                   kernels::Fp4Format f, uint8_t* codes,
+                                   uint8_t* block_scales, float* tensor_scale,
+                                   float* residual, int stat_slot) = 0;
+  virtual absl::Status DequantizeFp4(const uint8_t* codes,
+                                     const uint8_t* block_scales,
+                                     const float* tensor_scale, int64_t n,
+                                     kernels::Fp4Format f, float* out) = 0;
+  virtual absl::Status AccumulateFp4(const kernels::Fp4Source* sources,
+                                     int num_sources, int64_t n,
+                                     kernels::Fp4Format f, float* acc) = 0;
+  // Sets flag `flag` when any of the n block-scale codes is f's non-finite
+  // flag (E4M3 NaN for nvfp4, E8M0 0xFF for mxfp4).
+  virtual absl::Status FlagNonFiniteFp4(const uint8_t* block_scales, int64_t n,
+                                        kernels::Fp4Format f, int flag) = 0;
   // Waits for the round and returns its statistics and flags.
   virtual absl::Status EndRound(std::vector<kernels::QuantizeStats>* stats,
                                 std::vector<uint8_t>* flags) = 0;

@@ -7,19 +7,14 @@ namespace gift::client {
 namespace {
 
 kernels::QuantizeSpec SpecOf(const BucketLayer& l) {
-  return {l.format, l.block_size};
-}
-
-float* ScalesOf(uint8_t* chunk, const ChunkLayout& c, const Segment& s) {
-  return reinterpret_cast<float*>(chunk + c.scales_byte_offset()) +
-         s.scale_offset;
+  return {l.format.fp8(), l.block_size};
 }
 
 // Payload bytes of a chunk that belong to GIFT layers.
 uint64_t GiftBytes(const ChunkLayout& c, const std::vector<LayerIo>& io) {
   uint64_t b = 0;
   for (const Segment& s : c.segments) {
-    if (io[s.layer].gift) b += s.count + 4 * s.num_scales;
+    if (io[s.layer].gift) b += s.payload_bytes();
   }
   return b;
 }
@@ -63,9 +58,8 @@ absl::Status Fp8Round::Pack(const EpochPlan& plan, const PieceLayout& piece,
       float* res = x.worker_residual == nullptr
                        ? nullptr
                        : x.worker_residual + s.layer_begin;
-      RETURN_IF_ERROR(codec_->Quantize(x.src + s.layer_begin, s.count,
-                                       SpecOf(l), chunk + s.code_offset,
-                                       ScalesOf(chunk, c, s), res, slot++));
+      RETURN_IF_ERROR(QuantizeSegment(l, x.src + s.layer_begin, s.count,
+                                      WireOf(chunk, c, s), res, slot++));
     }
   }
   return absl::OkStatus();
@@ -74,34 +68,61 @@ absl::Status Fp8Round::Pack(const EpochPlan& plan, const PieceLayout& piece,
 absl::Status Fp8Round::Reduce(const EpochPlan& plan, const ChunkLayout& mine,
                               const std::vector<LayerIo>& io,
                               float* owner_residual) {
-  const int w = comm_->world_size();
   const size_t bytes = mine.wire_bytes();
   RETURN_IF_ERROR(acc_->Resize(mine.packed.size() * sizeof(float)));
   RETURN_IF_ERROR(gather_send_->Resize(bytes));
   RETURN_IF_ERROR(gather_send_->Zero());
-  std::vector<kernels::Fp8Source> sources(w);
   for (const Segment& s : mine.segments) {
     const BucketLayer& l = plan.layers()[s.layer];
-    for (int p = 0; p < w; ++p) {
-      uint8_t* chunk = recv_->u8() + p * bytes;
-      sources[p] = {chunk + s.code_offset, ScalesOf(chunk, mine, s)};
-    }
-    float* acc = acc_->floats() + s.code_offset;
-    RETURN_IF_ERROR(
-        codec_->Accumulate(sources.data(), w, s.count, SpecOf(l), acc));
+    float* acc = acc_->floats() + s.elem_offset;
+    RETURN_IF_ERROR(AccumulateSegment(l, mine, s, acc));
     float* res = nullptr;
     if (io[s.layer].owner_feedback && owner_residual != nullptr) {
-      res = owner_residual + s.code_offset;
+      res = owner_residual + s.elem_offset;
       if (io[s.layer].reset_owner_residual) {
         RETURN_IF_ERROR(memory_->Zero(res, s.count * sizeof(float)));
       }
       RETURN_IF_ERROR(math_->AddInPlace(acc, res, s.count));
     }
-    RETURN_IF_ERROR(codec_->Quantize(
-        acc, s.count, SpecOf(l), gather_send_->u8() + s.code_offset,
-        ScalesOf(gather_send_->u8(), mine, s), res, -1));
+    RETURN_IF_ERROR(QuantizeSegment(
+        l, acc, s.count, WireOf(gather_send_->u8(), mine, s), res, -1));
   }
   return absl::OkStatus();
+}
+
+absl::Status Fp8Round::QuantizeSegment(const BucketLayer& l, const float* x,
+                                       int64_t n, const SegmentWire& wire,
+                                       float* residual, int stat_slot) {
+  if (!l.format.is_fp4()) {
+    return codec_->Quantize(x, n, SpecOf(l), wire.codes, wire.scales, residual,
+                            stat_slot);
+  }
+  return codec_->QuantizeFp4(x, n, l.format.fp4(), wire.codes,
+                             wire.block_scales, wire.scales, residual,
+                             stat_slot);
+}
+
+// The W received copies of segment s of this rank's chunk, summed in rank
+// order into acc.
+absl::Status Fp8Round::AccumulateSegment(const BucketLayer& l,
+                                         const ChunkLayout& mine,
+                                         const Segment& s, float* acc) {
+  const int w = comm_->world_size();
+  const size_t bytes = mine.wire_bytes();
+  if (!l.format.is_fp4()) {
+    std::vector<kernels::Fp8Source> sources(w);
+    for (int p = 0; p < w; ++p) {
+      const SegmentWire x = WireOf(recv_->u8() + p * bytes, mine, s);
+      sources[p] = {x.codes, x.scales};
+    }
+    return codec_->Accumulate(sources.data(), w, s.count, SpecOf(l), acc);
+  }
+  std::vector<kernels::Fp4Source> sources(w);
+  for (int p = 0; p < w; ++p) {
+    const SegmentWire x = WireOf(recv_->u8() + p * bytes, mine, s);
+    sources[p] = {x.codes, x.block_scales, x.scales};
+  }
+  return codec_->AccumulateFp4(sources.data(), w, s.count, l.format.fp4(), acc);
 }
 
 absl::Status Fp8Round::Unpack(const EpochPlan& plan, const PieceLayout& piece,
@@ -112,11 +133,19 @@ absl::Status Fp8Round::Unpack(const EpochPlan& plan, const PieceLayout& piece,
     uint8_t* chunk = gather_recv_->u8() + offsets_[j];
     for (const Segment& s : c.segments) {
       const BucketLayer& l = plan.layers()[s.layer];
-      const float* scales = ScalesOf(chunk, c, s);
-      RETURN_IF_ERROR(codec_->FlagNonFinite(scales, s.num_scales, s.layer));
+      const SegmentWire x = WireOf(chunk, c, s);
       float* out = io[s.layer].dst + s.layer_begin;
-      RETURN_IF_ERROR(codec_->Dequantize(chunk + s.code_offset, scales, s.count,
-                                         SpecOf(l), out));
+      if (!l.format.is_fp4()) {
+        RETURN_IF_ERROR(codec_->FlagNonFinite(x.scales, s.num_scales, s.layer));
+        RETURN_IF_ERROR(
+            codec_->Dequantize(x.codes, x.scales, s.count, SpecOf(l), out));
+      } else {
+        const kernels::Fp4Format f = l.format.fp4();
+        RETURN_IF_ERROR(codec_->FlagNonFiniteFp4(
+            x.block_scales, s.num_block_scales, f, s.layer));
+        RETURN_IF_ERROR(codec_->DequantizeFp4(x.codes, x.block_scales, x.scales,
+                                              s.count, f, out));
+      }
       RETURN_IF_ERROR(math_->Divide(out, s.count, w));
     }
   }

@@ -1,5 +1,9 @@
-// One two-phase FP8 round over one piece of a bucket (DESIGN §3): the engine
-// under AllReduceEngine's `fp8` mode.
+// One two-phase quantized round over one piece of a bucket (DESIGN §3): the
+// engine under AllReduceEngine's `fp8` mode. Each layer travels in its own
+// wire format (BucketLayer::format): FP8 with float scales, or block-scaled
+// 4-bit (nvfp4, mxfp4) with one scale byte per block; the steps below are
+// the same for both, only the codec calls and the wire layout
+// (chunking.h) differ.
 //
 // Phase 1 (reduce-scatter as all-to-all): this rank quantizes every segment
 // of every chunk with its own local scale(s) (worker error feedback on the
@@ -18,8 +22,9 @@
 // communicator's stream; the steps are the same.
 //
 // A NaN/Inf anywhere in a block on any rank makes the owner's sum and thus
-// its re-quantized scale NaN; every rank sees that scale after the gather
-// and reports the layer as non-finite (the caller marks the whole layer).
+// its re-quantized scale NaN (4-bit: the block scale's NaN code); every rank
+// sees that scale after the gather and reports the layer as non-finite (the
+// caller marks the whole layer).
 //
 // Thread safety: not thread-safe (reuses its buffers).
 #ifndef GIFT_CLIENT_FP8_ROUND_H_
@@ -43,7 +48,8 @@ namespace gift::client {
 struct LayerIo {
   const float* src = nullptr;  // the layer's elements to send
   float* dst = nullptr;        // the averaged result (may equal src)
-  // Worker residual over the whole layer (GIFT error feedback), or null.
+  // Worker residual over the whole layer (GIFT or Euclidean error
+  // feedback), or null.
   float* worker_residual = nullptr;
   // The owner keeps a residual for this layer's segments.
   bool owner_feedback = false;
@@ -85,6 +91,12 @@ class Fp8Round {
                       const std::vector<LayerIo>& io, float* owner_residual);
   absl::Status Unpack(const EpochPlan& plan, const PieceLayout& piece,
                       const std::vector<LayerIo>& io);
+  // One segment in the layer's format (FP8 or 4-bit).
+  absl::Status QuantizeSegment(const BucketLayer& l, const float* x, int64_t n,
+                               const SegmentWire& wire, float* residual,
+                               int stat_slot);
+  absl::Status AccumulateSegment(const BucketLayer& l, const ChunkLayout& mine,
+                                 const Segment& s, float* acc);
   absl::Status Collect(const PieceLayout& piece, RoundOutcome* outcome);
   void CountBytes(const EpochPlan& plan, const PieceLayout& piece,
                   const std::vector<LayerIo>& io, uint64_t a2a_bytes,

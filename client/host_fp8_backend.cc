@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/probe.h"
+#include "kernels/wire_format.h"
 
 namespace gift::client {
 namespace {
@@ -47,14 +48,27 @@ absl::Status HostFp8Codec::BeginRound(int stat_slots, int flags) {
   return absl::OkStatus();
 }
 
+absl::Status HostFp8Codec::CheckSlot(const char* what, int stat_slot) const {
+  if (stat_slot >= static_cast<int>(stats_.size())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": stat slot ", stat_slot, " of ", stats_.size()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status HostFp8Codec::CheckFlag(const char* what, int flag) const {
+  if (flag < 0 || flag >= static_cast<int>(flags_.size())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": flag ", flag, " of ", flags_.size()));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status HostFp8Codec::Quantize(const float* x, int64_t n,
                                     const kernels::QuantizeSpec& spec,
                                     uint8_t* codes, float* scales,
                                     float* residual, int stat_slot) {
-  if (stat_slot >= static_cast<int>(stats_.size())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("Quantize: stat slot ", stat_slot, " of ", stats_.size()));
-  }
+  if (absl::Status s = CheckSlot("Quantize", stat_slot); !s.ok()) return s;
   return kernels::Quantize(x, n, spec, codes, scales, residual,
                            stat_slot < 0 ? nullptr : &stats_[stat_slot]);
 }
@@ -75,12 +89,47 @@ absl::Status HostFp8Codec::Accumulate(const kernels::Fp8Source* sources,
 }
 
 absl::Status HostFp8Codec::FlagNonFinite(const float* x, int64_t n, int flag) {
-  if (flag < 0 || flag >= static_cast<int>(flags_.size())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("FlagNonFinite: flag ", flag, " of ", flags_.size()));
-  }
+  if (absl::Status s = CheckFlag("FlagNonFinite", flag); !s.ok()) return s;
   for (int64_t i = 0; i < n; ++i) {
     if (!std::isfinite(x[i])) {
+      flags_[flag] = 1;
+      break;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status HostFp8Codec::QuantizeFp4(const float* x, int64_t n,
+                                       kernels::Fp4Format f, uint8_t* codes,
+                                       uint8_t* block_scales,
+                                       float* tensor_scale, float* residual,
+                                       int stat_slot) {
+  if (absl::Status s = CheckSlot("QuantizeFp4", stat_slot); !s.ok()) return s;
+  return kernels::QuantizeFp4(x, n, f, codes, block_scales, tensor_scale,
+                              residual,
+                              stat_slot < 0 ? nullptr : &stats_[stat_slot]);
+}
+
+absl::Status HostFp8Codec::DequantizeFp4(const uint8_t* codes,
+                                         const uint8_t* block_scales,
+                                         const float* tensor_scale, int64_t n,
+                                         kernels::Fp4Format f, float* out) {
+  return kernels::DequantizeFp4(codes, block_scales, tensor_scale, n, f, out);
+}
+
+absl::Status HostFp8Codec::AccumulateFp4(const kernels::Fp4Source* sources,
+                                         int num_sources, int64_t n,
+                                         kernels::Fp4Format f, float* acc) {
+  return kernels::DequantizeAccumulateFp4(sources, num_sources, n, f, true,
+                                          acc);
+}
+
+absl::Status HostFp8Codec::FlagNonFiniteFp4(const uint8_t* block_scales,
+                                            int64_t n, kernels::Fp4Format f,
+                                            int flag) {
+  if (absl::Status s = CheckFlag("FlagNonFiniteFp4", flag); !s.ok()) return s;
+  for (int64_t i = 0; i < n; ++i) {
+    if (kernels::IsFp4NaNScale(block_scales[i], f)) {
       flags_[flag] = 1;
       break;
     }

@@ -39,10 +39,25 @@ class HostFp8Codec : public Fp8Codec {
                           int64_t n, const kernels::QuantizeSpec& spec,
                           float* acc) override;
   absl::Status FlagNonFinite(const float* x, int64_t n, int flag) override;
+  absl::Status QuantizeFp4(const float* x, int64_t n, kernels::Fp4Format f,
+                           uint8_t* codes, uint8_t* block_scales,
+                           float* tensor_scale, float* residual,
+                           int stat_slot) override;
+  absl::Status DequantizeFp4(const uint8_t* codes, const uint8_t* block_scales,
+                             const float* tensor_scale, int64_t n,
+                             kernels::Fp4Format f, float* out) override;
+  absl::Status AccumulateFp4(const kernels::Fp4Source* sources, int num_sources,
+                             int64_t n, kernels::Fp4Format f,
+                             float* acc) override;
+  absl::Status FlagNonFiniteFp4(const uint8_t* block_scales, int64_t n,
+                                kernels::Fp4Format f, int flag) override;
   absl::Status EndRound(std::vector<kernels::QuantizeStats>* stats,
                         std::vector<uint8_t>* flags) override;
 
  private:
+  absl::Status CheckSlot(const char* what, int stat_slot) const;
+  absl::Status CheckFlag(const char* what, int flag) const;
+
   std::vector<kernels::QuantizeStats> stats_;
   std::vector<uint8_t> flags_;
 };

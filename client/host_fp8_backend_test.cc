@@ -134,6 +134,53 @@ TEST(HostFp8BackendTest, CodecCollectsStatsAndFlagsPerRound) {
   EXPECT_EQ(flags, (std::vector<uint8_t>{0}));
 }
 
+TEST(HostFp8BackendTest, FourBitCodecIsTheKernelsWithSlotsAndFlags) {
+  HostFp8Codec codec;
+  for (kernels::Fp4Format f :
+       {kernels::Fp4Format::kNvfp4, kernels::Fp4Format::kMxfp4}) {
+    const int64_t n = 75;  // ragged last block, odd element count
+    std::vector<float> x(n);
+    for (int64_t i = 0; i < n; ++i) x[i] = SyntheticValue(9, i);
+    std::vector<uint8_t> q(kernels::Fp4PackedBytes(n)),
+        bs(kernels::Fp4NumBlocks(n, f)), rq(q.size()), rbs(bs.size());
+    float ts = 0, rts = 0;
+    std::vector<float> y(n), ref(n), res(n), rres(n);
+    ASSERT_OK(codec.BeginRound(1, 3));
+    EXPECT_THAT(
+        codec.QuantizeFp4(x.data(), n, f, q.data(), bs.data(), &ts, nullptr, 1),
+        StatusIs(absl::StatusCode::kInvalidArgument));
+    ASSERT_OK(codec.QuantizeFp4(x.data(), n, f, q.data(), bs.data(), &ts,
+                                res.data(), 0));
+    kernels::QuantizeStats st;
+    ASSERT_OK(kernels::QuantizeFp4(x.data(), n, f, rq.data(), rbs.data(), &rts,
+                                   rres.data(), &st));
+    EXPECT_EQ(q, rq);
+    EXPECT_EQ(bs, rbs);
+    EXPECT_EQ(res, rres);
+    ASSERT_OK(codec.DequantizeFp4(q.data(), bs.data(), &ts, n, f, y.data()));
+    ASSERT_OK(
+        kernels::DequantizeFp4(q.data(), bs.data(), &ts, n, f, ref.data()));
+    EXPECT_EQ(y, ref);
+    // Two copies summed in order.
+    const kernels::Fp4Source src[2] = {{q.data(), bs.data(), &ts},
+                                       {q.data(), bs.data(), &ts}};
+    ASSERT_OK(codec.AccumulateFp4(src, 2, n, f, y.data()));
+    for (int64_t i = 0; i < n; ++i) EXPECT_EQ(y[i], ref[i] + ref[i]);
+    // Flags: clean scales, then a NaN-flagged block.
+    ASSERT_OK(codec.FlagNonFiniteFp4(bs.data(), bs.size(), f, 0));
+    bs[1] = f == kernels::Fp4Format::kNvfp4 ? 0x7F : 0xFF;
+    ASSERT_OK(codec.FlagNonFiniteFp4(bs.data(), bs.size(), f, 2));
+    EXPECT_THAT(codec.FlagNonFiniteFp4(bs.data(), bs.size(), f, 3),
+                StatusIs(absl::StatusCode::kInvalidArgument));
+    std::vector<kernels::QuantizeStats> stats;
+    std::vector<uint8_t> flags;
+    ASSERT_OK(codec.EndRound(&stats, &flags));
+    EXPECT_EQ(stats[0].n, n);
+    EXPECT_EQ(stats[0].err_sq, st.err_sq);
+    EXPECT_EQ(flags, (std::vector<uint8_t>{0, 0, 1}));
+  }
+}
+
 TEST(HostFp8BackendTest, ComparatorSumsPerSlot) {
   HostComparator cmp;
   const std::vector<float> ref = {1, 2, 3}, x = {1, 2, 5};

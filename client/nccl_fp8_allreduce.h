@@ -8,7 +8,8 @@
 //   q_sum  = ncclAllReduce(q, SUM) in ncclFloat8e4m3 / ncclFloat8e5m2,
 //   result = float(q_sum) · s / W, or NaN for the whole layer when amax is
 //            not finite (FP32 semantics, counted in the telemetry).
-// GIFT layers take this Euclidean path too. NCCL sums FP8 natively only on
+// GIFT layers take this Euclidean path too, and 4-bit layers go E4M3 (NCCL
+// has no 4-bit sum). NCCL sums FP8 natively only on
 // sm_90+ with NCCL 2.24+; anything else is FAILED_PRECONDITION at creation.
 //
 // The FP8 sums run on a second NCCL communicator of the same ranks, made at

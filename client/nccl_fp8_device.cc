@@ -28,6 +28,12 @@ using ::gift::internal::NcclError;
 constexpr int kMinNcclVersion = 22400;  // first NCCL with FP8 reductions
 constexpr absl::Duration kPoll = absl::Microseconds(50);
 
+// The FP8 format of a layer on this path: 4-bit layers go E4M3 (NCCL has
+// no 4-bit sum).
+kernels::Fp8Format Fp8Of(const BucketLayer& l) {
+  return l.format.is_fp4() ? kernels::Fp8Format::kE4M3 : l.format.fp8();
+}
+
 ncclDataType_t NcclFp8Type(kernels::Fp8Format f) {
   return f == kernels::Fp8Format::kE4M3 ? ncclFloat8e4m3 : ncclFloat8e5m2;
 }
@@ -128,14 +134,14 @@ class NcclFp8Device : public NcclFp8AllReduce {
     for (int i = 0; i < num; ++i) {
       const BucketLayer& l = layers[i];
       RETURN_IF_ERROR(device::EncodeScaled(*ctx_, bucket + l.offset, l.size(),
-                                           l.format, amax_ + i, w,
+                                           Fp8Of(l), amax_ + i, w,
                                            codes_ + l.offset));
     }
     RETURN_IF_ERROR(SumCodes(layers, t));
     for (int i = 0; i < num; ++i) {
       const BucketLayer& l = layers[i];
       RETURN_IF_ERROR(device::DecodeScaled(*ctx_, codes_ + l.offset, l.size(),
-                                           l.format, amax_ + i, w,
+                                           Fp8Of(l), amax_ + i, w,
                                            bucket + l.offset));
     }
     std::vector<float> amax(num);
@@ -166,7 +172,7 @@ class NcclFp8Device : public NcclFp8AllReduce {
       if (l.size() == 0) continue;
       const ncclResult_t r =
           ncclAllReduce(codes_ + l.offset, codes_ + l.offset, l.size(),
-                        NcclFp8Type(l.format), ncclSum, nccl_, stream_);
+                        NcclFp8Type(Fp8Of(l)), ncclSum, nccl_, stream_);
       if (r != ncclSuccess && r != ncclInProgress) {
         enqueue = NcclError(r, "ncclAllReduce (fp8)", __FILE__, __LINE__);
         break;

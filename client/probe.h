@@ -23,7 +23,8 @@
 namespace gift::client {
 
 // grad is the layer's d_out × d_in gradient. Euclidean: quantize with the
-// layer's format and granularity (over the whole layer). GIFT: W T,
+// layer's wire format (FP8 or 4-bit) and granularity (over the whole
+// layer). GIFT: W T,
 // quantize, dequantize, · T⁻¹, compared with W. RelL2 = ‖Ŵ − W‖ / ‖W‖
 // (0 for an all-zero W). REQUIRES: factor.d_in == layer.d_in().
 absl::Status ProbeLayer(const float* grad, const BucketLayer& layer,

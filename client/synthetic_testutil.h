@@ -3,6 +3,7 @@
 // without communication) and synthetic GIFT factors with exact inverses.
 //
 //   float g = SyntheticValue(seed, i);            // in [-1, 1)
+//   float z = SyntheticGaussian(seed, i);         // standard normal
 //   LayerFactor f = SyntheticLowRank(/*version=*/1, d_in, r, seed);
 //
 // Thread safety: pure functions.
@@ -29,6 +30,16 @@ inline float SyntheticValue(uint64_t seed, uint64_t i) {
   const uint64_t h = Mix64(Mix64(seed) ^ i);
   return static_cast<float>(static_cast<int64_t>(h >> 40) - (1 << 23)) /
          static_cast<float>(1 << 23);
+}
+
+// Standard normal (Box-Muller over two counter hashes), deterministic.
+inline float SyntheticGaussian(uint64_t seed, uint64_t i) {
+  const uint64_t a = Mix64(Mix64(seed) ^ (2 * i)),
+                 b = Mix64(Mix64(seed) ^ (2 * i + 1));
+  const double u1 = (static_cast<double>(a >> 11) + 1.0) / 9007199254740993.0;
+  const double u2 = static_cast<double>(b >> 11) / 9007199254740992.0;
+  return static_cast<float>(std::sqrt(-2.0 * std::log(u1)) *
+                            std::cos(6.283185307179586 * u2));
 }
 
 // d × r matrix with orthonormal columns (Gram-Schmidt in double), row-major.

@@ -102,6 +102,11 @@ Status CheckOptions(const AllReduceOptions& o) {
     return api::InvalidArgument(
         absl::StrCat("QuantizedAllReduce: unknown mode ", mode));
   }
+  const int euclid = static_cast<int>(o.euclid_error_feedback);
+  if (euclid < 0 || euclid > 2) {
+    return api::InvalidArgument(absl::StrCat(
+        "QuantizedAllReduce: unknown euclid_error_feedback ", euclid));
+  }
   if (o.piece_bytes < 4 || o.probe_interval < 0 || o.audit_interval < 0) {
     return api::InvalidArgument(
         absl::StrCat("QuantizedAllReduce: piece_bytes must be >= 4 (is ",
@@ -113,6 +118,12 @@ Status CheckOptions(const AllReduceOptions& o) {
 
 }  // namespace
 
+static_assert(static_cast<int>(EuclidFeedback::kAuto) ==
+                  static_cast<int>(client::EuclidFeedback::kAuto) &&
+              static_cast<int>(EuclidFeedback::kOff) ==
+                  static_cast<int>(client::EuclidFeedback::kOff) &&
+              static_cast<int>(EuclidFeedback::kOn) ==
+                  static_cast<int>(client::EuclidFeedback::kOn));
 static_assert(static_cast<int>(AllReduceMode::kFp8) ==
                   static_cast<int>(client::AllReduceMode::kFp8) &&
               static_cast<int>(AllReduceMode::kFp32) ==
@@ -164,6 +175,8 @@ Status QuantizedAllReduce::Create(std::shared_ptr<Communicator> comm,
   o.error_feedback = options.error_feedback;
   o.audit_interval = options.audit_interval;
   o.audit_drift = options.audit_drift;
+  o.euclid_error_feedback =
+      static_cast<client::EuclidFeedback>(options.euclid_error_feedback);
   absl::StatusOr<std::unique_ptr<client::AllReduceEngine>> ar =
       client::AllReduceEngine::Create(comm->rep_->comm.get(), plan.rep_->plan,
                                       o);

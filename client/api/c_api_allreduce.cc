@@ -104,6 +104,19 @@ gift_status_t gift_allreduce_options_set_audit_drift(
   });
 }
 
+gift_status_t gift_allreduce_options_set_euclid_error_feedback(
+    gift_allreduce_options_t* options, gift_euclid_feedback_t feedback) {
+  return Guard(__func__, [&] {
+    if (options == nullptr) return Null("options");
+    const int f = static_cast<int>(feedback);
+    if (f < GIFT_EUCLID_FEEDBACK_AUTO || f > GIFT_EUCLID_FEEDBACK_ON) {
+      return Invalid("unknown Euclidean error feedback " + std::to_string(f));
+    }
+    options->o.euclid_error_feedback = static_cast<gift::EuclidFeedback>(f);
+    return Status();
+  });
+}
+
 gift_status_t gift_allreduce_create(gift_communicator_t* comm,
                                     const gift_plan_t* plan,
                                     const gift_allreduce_options_t* options,

@@ -114,7 +114,9 @@ LayerSpec FromInternal(const client::BucketLayer& layer) {
   l.offset = layer.offset;
   l.path = static_cast<LayerPath>(layer.path);
   l.transform = static_cast<GiftTransform>(layer.transform);
-  l.format = static_cast<Fp8Format>(layer.format);
+  // The public plan carries FP8 formats only so far; a 4-bit layer (from a
+  // daemon plan) keeps its wire-format code (issue 27 point 4).
+  l.format = static_cast<Fp8Format>(layer.format.code());
   l.block_size = layer.block_size;
   return l;
 }

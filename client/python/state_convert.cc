@@ -61,7 +61,7 @@ py::dict PlanToPython(const EpochPlan& plan) {
     d["offset"] = l.offset;
     d["path"] = static_cast<int>(l.path);
     d["transform"] = static_cast<int>(l.transform);
-    d["format"] = static_cast<int>(l.format);
+    d["format"] = l.format.code();
     d["block_size"] = l.block_size;
     layers.append(d);
   }
@@ -82,7 +82,7 @@ absl::StatusOr<EpochPlan> PlanFromPython(const py::dict& d) {
     s.offset = l["offset"].cast<int64_t>();
     s.path = static_cast<LayerPath>(l["path"].cast<int>());
     s.transform = static_cast<GiftTransform>(l["transform"].cast<int>());
-    s.format = static_cast<kernels::Fp8Format>(l["format"].cast<int>());
+    s.format = kernels::WireFormat::FromCode(l["format"].cast<int>());
     s.block_size = l["block_size"].cast<int64_t>();
     layers.push_back(std::move(s));
   }
@@ -116,9 +116,18 @@ py::dict StateToPython(const AllReduceState& s, const NamedFactors& factors) {
     g["pieces"] = pieces;
     owner.append(g);
   }
+  py::list euclid;
+  for (const AllReduceState::EuclidLayer& l : s.euclid_layers) {
+    py::dict e;
+    e["name"] = l.name;
+    e["residual"] = ToArray(l.residual);
+    e["owner_live"] = l.owner_live;
+    euclid.append(e);
+  }
   for (const auto& [name, f] : factors) {
     held.append(py::make_tuple(name, FactorToPython(f)));
   }
+  d["euclid_layers"] = euclid;
   d["plans"] = plans;
   d["gift_layers"] = gift;
   d["owner_residuals"] = owner;
@@ -156,6 +165,17 @@ absl::StatusOr<AllReduceState> StateFromPython(const py::dict& d,
       o.pieces.push_back(FromArray(r));
     }
     s.owner_residuals.push_back(std::move(o));
+  }
+  // Absent in states saved before Euclidean error feedback: none.
+  if (d.contains("euclid_layers")) {
+    for (const py::handle& h : d["euclid_layers"].cast<py::list>()) {
+      const py::dict e = h.cast<py::dict>();
+      AllReduceState::EuclidLayer l;
+      l.name = e["name"].cast<std::string>();
+      l.residual = FromArray(e["residual"]);
+      l.owner_live = e["owner_live"].cast<bool>();
+      s.euclid_layers.push_back(std::move(l));
+    }
   }
   factors->clear();
   for (const py::handle& h : d["factors"].cast<py::list>()) {

@@ -67,6 +67,10 @@ GIFT_EXPORT const char* AllReduceModeName(AllReduceMode mode);
 GIFT_EXPORT Status ParseAllReduceMode(const std::string& name,
                                       AllReduceMode* out);
 
+// Error feedback on the Euclidean path (AllReduceOptions::
+// euclid_error_feedback): kAuto is on for 4-bit layers, off for FP8 ones.
+enum class EuclidFeedback : int { kAuto = 0, kOff = 1, kOn = 2 };
+
 struct AllReduceOptions {
   // Default: fp8.
   AllReduceMode mode = AllReduceMode::kFp8;
@@ -92,6 +96,13 @@ struct AllReduceOptions {
   // while audit_interval > 0; two additions per element and step). Default:
   // false. The same on every rank.
   bool audit_drift = false;
+  // Error feedback (fp8 mode) on the steps a layer is sent Euclidean (its
+  // path, or GIFT without an agreed factor): each rank quantizes its
+  // gradient plus its residual and keeps what the quantization lost, and
+  // the chunk owner keeps its own residual, as on GIFT layers (4 bytes of
+  // memory per element of such layers). kAuto: on for 4-bit layers, off
+  // for FP8 ones. Default: kAuto. The same on every rank.
+  EuclidFeedback euclid_error_feedback = EuclidFeedback::kAuto;
 };
 
 // One version of the whitening transform of a GIFT layer, FP32 row-major.

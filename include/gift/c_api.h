@@ -148,6 +148,15 @@ typedef enum gift_allreduce_mode_t {
   GIFT_ENUM_RANGE_(GIFT_MODE_)
 } gift_allreduce_mode_t;
 
+/* Error feedback on the Euclidean path: auto = on for 4-bit layers, off
+ * for FP8 ones. */
+typedef enum gift_euclid_feedback_t {
+  GIFT_EUCLID_FEEDBACK_AUTO = 0, /* default */
+  GIFT_EUCLID_FEEDBACK_OFF = 1,
+  GIFT_EUCLID_FEEDBACK_ON = 2,
+  GIFT_ENUM_RANGE_(GIFT_EUCLID_FEEDBACK_)
+} gift_euclid_feedback_t;
+
 typedef enum gift_layer_path_t {
   GIFT_PATH_EUCLID = 0, /* FP8 with the layer's scale (default) */
   GIFT_PATH_GIFT = 1,   /* whitened FP8 with error feedback (2-D layers) */
@@ -322,6 +331,13 @@ GIFT_EXPORT gift_status_t gift_allreduce_options_set_audit_interval(
  * step). Default off. */
 GIFT_EXPORT gift_status_t gift_allreduce_options_set_audit_drift(
     gift_allreduce_options_t* options, int enabled);
+/* Error feedback on the steps a layer is sent Euclidean (fp8 mode): each
+ * rank and each chunk owner keeps what its quantization lost and adds it
+ * to the next step, as on GIFT layers (4 bytes of memory per element of
+ * such layers). Default GIFT_EUCLID_FEEDBACK_AUTO (on for 4-bit layers,
+ * off for FP8 ones). The same on every rank. */
+GIFT_EXPORT gift_status_t gift_allreduce_options_set_euclid_error_feedback(
+    gift_allreduce_options_t* options, gift_euclid_feedback_t feedback);
 
 /* Collective: checks the plan's fingerprint across the ranks
  * (GIFT_FAILED_PRECONDITION "bucket plan mismatch across ranks" on every

@@ -196,6 +196,26 @@ TEST(CApiTest, EnumValuesOutOfRangeAreRejected) {
   gift_plan_builder_destroy(b);
 }
 
+TEST(CApiTest, EuclidErrorFeedbackOption) {
+  gift_allreduce_options_t* a = gift_allreduce_options_create();
+  EXPECT_GIFT_ERROR(gift_allreduce_options_set_euclid_error_feedback(
+                        a, static_cast<gift_euclid_feedback_t>(3)),
+                    GIFT_INVALID_ARGUMENT,
+                    "gift_allreduce_options_set_euclid_error_feedback",
+                    "unknown Euclidean error feedback");
+  EXPECT_GIFT_ERROR(gift_allreduce_options_set_euclid_error_feedback(
+                        nullptr, GIFT_EUCLID_FEEDBACK_ON),
+                    GIFT_INVALID_ARGUMENT,
+                    "gift_allreduce_options_set_euclid_error_feedback",
+                    "options is NULL");
+  for (gift_euclid_feedback_t f :
+       {GIFT_EUCLID_FEEDBACK_AUTO, GIFT_EUCLID_FEEDBACK_OFF,
+        GIFT_EUCLID_FEEDBACK_ON}) {
+    EXPECT_EQ(gift_allreduce_options_set_euclid_error_feedback(a, f), GIFT_OK);
+  }
+  gift_allreduce_options_destroy(a);
+}
+
 TEST(CApiTest, CommunicatorOptionsAreCheckedAtCreate) {
   TempDir dir("gift_api_test");
   struct Case {

@@ -192,6 +192,14 @@ TEST(CppApiTest, CommunicatorErrors) {
   bad.piece_bytes = 2;
   EXPECT_EQ(QuantizedAllReduce::Create(comm, Plan(), bad, &ar).code(),
             StatusCode::kInvalidArgument);
+  gift::AllReduceOptions bad_feedback;
+  bad_feedback.euclid_error_feedback = static_cast<gift::EuclidFeedback>(3);
+  EXPECT_EQ(QuantizedAllReduce::Create(comm, Plan(), bad_feedback, &ar).code(),
+            StatusCode::kInvalidArgument);
+  gift::AllReduceOptions feedback_on;
+  feedback_on.euclid_error_feedback = gift::EuclidFeedback::kOn;
+  EXPECT_TRUE(QuantizedAllReduce::Create(comm, Plan(), feedback_on, &ar).ok());
+  ar.reset();
   gift::AllReduceOptions nccl_fp8;
   nccl_fp8.mode = AllReduceMode::kNcclFp8;
   s = QuantizedAllReduce::Create(comm, Plan(), nccl_fp8, &ar);

@@ -258,6 +258,60 @@ TEST_F(DeviceBackendTest, RoundPrimitivesMatchHost) {
   EXPECT_NEAR(dst[1].err_sq, hst[1].err_sq, 1e-9 * hst[1].err_sq);
 }
 
+TEST_F(DeviceBackendTest, FourBitRoundPrimitivesMatchHost) {
+  constexpr int64_t kN = 65537;  // odd: a half byte and a ragged block
+  for (kernels::Fp4Format f :
+       {kernels::Fp4Format::kNvfp4, kernels::Fp4Format::kMxfp4}) {
+    const int64_t nb = kernels::Fp4NumBlocks(kN, f),
+                  nq = kernels::Fp4PackedBytes(kN);
+    std::vector<float> x = RandomData(kN, 5, false);
+    x[4321] = kNaN;  // a flagged block
+    std::vector<uint8_t> hq(nq), hb(nb);
+    std::vector<float> ht(1), hr(kN), hacc(kN), hout(kN);
+    ASSERT_OK(host_.codec().BeginRound(1, 2));
+    ASSERT_OK(host_.codec().QuantizeFp4(x.data(), kN, f, hq.data(), hb.data(),
+                                        ht.data(), hr.data(), 0));
+    const kernels::Fp4Source hsrc[2] = {{hq.data(), hb.data(), ht.data()},
+                                        {hq.data(), hb.data(), ht.data()}};
+    ASSERT_OK(host_.codec().AccumulateFp4(hsrc, 2, kN, f, hacc.data()));
+    ASSERT_OK(host_.codec().DequantizeFp4(hq.data(), hb.data(), ht.data(), kN,
+                                          f, hout.data()));
+    ASSERT_OK(host_.codec().FlagNonFiniteFp4(hb.data(), nb, f, 1));
+    std::vector<kernels::QuantizeStats> hst, dst;
+    std::vector<uint8_t> hfl, dfl;
+    ASSERT_OK(host_.codec().EndRound(&hst, &hfl));
+
+    auto dx = dev_->memory().NewBuffer();
+    Upload(*dx, x);
+    auto dq = Sentinel(nq, 0x55), db = Sentinel(nb, 0x55),
+         dt = Sentinel(4, 0x55), dr = Sentinel(kN * 4, 0x55),
+         dacc = Sentinel(kN * 4, 0x55), dout = Sentinel(kN * 4, 0x55);
+    ASSERT_OK(dev_->codec().BeginRound(1, 2));
+    ASSERT_OK(dev_->codec().QuantizeFp4(dx->floats(), kN, f, dq->u8(), db->u8(),
+                                        dt->floats(), dr->floats(), 0));
+    const kernels::Fp4Source dsrc[2] = {{dq->u8(), db->u8(), dt->floats()},
+                                        {dq->u8(), db->u8(), dt->floats()}};
+    ASSERT_OK(dev_->codec().AccumulateFp4(dsrc, 2, kN, f, dacc->floats()));
+    ASSERT_OK(dev_->codec().DequantizeFp4(dq->u8(), db->u8(), dt->floats(), kN,
+                                          f, dout->floats()));
+    ASSERT_OK(dev_->codec().FlagNonFiniteFp4(db->u8(), nb, f, 1));
+    ASSERT_OK(dev_->codec().EndRound(&dst, &dfl));
+
+    EXPECT_EQ(BitDiffs(Download<uint8_t>(*dq, nq), hq), 0) << "codes";
+    EXPECT_EQ(BitDiffs(Download<uint8_t>(*db, nb), hb), 0) << "block scales";
+    EXPECT_EQ(BitDiffs(Download<float>(*dt, 1), ht), 0) << "tensor scale";
+    EXPECT_EQ(BitDiffs(Download<float>(*dr, kN), hr), 0) << "residuals";
+    EXPECT_EQ(BitDiffs(Download<float>(*dacc, kN), hacc), 0) << "sums";
+    EXPECT_EQ(BitDiffs(Download<float>(*dout, kN), hout), 0) << "values";
+    EXPECT_EQ(dfl, hfl) << "flags";
+    EXPECT_EQ(dfl, (std::vector<uint8_t>{0, 1}));
+    ASSERT_EQ(dst.size(), 1u);
+    EXPECT_EQ(dst[0].n, hst[0].n);
+    EXPECT_EQ(dst[0].upper, hst[0].upper);
+    EXPECT_EQ(dst[0].nonfinite, 1);
+  }
+}
+
 TEST_F(DeviceBackendTest, GiftTransformsAndProbeMatchHost) {
   constexpr int64_t kRows = 96, kD = 128;
   const LayerFactor low1 = SyntheticLowRank(1, kD, 16, 5);

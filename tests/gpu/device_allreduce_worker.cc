@@ -13,6 +13,10 @@
 //             bound against the FP32 average; gaps untouched.
 //   fp32/bf16 device vs host: bitwise for W <= 2 (a sum of two is
 //             order-free), else within rounding of the summation order.
+//   fp4       3 steps on nvfp4 / mxfp4 layers with the default Euclidean
+//             error feedback and an nvfp4 GIFT layer, a NaN in step 1:
+//             Euclidean layers bit for bit against the host, the GIFT layer
+//             within 2e-2 relative L2 (a 4-bit rounding may flip).
 //   nccl-fp8  sm_90: error bound of the global-scale FP8 sum (bitwise
 //             against the host model for W = 1) and the NaN flag; below
 //             sm_90: FAILED_PRECONDITION naming sm_90.
@@ -288,6 +292,56 @@ void RunFp8(Checker& check, Transport& gloo, Transport& nccl,
   }
 }
 
+// 4-bit layers with error feedback through both paths.
+void RunFp4(Checker& check, Transport& gloo, Transport& nccl,
+            std::string* hashes) {
+  const int w = nccl.world_size(), me = nccl.rank();
+  const auto nv = kernels::Fp4Format::kNvfp4;
+  const EpochPlan plan = *EpochPlan::Create(
+      1, 180000,
+      {{.name = "nv", .shape = {301, 317}, .offset = 0, .format = nv},
+       {.name = "mx",
+        .shape = {50003},
+        .offset = 95420,
+        .format = kernels::Fp4Format::kMxfp4},
+       {.name = "g4",
+        .shape = {192, 128},
+        .offset = 145430,
+        .path = LayerPath::kGift,
+        .format = nv}});
+  AllReduceEngineOptions o;
+  o.piece_bytes = 256 << 10;
+  auto pair = MakePair(gloo, nccl, plan, o);
+  if (!check.ExpectOk(pair.status(), "fp4: create")) return;
+  VersionedFactors f;
+  check.ExpectOk(f.Put("g4", client::SyntheticLowRank(1, 128, 16, 11)), "put");
+  DeviceBucket d(plan.bucket_elements());
+  if (!check.Expect(d.ok(), "cudaMalloc of the bucket")) return;
+  std::vector<float> host(plan.bucket_elements()), dev;
+  for (int step = 0; step < 3; ++step) {
+    const std::string what = absl::StrCat("fp4 step ", step);
+    FillBucket(plan, me, step, host.data());
+    if (step == 1 && me == w - 1) host[plan.layers()[1].offset + 99] = NAN;
+    if (!check.ExpectOk(d.Upload(host), what)) return;
+    StepTelemetry th, td;
+    if (!check.ExpectOk(pair->dev->Run(d.get(), f, &td), what + " device") ||
+        !check.ExpectOk(pair->host->Run(host.data(), f, &th), what + " host") ||
+        !check.ExpectOk(d.Download(&dev), what)) {
+      return;
+    }
+    absl::StrAppend(hashes, HashHex(dev.data(), dev.size()), ",");
+    for (const BucketLayer& l : plan.layers()) {
+      CompareLayer(check, what, l, dev, host, l.path == LayerPath::kEuclid,
+                   2e-2);
+    }
+    check.Expect(
+        td.nonfinite_layers == th.nonfinite_layers &&
+            td.nonfinite_layers == (step == 1 ? 1 : 0),
+        absl::StrCat(what, ": non-finite layers device ", td.nonfinite_layers,
+                     " host ", th.nonfinite_layers));
+  }
+}
+
 // fp32 and bf16 through both paths.
 void RunPlain(Checker& check, Transport& gloo, Transport& nccl,
               std::string* hashes) {
@@ -378,11 +432,11 @@ void RunNcclFp8(Checker& check, Transport& nccl, std::string* hashes) {
   // Finite layers: the global-scale model, exact for W = 1, else bounded.
   for (int li = 0; li < 3; ++li) {
     const BucketLayer& s = plan.layers()[li];
-    const float fmax = kernels::Fp8Max(s.format);
-    const double rel = s.format == kernels::Fp8Format::kE4M3 ? 1.0 / 16 : 0.125;
-    const double sub = s.format == kernels::Fp8Format::kE4M3
-                           ? std::ldexp(1, -10)
-                           : std::ldexp(1, -17);
+    const kernels::Fp8Format fmt = s.format.fp8();
+    const float fmax = kernels::Fp8Max(fmt);
+    const double rel = fmt == kernels::Fp8Format::kE4M3 ? 1.0 / 16 : 0.125;
+    const double sub = fmt == kernels::Fp8Format::kE4M3 ? std::ldexp(1, -10)
+                                                        : std::ldexp(1, -17);
     float amax = 0;
     for (int p = 0; p < w; ++p) {
       for (int64_t i = 0; i < s.size(); ++i) {
@@ -402,8 +456,8 @@ void RunNcclFp8(Checker& check, Transport& nccl, std::string* hashes) {
       bool ok;
       if (w == 1) {
         const float want =
-            (kernels::DecodeFp8(
-                 kernels::EncodeFp8(inputs[0][k] / scale, s.format), s.format) *
+            (kernels::DecodeFp8(kernels::EncodeFp8(inputs[0][k] / scale, fmt),
+                                fmt) *
              scale) /
             1.0f;
         ok = std::memcmp(&want, &dev[k], 4) == 0;
@@ -461,6 +515,7 @@ int Main() {
   Checker check(env->rank);
   std::string hashes;
   RunFp8(check, **gloo, **nccl, &hashes);
+  RunFp4(check, **gloo, **nccl, &hashes);
   RunPlain(check, **gloo, **nccl, &hashes);
   RunNcclFp8(check, **nccl, &hashes);
   if (!WriteRankReport(*env, absl::StrCat("hash=", hashes)).ok()) {

@@ -110,7 +110,7 @@ std::string CheckEuclidLayer(const EpochPlan& plan, int layer, int world_size,
   const std::vector<std::vector<float>> xs =
       LayerInputs(s, layer, world_size, step);
   const std::vector<double> amax = Amaxes(xs);
-  const Fp8Bound b = BoundOf(s.format);
+  const Fp8Bound b = BoundOf(s.format.fp8());
   std::vector<double> v(world_size);
   int64_t bad = 0;
   std::string first;
@@ -150,7 +150,7 @@ std::string CheckGiftLayer(const EpochPlan& plan, int layer,
     }
   }
   const std::vector<double> amax = Amaxes(ws);
-  const Fp8Bound b = BoundOf(s.format);
+  const Fp8Bound b = BoundOf(s.format.fp8());
   const double tinv = SpectralNorm(f);
   std::vector<double> v(world_size);
   int64_t bad = 0;

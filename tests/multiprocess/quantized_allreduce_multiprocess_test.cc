@@ -67,6 +67,18 @@ TEST_P(QuantizedAllReduceSuiteTest, BoundedBitIdenticalAndAgreed) {
 INSTANTIATE_TEST_SUITE_P(WorldSizes, QuantizedAllReduceSuiteTest,
                          ::testing::Values(2, 3, 4, 8));
 
+// nvfp4 and mxfp4 layers with error feedback (allreduce_fp4.h).
+class QuantizedAllReduceFp4Test : public ::testing::TestWithParam<int> {};
+
+TEST_P(QuantizedAllReduceFp4Test, BoundedBitIdenticalWithErrorFeedback) {
+  absl::StatusOr<RunResult> run = Launch("fp4", GetParam(), absl::Seconds(100));
+  ASSERT_OK(run);
+  ExpectAllOkAndIdentical(*run);
+}
+
+INSTANTIATE_TEST_SUITE_P(WorldSizes, QuantizedAllReduceFp4Test,
+                         ::testing::Values(3, 4));
+
 TEST(QuantizedAllReduceMultiprocessTest, PlanMismatchFailsOnEveryRank) {
   absl::StatusOr<RunResult> run = Launch("mismatch", 3, absl::Seconds(60));
   ASSERT_OK(run);

@@ -13,6 +13,8 @@
 //                the running-sum drift with and without error feedback and
 //                on the Euclidean path.
 //   large        a 257 MiB bucket with the default 256 MiB piece size.
+//   fp4          nvfp4 and mxfp4 layers with error feedback
+//                (allreduce_fp4.h).
 //   peer_exits / peer_stalls  the last rank dies / sleeps during a Run (with
 //                _mid: after taking part in its agreement, so the others
 //                wait inside the FP8 phases); the
@@ -35,6 +37,7 @@
 #include "client/transport_factory.h"
 #include "tests/multiprocess/allreduce_check.h"
 #include "tests/multiprocess/allreduce_drift.h"
+#include "tests/multiprocess/allreduce_fp4.h"
 #include "tests/multiprocess/harness.h"
 #include "tests/multiprocess/rank_checker.h"
 
@@ -318,6 +321,7 @@ int Main(int argc, char** argv) {
   if (scenario == "mismatch") return RunMismatch(**comm, *env);
   if (scenario == "large") return RunLarge(**comm, *env);
   if (scenario == "drift") return RunDrift(**comm, *env);
+  if (scenario == "fp4") return RunFp4(**comm, *env);
   for (bool mid : {false, true}) {
     const std::string suffix = mid ? "_mid" : "";
     if (scenario == "peer_exits" + suffix) {

@@ -1,0 +1,41 @@
+#include "kernels/wire_format.h"
+
+#include <string>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+
+namespace gift::kernels {
+
+const char* WireFormatName(WireFormat f) {
+  switch (f.code()) {
+    case WireFormat::kE4M3Code:
+      return "e4m3";
+    case WireFormat::kE5M2Code:
+      return "e5m2";
+    case WireFormat::kNvfp4Code:
+      return "nvfp4";
+    case WireFormat::kMxfp4Code:
+      return "mxfp4";
+  }
+  return "invalid";
+}
+
+absl::StatusOr<WireFormat> ParseWireFormat(std::string_view name) {
+  const std::string lower =
+      absl::AsciiStrToLower(absl::string_view(name.data(), name.size()));
+  for (int code = 0; code <= WireFormat::kMxfp4Code; ++code) {
+    const WireFormat f = WireFormat::FromCode(code);
+    if (lower == WireFormatName(f)) return f;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown wire format '", std::string(name),
+                   "' (want e4m3, e5m2, nvfp4 or mxfp4)"));
+}
+
+int64_t WireCodeBytes(WireFormat f, int64_t n) {
+  if (n <= 0) return 0;
+  return f.is_fp4() ? (n + 1) / 2 : n;
+}
+
+}  // namespace gift::kernels

@@ -1,0 +1,68 @@
+#include "kernels/wire_format.h"
+
+#include "common/status_matchers.h"
+#include "gtest/gtest.h"
+
+namespace gift::kernels {
+namespace {
+
+using ::gift::testing::StatusIs;
+
+TEST(WireFormatTest, CodesKeepTheFp8ValuesAndAddTheFourBitOnes) {
+  EXPECT_EQ(WireFormat().code(), 0);
+  EXPECT_EQ(WireFormat(Fp8Format::kE4M3).code(), 0);
+  EXPECT_EQ(WireFormat(Fp8Format::kE5M2).code(), 1);
+  EXPECT_EQ(WireFormat(Fp4Format::kNvfp4).code(), 2);
+  EXPECT_EQ(WireFormat(Fp4Format::kMxfp4).code(), 3);
+  for (int c = 0; c < 4; ++c) {
+    EXPECT_TRUE(WireFormat::FromCode(c).valid());
+    EXPECT_EQ(WireFormat::FromCode(c).code(), c);
+    EXPECT_EQ(WireFormat::FromCode(c).is_fp4(), c >= 2);
+  }
+  EXPECT_FALSE(WireFormat::FromCode(4).valid());
+  EXPECT_FALSE(WireFormat::FromCode(-1).valid());
+  EXPECT_FALSE(WireFormat(static_cast<Fp8Format>(2)).valid());
+  EXPECT_FALSE(WireFormat(static_cast<Fp4Format>(7)).valid());
+}
+
+TEST(WireFormatTest, ConvertsBackToItsKind) {
+  EXPECT_EQ(WireFormat(Fp8Format::kE5M2).fp8(), Fp8Format::kE5M2);
+  EXPECT_EQ(WireFormat(Fp8Format::kE4M3).fp8(), Fp8Format::kE4M3);
+  EXPECT_EQ(WireFormat(Fp4Format::kMxfp4).fp4(), Fp4Format::kMxfp4);
+  EXPECT_EQ(WireFormat(Fp4Format::kNvfp4).fp4(), Fp4Format::kNvfp4);
+  EXPECT_TRUE(WireFormat(Fp8Format::kE5M2) == Fp8Format::kE5M2);
+  EXPECT_FALSE(WireFormat(Fp4Format::kNvfp4) == Fp8Format::kE4M3);
+  EXPECT_TRUE(WireFormat(Fp4Format::kNvfp4) != Fp4Format::kMxfp4);
+}
+
+TEST(WireFormatTest, NamesParseBack) {
+  for (int c = 0; c < 4; ++c) {
+    const WireFormat f = WireFormat::FromCode(c);
+    absl::StatusOr<WireFormat> p = ParseWireFormat(WireFormatName(f));
+    ASSERT_OK(p);
+    EXPECT_EQ(*p, f);
+  }
+  EXPECT_EQ(*ParseWireFormat("NVFP4"), Fp4Format::kNvfp4);
+  EXPECT_STREQ(WireFormatName(WireFormat::FromCode(9)), "invalid");
+  EXPECT_THAT(ParseWireFormat("fp4"),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST(WireFormatTest, CodeBytes) {
+  EXPECT_EQ(WireCodeBytes(Fp8Format::kE4M3, 7), 7);
+  EXPECT_EQ(WireCodeBytes(Fp4Format::kNvfp4, 7), 4);
+  EXPECT_EQ(WireCodeBytes(Fp4Format::kMxfp4, 8), 4);
+  EXPECT_EQ(WireCodeBytes(Fp4Format::kMxfp4, 0), 0);
+}
+
+TEST(WireFormatTest, NaNScaleFlags) {
+  EXPECT_TRUE(IsFp4NaNScale(0x7F, Fp4Format::kNvfp4));
+  EXPECT_TRUE(IsFp4NaNScale(0xFF, Fp4Format::kNvfp4));
+  EXPECT_FALSE(IsFp4NaNScale(0x7E, Fp4Format::kNvfp4));
+  EXPECT_TRUE(IsFp4NaNScale(0xFF, Fp4Format::kMxfp4));
+  EXPECT_FALSE(IsFp4NaNScale(0x7F, Fp4Format::kMxfp4));
+  EXPECT_FALSE(IsFp4NaNScale(0xFE, Fp4Format::kMxfp4));
+}
+
+}  // namespace
+}  // namespace gift::kernels
