@@ -123,6 +123,11 @@ printf '%-28s %s\n' "gpu tests" "$(grep -E 'tests passed|tests failed' "$out/gpu
 sketch_tests=$(grep -E 'Test +#[0-9]+: (DeviceSketchGpuTest|AttachmentSketchGpuTest)\.' \
   "$out/gpu-tests.log" 2>/dev/null | sed -E 's/^ *[0-9]+\/[0-9]+ Test +#[0-9]+: /  /')
 printf '%-28s\n%s\n' "device sketch tests" "${sketch_tests:-  no result, see $out/gpu-tests.log}"
+# The 4-bit kernels and the device round at 4 bits (issue 27): never run on
+# a GPU before this script.
+fp4_tests=$(grep -E 'Test +#[0-9]+: (QuantizeFp4GpuTest\.|DeviceBackendTest\.FourBit|DeviceAllReduce)' \
+  "$out/gpu-tests.log" 2>/dev/null | sed -E 's/^ *[0-9]+\/[0-9]+ Test +#[0-9]+: /  /')
+printf '%-28s\n%s\n' "4-bit device tests" "${fp4_tests:-  no result, see $out/gpu-tests.log}"
 giftd_summary=$(grep -E '^\[ +(PASSED|FAILED|SKIPPED) +\] [0-9]+ tests?' "$out/giftd-gpu-test.log" 2>/dev/null | tr -s ' ' | paste -sd ' ' -)
 grep -q 'NCCL refused two ranks' "$out/giftd-gpu-test.log" 2>/dev/null && giftd_summary="$giftd_summary (one rank: NCCL refused two on one GPU)"
 printf '%-28s %s\n' "giftd gpu test" "exit $giftd_rc: ${giftd_summary:-no result, see $out/giftd-gpu-test.log}"
