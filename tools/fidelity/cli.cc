@@ -24,8 +24,8 @@ constexpr char kUsage[] =
        gift-fidelity --grad-workers GW.npy [--a A.npy | --acts X.npy] ...
 
 Measures how much of a layer's gradient survives FP8 (or 4-bit)
-communication, for the
-Euclidean baseline and the geometry-aware transforms of GIFT (DESIGN.md §2).
+communication, for the Euclidean baseline and the geometry-aware transforms
+of GIFT (DESIGN.md §2).
 
 Inputs (.npy, little-endian float32 '<f4', C order):
   --grad W.npy          gradient [d_out, d_in]
@@ -50,8 +50,8 @@ Options:
 One-step round trip, per method: W~ = transform(W) (float64) -> float32 ->
 FP8 quantize (per-tensor scale s = amax/fmax, s = 1 for zeros) -> dequantize
 -> back-transform (float64) -> Ŵ (4-bit: block scales as above instead).
-Metrics against W: rel_l2 = |Ŵ-W|_F/|W|_F,
-cos, max_err = max|Ŵ-W|, mse = mean (Ŵ-W)^2.
+Metrics against W: rel_l2 = |Ŵ-W|_F/|W|_F, cos, max_err = max|Ŵ-W|,
+mse = mean (Ŵ-W)^2.
 
 Methods (gamma(S) = 1e-3 tr(S)/dim; beta a positive decimal like 1.0):
   euclid              no transform, one scale per tensor
@@ -77,7 +77,7 @@ Default: euclid, euclid_block512; with A (or X): diagA, fullA_chol,
 fullA_sym, fullA_sym:0.3, blockA_64, lowrankA_32, lowrankA_32:1.0; with X:
 nystromA_32, nystromA_32:1.0; with G: outG_chol; with A and G: kfac_chol.
 
-Worker mode (--grad-workers) simulates the two-phase FP8 allreduce of
+Worker mode (--grad-workers) simulates the two-phase allreduce of
 DESIGN.md §3 for each method (default: euclid, plus lowrankA_32:1.0 with
 A or X), with and without error feedback: per step every worker transforms
 its gradient (+ its residual), quantizes R chunks with their own scales, the
