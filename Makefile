@@ -3,7 +3,7 @@
 #
 #   make demo    install what is missing, build, run the main job (CPU):
 #                giftd + 4 ranks training a tiny Llama (examples/demo.py)
-#   make fidelity  the offline FP8 fidelity report on the committed gradients
+#   make fidelity  the offline FP8 + 4-bit fidelity report on the committed gradients
 #   make monitor   Prometheus with the shipped rules beside a running make demo
 #   make test    install what is missing, build, run every test (ctest)
 #   make soak    the fault soak, 15 minutes (SOAK_SECONDS=N to change)

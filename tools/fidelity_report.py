@@ -4,7 +4,10 @@
 Runs `gift-fidelity --json` on every snapshot layer of tests/data (mean
 gradient over the workers, with --a, --g and --acts when present), a second
 "stale A" pass for the layers that have one (--a a_stale), and the worker
-mode on the recorded runs. Aggregates RelL2 as a fraction of the Euclidean
+mode on the recorded runs; then the same passes again in the block-scaled
+4-bit formats (--fp4, default nvfp4 and mxfp4), printed next to the FP8
+figures: RelL2 per method and format, and the worker mode with and without
+error feedback (euclid with EF is the Euclidean baseline with EF). Aggregates RelL2 as a fraction of the Euclidean
 RelL2 (mean over layers) per layer kind and fresh/stale A, prints the
 tables and a comparison with the only published figures we have (the paper's
 headline and DESIGN.md's own measurements), and states plainly which
@@ -13,7 +16,8 @@ orderings reproduce on this data.
 Standard library only (no numpy): run with /usr/bin/python3.
 
   /usr/bin/python3 tools/fidelity_report.py --bin build/tools/gift-fidelity \
-      [--data tests/data] [--format e4m3|e5m2] [--json-out report.json]
+      [--data tests/data] [--format e4m3|e5m2] [--fp4 nvfp4,mxfp4]
+      [--json-out report.json]
 
 Exit status: 0 on success, 1 on any failure (with a message on stderr).
 """
@@ -58,6 +62,10 @@ DESIGN_TABLE = {
     "fullA_chol": {"fc2 fresh": 0.97, "fc2 stale": 1.15, "fc1 fresh": 0.96},
 }
 GROUPS = ["fc2 fresh", "fc2 stale", "fc1 fresh", "fc1 stale"]
+FP4_FORMATS = ("nvfp4", "mxfp4")
+# A 4-bit format's block is fixed (16 or 32), so euclid_block512 equals
+# euclid there: left out of the 4-bit table.
+FP4_SKIP = ("euclid_block512",)
 
 
 class ReportError(Exception):
@@ -125,8 +133,9 @@ def run_tool(binary, args):
         raise ReportError("%s printed no JSON" % " ".join(cmd))
 
 
-def one_step_passes(opts, manifest, tmp):
+def one_step_passes(opts, manifest, tmp, fmt=None):
     """[(group, layer, step, {method: metrics})] for every snapshot pass."""
+    fmt = fmt or opts.format
     data = opts.data
     path = lambda rel: os.path.join(data, rel)
     out = []
@@ -134,7 +143,7 @@ def one_step_passes(opts, manifest, tmp):
         kind = manifest["layers"][s["layer"]]["kind"]
         mean = os.path.join(tmp, "mean%d.npy" % i)
         mean_over_workers(path(s["grad_workers"]), mean)
-        base = ["--grad", mean, "--format", opts.format]
+        base = ["--grad", mean, "--format", fmt]
         fresh = base + ["--a", path(s["a"])]
         if s.get("g"):
             fresh += ["--g", path(s["g"])]
@@ -153,11 +162,12 @@ def one_step_passes(opts, manifest, tmp):
     return out
 
 
-def worker_passes(opts, manifest):
+def worker_passes(opts, manifest, fmt=None):
+    fmt = fmt or opts.format
     out = []
     for run in manifest.get("runs", []):
         args = ["--grad-workers", os.path.join(opts.data, run["grad_workers"]),
-                "--format", opts.format, "--methods", WORKER_METHODS]
+                "--format", fmt, "--methods", WORKER_METHODS]
         if run.get("a"):
             args += ["--a", os.path.join(opts.data, run["a"])]
         elif run.get("acts"):
@@ -217,13 +227,13 @@ def print_groups(agg, fmt):
                    a["max_err"], a["mse"], a["ratio"]))
 
 
-def print_workers(workers):
-    print("\nWorker mode (two-phase FP8 allreduce, DESIGN §3): mean over "
+def print_workers(workers, title="FP8", ratio_name="fp8/fp32"):
+    print("\nWorker mode (two-phase %s allreduce, DESIGN §3): mean over "
           "steps of the averaged-gradient RelL2, and drift after the last "
-          "step")
+          "step" % title)
     print("%-18s %-16s %5s %11s %11s %11s %11s %9s" %
           ("layer", "method", "steps", "RelL2 EF", "RelL2 noEF",
-           "drift EF", "drift noEF", "fp8/fp32"))
+           "drift EF", "drift noEF", ratio_name))
     rows = []
     for layer, doc in workers:
         for name, m in doc["methods"].items():
@@ -342,6 +352,86 @@ def print_paper(agg, fmt, worker_rows):
     return verdicts
 
 
+# ---- the 4-bit formats --------------------------------------------------------
+def fp4_section(opts, manifest, passes, fp4_formats):
+    """Runs the one-step and worker passes in each 4-bit format, prints them
+    next to the FP8 figures; returns ({fmt: {groups, passes, workers}},
+    verdicts)."""
+    results = {}
+    for fmt in fp4_formats:
+        with tempfile.TemporaryDirectory() as tmp:
+            p4 = one_step_passes(opts, manifest, tmp, fmt)
+        results[fmt] = {"passes": p4, "groups": aggregate(p4),
+                        "workers_raw": worker_passes(opts, manifest, fmt)}
+    agg8 = aggregate(passes)
+    print("\n4-bit formats: one-step RelL2 (mean over layers) and RelL2 / "
+          "Euclidean of the same format, next to %s" % opts.format)
+    for group in GROUPS:
+        if group not in agg8:
+            continue
+        print("\n%s (%d layer snapshot(s))" % (group,
+                                                agg8[group]["euclid"]["n"]))
+        head = "%-16s %10s %7s" % ("method", "RelL2 " + opts.format,
+                                    "/euclid")
+        for fmt in fp4_formats:
+            head += " %12s %7s" % ("RelL2 " + fmt, "/euclid")
+        print(head)
+        for name in ordered(agg8[group]):
+            if name in FP4_SKIP:
+                continue
+            a = agg8[group][name]
+            line = "%-16s %10.3e %7.3f" % (name, a["rel_l2"], a["ratio"])
+            for fmt in fp4_formats:
+                b = results[fmt]["groups"].get(group, {}).get(name)
+                line += (" %12s %7s" % ("-", "-") if b is None else
+                         " %12.3e %7.3f" % (b["rel_l2"], b["ratio"]))
+            print(line)
+    for fmt in fp4_formats:
+        results[fmt]["workers"] = print_workers(
+            results[fmt]["workers_raw"], "4-bit " + fmt, fmt + "/fp32")
+    verdicts = []
+
+    def claim(fmt, text, cond, detail):
+        verdicts.append({"format": fmt, "claim": text, "holds": bool(cond),
+                         "detail": detail})
+
+    for fmt in fp4_formats:
+        p4 = results[fmt]["passes"]
+        if [x[:3] for x in p4] != [x[:3] for x in passes]:
+            raise ReportError("%s passes differ from the %s ones" %
+                              (fmt, opts.format))
+        lo = min(b[3]["euclid"]["rel_l2"] / a[3]["euclid"]["rel_l2"]
+                 for a, b in zip(passes, p4))
+        claim(fmt, "%s Euclidean RelL2 > %s Euclidean RelL2 on every pass" %
+              (fmt, opts.format), lo > 1, "at least %.1fx" % lo)
+        g = results[fmt]["groups"]
+        for group in ("fc2 fresh", "fc2 stale", "fc1 fresh"):
+            d = g.get(group, {}).get("lowrankA_32:1.0", {}).get("ratio")
+            if d is not None:
+                claim(fmt, "damped rank-32 beats Euclidean on %s (%s)" %
+                      (group, fmt), d < 1, "%.2fx" % d)
+        rows = results[fmt]["workers"]
+        for row in rows:
+            claim(fmt, "error feedback lowers the drift (%s, %s, %s)" %
+                  (row["layer"], row["method"], fmt),
+                  row["drift_ef"] < row["drift_no_ef"],
+                  "%.2e vs %.2e" % (row["drift_ef"], row["drift_no_ef"]))
+        if rows:
+            most = max(row["bytes_ratio"] for row in rows)
+            claim(fmt, "%s wire bytes <= 14.2%% of FP32 (every worker run)" %
+                  fmt, most <= 0.142, "at most %.2f%%" % (100 * most))
+    print("\n4-bit: what holds on this data (fidelity_report_test asserts "
+          "the first line per format and EF on euclid; the rest is reported)")
+    for v in verdicts:
+        print("  %-78s %s, %s" % (v["claim"] + ":", yes_no(v["holds"]),
+                                  v["detail"]))
+    for r in results.values():
+        del r["workers_raw"]
+        r["passes"] = [{"group": g, "layer": l, "step": s, "methods": m}
+                       for g, l, s, m in r["passes"]]
+    return results, verdicts
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--bin", default="build/tools/gift-fidelity",
@@ -349,9 +439,17 @@ def main():
     ap.add_argument("--data", default="tests/data",
                     help="folder with manifest.json")
     ap.add_argument("--format", default="e4m3", choices=["e4m3", "e5m2"])
+    ap.add_argument("--fp4", default=",".join(FP4_FORMATS),
+                    help="comma-separated 4-bit formats to report next to "
+                    "--format (default nvfp4,mxfp4; empty: none)")
     ap.add_argument("--json-out", help="write the aggregates here")
     opts = ap.parse_args()
     try:
+        fp4_formats = [f for f in opts.fp4.split(",") if f]
+        for f in fp4_formats:
+            if f not in FP4_FORMATS:
+                raise ReportError("--fp4: unknown 4-bit format '%s' (want "
+                                  "nvfp4 or mxfp4)" % f)
         if not os.path.isfile(opts.bin):
             raise ReportError("gift-fidelity not found at %s (build it, or "
                               "pass --bin)" % opts.bin)
@@ -373,11 +471,16 @@ def main():
         print_groups(agg, opts.format)
         rows = print_workers(workers)
         verdicts = print_paper(agg, opts.format, rows)
+        fp4, fp4_verdicts = ({}, [])
+        if fp4_formats:
+            fp4, fp4_verdicts = fp4_section(opts, manifest, passes,
+                                            fp4_formats)
         if opts.json_out:
             doc = {"format": opts.format, "groups": agg,
                    "passes": [{"group": g, "layer": l, "step": s,
                                "methods": m} for g, l, s, m in passes],
-                   "workers": rows, "verdicts": verdicts}
+                   "workers": rows, "verdicts": verdicts, "fp4": fp4,
+                   "fp4_verdicts": fp4_verdicts}
             with open(opts.json_out, "w") as f:
                 json.dump(doc, f, indent=1)
     except ReportError as e:

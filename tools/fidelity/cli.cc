@@ -20,11 +20,12 @@ namespace {
 
 constexpr char kUsage[] =
     R"(usage: gift-fidelity --grad W.npy [--a A.npy] [--g G.npy] [--acts X.npy]
-                     [--methods LIST] [--format e4m3|e5m2] [--json]
+                     [--methods LIST] [--format FMT] [--json]
        gift-fidelity --grad-workers GW.npy [--a A.npy | --acts X.npy] ...
 
-Measures how much of a layer's gradient survives FP8 communication, for the
-Euclidean baseline and the geometry-aware transforms of GIFT (DESIGN.md §2).
+Measures how much of a layer's gradient survives FP8 (or 4-bit)
+communication, for the Euclidean baseline and the geometry-aware transforms
+of GIFT (DESIGN.md §2).
 
 Inputs (.npy, little-endian float32 '<f4', C order):
   --grad W.npy          gradient [d_out, d_in]
@@ -38,19 +39,25 @@ Inputs (.npy, little-endian float32 '<f4', C order):
                         --a is given; enables the Nystrom methods
 Options:
   --methods LIST        comma-separated methods (default below)
-  --format FMT          e4m3 (default, max 448) or e5m2 (max 57344)
+  --format FMT          e4m3 (default, max 448), e5m2 (max 57344), or the
+                        block-scaled 4-bit nvfp4 (E2M1, an E4M3 scale per
+                        16 elements and an FP32 scale per tensor) or mxfp4
+                        (E2M1, an E8M0 scale per 32 elements), blocks along
+                        the row-major flattening (rows of d_in)
   --json                JSON on stdout instead of a table
   --help                this text
 
 One-step round trip, per method: W~ = transform(W) (float64) -> float32 ->
 FP8 quantize (per-tensor scale s = amax/fmax, s = 1 for zeros) -> dequantize
--> back-transform (float64) -> Ŵ. Metrics against W: rel_l2 = |Ŵ-W|_F/|W|_F,
-cos, max_err = max|Ŵ-W|, mse = mean (Ŵ-W)^2.
+-> back-transform (float64) -> Ŵ (4-bit: block scales as above instead).
+Metrics against W: rel_l2 = |Ŵ-W|_F/|W|_F, cos, max_err = max|Ŵ-W|,
+mse = mean (Ŵ-W)^2.
 
 Methods (gamma(S) = 1e-3 tr(S)/dim; beta a positive decimal like 1.0):
   euclid              no transform, one scale per tensor
   euclid_block<B>     no transform, one scale per B consecutive elements
-                      (row-major), e.g. euclid_block512
+                      (row-major), e.g. euclid_block512 (FP8 only; with a
+                      4-bit format the same as euclid)
   diagA               T = diag(A + gamma I)^(-1/2)
   fullA_chol          A + gamma I = L L^T, W~ = W L^-T, back W~ L^T
   fullA_sym           T = (A + gamma I)^(-1/2), back (A + gamma I)^(1/2)
@@ -70,14 +77,16 @@ Default: euclid, euclid_block512; with A (or X): diagA, fullA_chol,
 fullA_sym, fullA_sym:0.3, blockA_64, lowrankA_32, lowrankA_32:1.0; with X:
 nystromA_32, nystromA_32:1.0; with G: outG_chol; with A and G: kfac_chol.
 
-Worker mode (--grad-workers) simulates the two-phase FP8 allreduce of
+Worker mode (--grad-workers) simulates the two-phase allreduce of
 DESIGN.md §3 for each method (default: euclid, plus lowrankA_32:1.0 with
 A or X), with and without error feedback: per step every worker transforms
 its gradient (+ its residual), quantizes R chunks with their own scales, the
 chunk owners accumulate in FP32 and re-quantize, every worker dequantizes,
 divides by R and back-transforms. Reported per step: rel_l2 and cos of the
 average vs the FP32 mean, and drift = |sum_t ĝ_t - sum_t g_t|/|sum_t g_t|;
-plus bytes sent per worker per step, FP8 vs an FP32 ring allreduce.
+plus bytes sent per worker per step, in the format (codes and scales; the
+JSON key is "fp8" for any format) vs an FP32 ring allreduce. "ef" of
+euclid is the Euclidean baseline with error feedback.
 JSON: {"mode": "workers", "workers", "steps", "methods": {name: {"ef": [...],
 "no_ef": [...], "bytes_per_step": {...}}}}.
 
@@ -105,7 +114,7 @@ absl::Status SetValue(CliOptions& o, const std::string& flag,
   if (flag == "--acts") o.paths.acts = value;
   if (flag == "--methods") o.methods = value;
   if (flag == "--format") {
-    ASSIGN_OR_RETURN(o.format, kernels::ParseFp8Format(value));
+    ASSIGN_OR_RETURN(o.format, kernels::ParseWireFormat(value));
   }
   return absl::OkStatus();
 }
@@ -127,8 +136,8 @@ absl::StatusOr<std::vector<MethodSpec>> ChooseMethods(const CliOptions& o) {
   return methods;
 }
 
-kernels::QuantizeSpec Spec(const CliOptions& o, const MethodSpec& m) {
-  return {o.format, m.block_size};
+WireSpec Spec(const CliOptions& o, const MethodSpec& m) {
+  return WireSpec(o.format, m.block_size);
 }
 
 absl::StatusOr<std::string> RunOneStep(const CliOptions& o, Inputs& in,
@@ -138,7 +147,7 @@ absl::StatusOr<std::string> RunOneStep(const CliOptions& o, Inputs& in,
                            in.grads.data(), in.shape.d_out, in.shape.d_in)
                            .cast<double>();
   OneStepReport r{
-      kernels::Fp8FormatName(o.format), in.shape.d_out, in.shape.d_in, {}};
+      kernels::WireFormatName(o.format), in.shape.d_out, in.shape.d_in, {}};
   for (const MethodSpec& m : methods) {
     ASSIGN_OR_RETURN(std::unique_ptr<Transform> t, MakeTransform(m, geo));
     ASSIGN_OR_RETURN(ErrorMetrics e, OneStepRoundTrip(w, *t, Spec(o, m)));
@@ -150,7 +159,7 @@ absl::StatusOr<std::string> RunOneStep(const CliOptions& o, Inputs& in,
 absl::StatusOr<std::string> RunWorkers(const CliOptions& o, Inputs& in,
                                        const std::vector<MethodSpec>& methods,
                                        Geometry& geo) {
-  WorkerReport r{kernels::Fp8FormatName(o.format), in.shape, {}};
+  WorkerReport r{kernels::WireFormatName(o.format), in.shape, {}};
   for (const MethodSpec& m : methods) {
     ASSIGN_OR_RETURN(std::unique_ptr<Transform> t, MakeTransform(m, geo));
     WorkerMethodResult res{m.name, {}, {}, {}};
@@ -159,7 +168,7 @@ absl::StatusOr<std::string> RunWorkers(const CliOptions& o, Inputs& in,
     ASSIGN_OR_RETURN(res.no_ef, SimulateWorkers(in.grads.data(), in.shape, *t,
                                                 Spec(o, m), false));
     res.bytes = WireBytesPerWorker(in.shape.d_out * in.shape.d_in,
-                                   in.shape.workers, m.block_size);
+                                   in.shape.workers, Spec(o, m));
     r.methods.push_back(std::move(res));
   }
   return o.json ? WorkerJson(r).dump(2) + "\n" : WorkerTable(r);

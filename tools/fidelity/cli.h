@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "kernels/fp8.h"
+#include "tools/fidelity/codec.h"
 #include "tools/fidelity/inputs.h"
 
 namespace gift::fidelity {
@@ -25,8 +25,8 @@ struct CliOptions {
   InputPaths paths;
   // Comma-separated method names. Default: see DefaultMethods().
   std::string methods;
-  // Default: E4M3.
-  kernels::Fp8Format format = kernels::Fp8Format::kE4M3;
+  // e4m3, e5m2, nvfp4 or mxfp4. Default: E4M3.
+  kernels::WireFormat format;
   bool json = false;
   bool help = false;
 };

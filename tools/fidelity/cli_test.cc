@@ -56,7 +56,7 @@ TEST_F(CliTest, ParsesBothFlagForms) {
   ASSERT_OK(o);
   EXPECT_EQ(o->paths.grad, "w.npy");
   EXPECT_EQ(o->paths.a, "a.npy");
-  EXPECT_EQ(o->format, kernels::Fp8Format::kE5M2);
+  EXPECT_TRUE(o->format == kernels::WireFormat(kernels::Fp8Format::kE5M2));
   EXPECT_TRUE(o->json);
   EXPECT_EQ(o->methods, "euclid,diagA");
   EXPECT_THAT(ParseCli({"--grad", "w", "--json=1"}),
@@ -84,6 +84,29 @@ TEST_F(CliTest, JsonReportHasEveryMethodInOrder) {
   EXPECT_THAT(names, ::testing::ElementsAre("lowrankA_8:1.0", "euclid",
                                             "nystromA_8:1.0"));
   EXPECT_EQ(err_.str(), "");
+}
+
+TEST_F(CliTest, TakesTheFourBitFormats) {
+  absl::StatusOr<CliOptions> o = ParseCli({"--grad", "w", "--format=nvfp4"});
+  ASSERT_OK(o);
+  EXPECT_TRUE(o->format == kernels::WireFormat(kernels::Fp4Format::kNvfp4));
+  o = ParseCli({"--grad", "w", "--format", "mxfp4"});
+  ASSERT_OK(o);
+  EXPECT_TRUE(o->format == kernels::WireFormat(kernels::Fp4Format::kMxfp4));
+  EXPECT_THAT(ParseCli({"--grad", "w", "--format", "fp4"}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("e4m3, e5m2, nvfp4 or mxfp4")));
+  ASSERT_EQ(Run({"--grad", Path("w.npy"), "--json", "--format", "mxfp4",
+                 "--methods", "euclid"}),
+            0)
+      << err_.str();
+  nlohmann::ordered_json j = nlohmann::ordered_json::parse(out_.str());
+  EXPECT_EQ(j["format"], "mxfp4");
+  EXPECT_GT(j["methods"]["euclid"]["rel_l2"].get<double>(), 0.01);
+  ASSERT_EQ(Run({"--grad", Path("w.npy"), "--format", "nvfp4", "--methods",
+                 "euclid"}),
+            0);
+  EXPECT_THAT(out_.str(), HasSubstr("4-bit nvfp4 one-step round trip"));
 }
 
 TEST_F(CliTest, ErrorsAreOneLineAndExitTwo) {

@@ -19,6 +19,15 @@ nlohmann::ordered_json StepsJson(const std::vector<WorkerStepMetrics>& v) {
   return a;
 }
 
+bool Is4Bit(const std::string& format) {
+  return format == "nvfp4" || format == "mxfp4";
+}
+
+// "FP8 e4m3" / "4-bit nvfp4".
+std::string Title(const std::string& format) {
+  return absl::StrCat(Is4Bit(format) ? "4-bit " : "FP8 ", format);
+}
+
 size_t NameWidth(const std::vector<std::string>& names) {
   size_t w = 6;
   for (const std::string& n : names) w = std::max(w, n.size());
@@ -50,10 +59,10 @@ std::string OneStepTable(const OneStepReport& r) {
     if (m.name == "euclid") euclid = &m.metrics;
   }
   std::string out = absl::StrFormat(
-      "FP8 %s one-step round trip, W %d x %d\n%-*s  %10s  %10s  %10s  %10s  "
+      "%s one-step round trip, W %d x %d\n%-*s  %10s  %10s  %10s  %10s  "
       "%9s\n",
-      r.format, r.d_out, r.d_in, w, "method", "rel_l2", "cos", "max_err", "mse",
-      "vs_euclid");
+      Title(r.format), r.d_out, r.d_in, w, "method", "rel_l2", "cos", "max_err",
+      "mse", "vs_euclid");
   for (const MethodResult& m : r.methods) {
     const std::string ratio =
         euclid != nullptr && euclid->rel_l2 > 0
@@ -90,11 +99,11 @@ std::string WorkerTable(const WorkerReport& r) {
   for (const WorkerMethodResult& m : r.methods) names.push_back(m.name);
   const int w = static_cast<int>(NameWidth(names));
   std::string out = absl::StrFormat(
-      "FP8 %s quantized allreduce, %d workers, %d steps, W %d x %d\n"
+      "%s quantized allreduce, %d workers, %d steps, W %d x %d\n"
       "%-*s  %4s  %10s  %10s  %10s  %10s  %10s  %10s\n",
-      r.format, r.shape.workers, r.shape.steps, r.shape.d_out, r.shape.d_in, w,
-      "method", "step", "ef_rel_l2", "ef_cos", "ef_drift", "rel_l2", "cos",
-      "drift");
+      Title(r.format), r.shape.workers, r.shape.steps, r.shape.d_out,
+      r.shape.d_in, w, "method", "step", "ef_rel_l2", "ef_cos", "ef_drift",
+      "rel_l2", "cos", "drift");
   for (const WorkerMethodResult& m : r.methods) {
     for (size_t i = 0; i < m.ef.size() && i < m.no_ef.size(); ++i) {
       absl::StrAppendFormat(
@@ -105,8 +114,9 @@ std::string WorkerTable(const WorkerReport& r) {
   }
   for (const WorkerMethodResult& m : r.methods) {
     absl::StrAppendFormat(
-        &out, "%-*s  bytes per worker per step: fp8 %.0f, fp32 %.0f (%.2f%%)\n",
-        w, m.name, m.bytes.fp8, m.bytes.fp32, 100 * m.bytes.fp8 / m.bytes.fp32);
+        &out, "%-*s  bytes per worker per step: %s %.0f, fp32 %.0f (%.2f%%)\n",
+        w, m.name, Is4Bit(r.format) ? r.format : "fp8", m.bytes.fp8,
+        m.bytes.fp32, 100 * m.bytes.fp8 / m.bytes.fp32);
   }
   return out;
 }

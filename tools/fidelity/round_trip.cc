@@ -6,29 +6,26 @@
 
 namespace gift::fidelity {
 
-absl::StatusOr<RowMatrixd> QuantizeDequantize(
-    const RowMatrixd& x, const kernels::QuantizeSpec& spec) {
+absl::StatusOr<RowMatrixd> QuantizeDequantize(const RowMatrixd& x,
+                                              const WireSpec& spec) {
   const RowMatrixf xf = x.cast<float>();
   const int64_t n = xf.size();
-  std::vector<uint8_t> codes(n);
-  std::vector<float> scales(kernels::NumScales(n, spec.block_size));
-  RETURN_IF_ERROR(kernels::Quantize(xf.data(), n, spec, codes.data(),
-                                    scales.data(), nullptr, nullptr));
+  Encoded e;
+  RETURN_IF_ERROR(Encode(xf.data(), n, spec, nullptr, &e));
   RowMatrixf out(x.rows(), x.cols());
-  RETURN_IF_ERROR(
-      kernels::Dequantize(codes.data(), scales.data(), n, spec, out.data()));
+  RETURN_IF_ERROR(Decode(e, n, spec, out.data()));
   return out.cast<double>();
 }
 
 absl::StatusOr<RowMatrixd> RoundTrip(const RowMatrixd& w, const Transform& t,
-                                     const kernels::QuantizeSpec& spec) {
+                                     const WireSpec& spec) {
   ASSIGN_OR_RETURN(RowMatrixd q, QuantizeDequantize(t.Forward(w), spec));
   return t.Backward(q);
 }
 
-absl::StatusOr<ErrorMetrics> OneStepRoundTrip(
-    const RowMatrixd& w, const Transform& t,
-    const kernels::QuantizeSpec& spec) {
+absl::StatusOr<ErrorMetrics> OneStepRoundTrip(const RowMatrixd& w,
+                                              const Transform& t,
+                                              const WireSpec& spec) {
   ASSIGN_OR_RETURN(RowMatrixd w_hat, RoundTrip(w, t, spec));
   return CompareTo(w_hat, w);
 }

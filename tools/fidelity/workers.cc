@@ -4,23 +4,19 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "kernels/accumulate.h"
 #include "tools/fidelity/metrics.h"
 
 namespace gift::fidelity {
 namespace {
 
-// The FP8 codes and per-chunk scales one worker sends in phase 1.
-struct Outgoing {
-  std::vector<uint8_t> codes;
-  std::vector<std::vector<float>> scales;  // per chunk
-};
+// The chunks one worker sends in phase 1, each encoded with its own scales.
+using Outgoing = std::vector<Encoded>;
 
 // The state that persists across steps: error-feedback residuals.
 class QuantizedAllreduce {
  public:
-  QuantizedAllreduce(int64_t n, int64_t workers,
-                     const kernels::QuantizeSpec& spec, bool error_feedback)
+  QuantizedAllreduce(int64_t n, int64_t workers, const WireSpec& spec,
+                     bool error_feedback)
       : n_(n), r_(workers), spec_(spec), ef_(error_feedback) {
     if (ef_) {
       worker_res_.assign(r_, std::vector<float>(n_, 0.0f));
@@ -30,19 +26,16 @@ class QuantizedAllreduce {
 
   // Phase 1 for worker w on its whitened gradient u (modified in place).
   absl::StatusOr<Outgoing> Send(int64_t w, std::vector<float>& u) {
-    Outgoing out;
-    out.codes.resize(n_);
-    out.scales.resize(r_);
+    Outgoing out(r_);
     if (ef_) {
       for (int64_t i = 0; i < n_; ++i) u[i] += worker_res_[w][i];
     }
     for (int64_t j = 0; j < r_; ++j) {
       const int64_t b = ChunkBegin(n_, r_, j),
                     len = ChunkBegin(n_, r_, j + 1) - b;
-      out.scales[j].resize(kernels::NumScales(len, spec_.block_size));
-      RETURN_IF_ERROR(kernels::Quantize(
-          u.data() + b, len, spec_, out.codes.data() + b, out.scales[j].data(),
-          ef_ ? worker_res_[w].data() + b : nullptr, nullptr));
+      RETURN_IF_ERROR(Encode(u.data() + b, len, spec_,
+                             ef_ ? worker_res_[w].data() + b : nullptr,
+                             &out[j]));
     }
     return out;
   }
@@ -50,26 +43,20 @@ class QuantizedAllreduce {
   // Phase 2 and the receivers' side: the FP32 average every worker gets.
   absl::StatusOr<std::vector<float>> Reduce(const std::vector<Outgoing>& in) {
     std::vector<float> avg(n_);
-    std::vector<kernels::Fp8Source> sources(r_);
+    std::vector<const Encoded*> sources(r_);
     for (int64_t j = 0; j < r_; ++j) {
       const int64_t b = ChunkBegin(n_, r_, j),
                     len = ChunkBegin(n_, r_, j + 1) - b;
-      for (int64_t w = 0; w < r_; ++w) {
-        sources[w] = {in[w].codes.data() + b, in[w].scales[j].data()};
-      }
+      for (int64_t w = 0; w < r_; ++w) sources[w] = &in[w][j];
       std::vector<float> sum(len);
-      RETURN_IF_ERROR(kernels::DequantizeAccumulate(
-          sources.data(), static_cast<int>(r_), len, spec_, true, sum.data()));
+      RETURN_IF_ERROR(DecodeAccumulate(sources, len, spec_, sum.data()));
       if (ef_) {
         for (int64_t i = 0; i < len; ++i) sum[i] += owner_res_[b + i];
       }
-      std::vector<uint8_t> codes(len);
-      std::vector<float> scales(kernels::NumScales(len, spec_.block_size));
-      RETURN_IF_ERROR(
-          kernels::Quantize(sum.data(), len, spec_, codes.data(), scales.data(),
-                            ef_ ? owner_res_.data() + b : nullptr, nullptr));
-      RETURN_IF_ERROR(kernels::Dequantize(codes.data(), scales.data(), len,
-                                          spec_, avg.data() + b));
+      Encoded gathered;
+      RETURN_IF_ERROR(Encode(sum.data(), len, spec_,
+                             ef_ ? owner_res_.data() + b : nullptr, &gathered));
+      RETURN_IF_ERROR(Decode(gathered, len, spec_, avg.data() + b));
     }
     const float inv = static_cast<float>(r_);
     for (float& v : avg) v = v / inv;
@@ -78,7 +65,7 @@ class QuantizedAllreduce {
 
  private:
   int64_t n_, r_;
-  kernels::QuantizeSpec spec_;
+  WireSpec spec_;
   bool ef_;
   std::vector<std::vector<float>> worker_res_;
   std::vector<float> owner_res_;
@@ -90,23 +77,28 @@ int64_t ChunkBegin(int64_t n, int64_t workers, int64_t j) {
   return n * j / workers;
 }
 
-WireBytes WireBytesPerWorker(int64_t n, int64_t workers, int64_t block_size) {
-  int64_t scales = 0;
+WireBytes WireBytesPerWorker(int64_t n, int64_t workers, const WireSpec& spec) {
+  double encoded = 0;
   for (int64_t j = 0; j < workers; ++j) {
-    scales += kernels::NumScales(
-        ChunkBegin(n, workers, j + 1) - ChunkBegin(n, workers, j), block_size);
+    encoded += EncodedBytes(
+        ChunkBegin(n, workers, j + 1) - ChunkBegin(n, workers, j), spec);
   }
   const double frac = static_cast<double>(workers - 1) / workers;
   WireBytes b;
-  // Each phase: (R−1)/R of the elements and of the scales, per worker.
-  b.fp8 = 2 * frac * (static_cast<double>(n) + 4.0 * scales);
+  // Each phase: (R−1)/R of the encoded chunks (elements and scales).
+  b.fp8 = 2 * frac * encoded;
   b.fp32 = 2 * frac * static_cast<double>(n) * 4;
   return b;
 }
 
+WireBytes WireBytesPerWorker(int64_t n, int64_t workers, int64_t block_size) {
+  return WireBytesPerWorker(n, workers,
+                            WireSpec(kernels::Fp8Format::kE4M3, block_size));
+}
+
 absl::StatusOr<std::vector<WorkerStepMetrics>> SimulateWorkers(
     const float* grads, const WorkerShape& s, const Transform& t,
-    const kernels::QuantizeSpec& spec, bool error_feedback) {
+    const WireSpec& spec, bool error_feedback) {
   const int64_t n = s.d_out * s.d_in;
   if (s.workers < 1 || s.steps < 1 || n < s.workers) {
     return absl::InvalidArgumentError(absl::StrCat(
