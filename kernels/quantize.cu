@@ -20,6 +20,7 @@
 #include "kernels/fp8_device.cuh"
 #include "kernels/gpu.h"
 #include "kernels/quantize.h"
+#include "kernels/quantize_stats.cuh"
 
 namespace gift::kernels::cuda {
 namespace {
@@ -45,11 +46,6 @@ static_assert(offsetof(QuantizeStats, n) == 0 &&
 
 // Plain (no initialisers) so that it may live in shared memory; zero it with
 // LocalStats st{}.
-struct LocalStats {
-  unsigned long long upper, lower, nonfinite;
-  double err_sq, x_sq, xhat_x;
-};
-
 struct Layout {
   int64_t n;
   int64_t block;    // elements per scale (n for one scale per tensor)
@@ -139,45 +135,6 @@ struct Encoder {
   }
 };
 
-template <typename T>
-__device__ __forceinline__ T WarpSum(T v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xFFFFFFFFu, v, o);
-  return v;
-}
-
-// CTA-wide reduction of every thread's stats into *out (all threads call).
-__device__ void FlushStats(LocalStats st, int64_t n, QuantizeStats* out) {
-  __shared__ LocalStats warps[kThreads / 32];
-  st.upper = WarpSum(st.upper);
-  st.lower = WarpSum(st.lower);
-  st.nonfinite = WarpSum(st.nonfinite);
-  st.err_sq = WarpSum(st.err_sq);
-  st.x_sq = WarpSum(st.x_sq);
-  st.xhat_x = WarpSum(st.xhat_x);
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  if (lane == 0) warps[warp] = st;
-  __syncthreads();
-  if (threadIdx.x != 0) return;
-  LocalStats t{};
-  for (int w = 0; w < static_cast<int>(blockDim.x / 32); ++w) {
-    t.upper += warps[w].upper;
-    t.lower += warps[w].lower;
-    t.nonfinite += warps[w].nonfinite;
-    t.err_sq += warps[w].err_sq;
-    t.x_sq += warps[w].x_sq;
-    t.xhat_x += warps[w].xhat_x;
-  }
-  auto* counters = reinterpret_cast<unsigned long long*>(out);
-  if (blockIdx.x == 0)
-    atomicAdd(&counters[0], static_cast<unsigned long long>(n));
-  atomicAdd(&counters[1], t.upper);
-  atomicAdd(&counters[2], t.lower);
-  atomicAdd(&counters[3], t.nonfinite);
-  atomicAdd(&out->err_sq, t.err_sq);
-  atomicAdd(&out->x_sq, t.x_sq);
-  atomicAdd(&out->xhat_x, t.xhat_x);
-}
-
 // ---- Small blocks: one warp per block, fused. ----------------------------
 template <Fp8Format F>
 __global__ void __launch_bounds__(kThreads)
@@ -208,7 +165,7 @@ __global__ void __launch_bounds__(kThreads)
         [&](int64_t i, float4 v) { enc.Four(i, v, st); },
         [&](int64_t i, float v) { enc.One(i, v, st); });
   }
-  if (stats) FlushStats(st, L.n, stats);
+  if (stats) FlushStats<kThreads>(st, L.n, stats);
 }
 
 // ---- Large blocks / per tensor: tiles. -----------------------------------
@@ -280,7 +237,7 @@ __global__ void __launch_bounds__(kThreads)
         [&](int64_t i, float4 v) { enc.Four(i, v, st); },
         [&](int64_t i, float v) { enc.One(i, v, st); });
   }
-  if (stats) FlushStats(st, L.n, stats);
+  if (stats) FlushStats<kThreads>(st, L.n, stats);
 }
 
 // words and scales are the same memory.

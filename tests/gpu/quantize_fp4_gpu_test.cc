@@ -13,47 +13,20 @@
 #include "gtest/gtest.h"
 #include "kernels/gpu.h"
 #include "kernels/quantize_fp4.h"
+#include "tests/gpu/quantize_testutil.h"
 
 namespace gift::kernels {
 namespace {
 
+using quantize_testing::kNaN;
+using quantize_testing::kInf;
+using quantize_testing::SameBits;
+using quantize_testing::MakeContext;
+using quantize_testing::RandomData;
+using quantize_testing::ToDevice;
+using quantize_testing::ToHost;
+
 constexpr Fp4Format kFormats[] = {Fp4Format::kNvfp4, Fp4Format::kMxfp4};
-constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
-constexpr float kInf = std::numeric_limits<float>::infinity();
-
-bool SameBits(float a, float b) { return std::memcmp(&a, &b, 4) == 0; }
-
-std::unique_ptr<gpu::Context> MakeContext() {
-  auto ctx = gpu::Context::Create();
-  EXPECT_OK(ctx);
-  return ctx.ok() ? std::move(*ctx) : nullptr;
-}
-
-// Gaussian values over many binades, never all zero.
-std::vector<float> RandomData(int64_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> g(0.0f, 1.0f);
-  std::uniform_int_distribution<int> ex(-20, 10);
-  std::vector<float> x(n);
-  for (auto& v : x) v = std::ldexp(g(rng), ex(rng));
-  if (n > 0) x[0] = 1.5f;
-  return x;
-}
-
-template <typename T>
-gpu::DeviceBuffer<T> ToDevice(const std::vector<T>& v) {
-  gpu::DeviceBuffer<T> d;
-  EXPECT_OK(d.Allocate(v.size() + 1));
-  EXPECT_OK(d.Upload(v.data(), v.size()));
-  return d;
-}
-
-template <typename T>
-std::vector<T> ToHost(const gpu::DeviceBuffer<T>& d, size_t n) {
-  std::vector<T> v(n);
-  EXPECT_OK(d.Download(v.data(), n));
-  return v;
-}
 
 enum class Residual { kNone, kSeparate, kInPlace };
 
