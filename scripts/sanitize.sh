@@ -43,7 +43,7 @@ ASAN_TARGETS=(
   net_endpoint_test gloo_store_adapter_test epoch_plan_test chunking_test
   agreement_test gift_transform_test allreduce_engine_test
   bucketed_step_test giftd_connection_test multiprocess_harness_test
-  fp4_allreduce_test euclid_feedback_test
+  fp4_allreduce_test
   gloo_multiprocess_test quantized_allreduce_multiprocess_test
   transport_setup_test
   # shm/
