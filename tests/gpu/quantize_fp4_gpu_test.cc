@@ -18,11 +18,11 @@
 namespace gift::kernels {
 namespace {
 
-using quantize_testing::kNaN;
 using quantize_testing::kInf;
-using quantize_testing::SameBits;
+using quantize_testing::kNaN;
 using quantize_testing::MakeContext;
 using quantize_testing::RandomData;
+using quantize_testing::SameBits;
 using quantize_testing::ToDevice;
 using quantize_testing::ToHost;
 
