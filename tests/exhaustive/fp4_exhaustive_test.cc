@@ -9,41 +9,23 @@
 #include <cuda_fp8.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/strings/str_format.h"
 #include "gtest/gtest.h"
 #include "kernels/fp4.h"
+#include "tests/exhaustive/exhaustive_testutil.h"
 
 namespace gift::kernels {
 namespace {
 
-constexpr int kMaxReports = 8;
-constexpr uint64_t kChunk = 1 << 16;
-
-struct Failures {
-  std::mutex mu;
-  std::vector<std::string> first;
-  std::atomic<uint64_t> count{0};
-  void Add(std::string msg) {
-    count.fetch_add(1);
-    std::lock_guard<std::mutex> lock(mu);
-    if (first.size() < kMaxReports) first.push_back(std::move(msg));
-  }
-};
-
-float FromBits(uint32_t u) {
-  float x;
-  std::memcpy(&x, &u, 4);
-  return x;
-}
+using exhaustive::Failures;
+using exhaustive::FromBits;
+using exhaustive::kChunk;
 
 // Bit patterns [begin, end), in chunks.
 void CheckRange(uint64_t begin, uint64_t end, Failures* fail) {
@@ -88,19 +70,7 @@ void CheckRange(uint64_t begin, uint64_t end, Failures* fail) {
 }
 
 TEST(Fp4ExhaustiveTest, E2M1AndE8M0MatchCudaForAllFloats) {
-  const unsigned threads = std::max(1u, std::thread::hardware_concurrency());
-  const uint64_t total = uint64_t{1} << 32;
-  const uint64_t per = (total / threads + kChunk - 1) / kChunk * kChunk;
-  Failures fail;
-  std::vector<std::thread> pool;
-  for (unsigned t = 0; t < threads; ++t) {
-    const uint64_t b = std::min(total, t * per);
-    const uint64_t e = std::min(total, b + per);
-    pool.emplace_back(CheckRange, b, e, &fail);
-  }
-  for (auto& t : pool) t.join();
-  EXPECT_EQ(fail.count.load(), 0u);
-  for (const auto& m : fail.first) ADD_FAILURE() << m;
+  exhaustive::ForAllFloats(CheckRange);
 }
 
 TEST(Fp4ExhaustiveTest, DecodeMatchesCudaForAllCodes) {
