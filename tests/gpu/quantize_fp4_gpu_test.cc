@@ -18,6 +18,7 @@
 namespace gift::kernels {
 namespace {
 
+using quantize_testing::ExpectStatsMatch;
 using quantize_testing::kInf;
 using quantize_testing::kNaN;
 using quantize_testing::MakeContext;
@@ -81,14 +82,7 @@ void Compare(gpu::Context& ctx, const std::vector<float>& x, Fp4Format f,
       ASSERT_TRUE(SameBits(got_r[i], residual[i])) << "residual " << i;
     }
   }
-  const auto got = ToHost(dst, 1)[0];
-  EXPECT_EQ(got.n, want.n);
-  EXPECT_EQ(got.upper, want.upper);
-  EXPECT_EQ(got.lower, want.lower);
-  EXPECT_EQ(got.nonfinite, want.nonfinite);
-  EXPECT_NEAR(got.err_sq, want.err_sq, 1e-9 * want.err_sq);
-  EXPECT_NEAR(got.x_sq, want.x_sq, 1e-9 * want.x_sq);
-  EXPECT_NEAR(got.xhat_x, want.xhat_x, 1e-9 * std::fabs(want.xhat_x));
+  ExpectStatsMatch(ToHost(dst, 1)[0], want);
 }
 
 TEST(QuantizeFp4GpuTest, QuantizeMatchesCpu) {

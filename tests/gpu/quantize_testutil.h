@@ -21,6 +21,7 @@
 
 #include "common/status_matchers.h"
 #include "kernels/gpu.h"
+#include "kernels/quantize.h"
 
 namespace gift::kernels::quantize_testing {
 
@@ -59,6 +60,19 @@ std::vector<T> ToHost(const gpu::DeviceBuffer<T>& d, size_t n) {
   std::vector<T> v(n);
   EXPECT_OK(d.Download(v.data(), n));
   return v;
+}
+
+// The device's statistics against the CPU reference's: counters exact,
+// double sums within 1e-9 relative (their order of addition differs).
+inline void ExpectStatsMatch(const QuantizeStats& got,
+                             const QuantizeStats& want) {
+  EXPECT_EQ(got.n, want.n);
+  EXPECT_EQ(got.upper, want.upper);
+  EXPECT_EQ(got.lower, want.lower);
+  EXPECT_EQ(got.nonfinite, want.nonfinite);
+  EXPECT_NEAR(got.err_sq, want.err_sq, 1e-9 * want.err_sq);
+  EXPECT_NEAR(got.x_sq, want.x_sq, 1e-9 * want.x_sq);
+  EXPECT_NEAR(got.xhat_x, want.xhat_x, 1e-9 * std::fabs(want.xhat_x));
 }
 
 }  // namespace gift::kernels::quantize_testing
