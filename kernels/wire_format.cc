@@ -33,6 +33,18 @@ absl::StatusOr<WireFormat> ParseWireFormat(std::string_view name) {
                    "' (want e4m3, e5m2, nvfp4 or mxfp4)"));
 }
 
+absl::Status CheckFormatFitsShape(WireFormat f, int64_t d_out, int64_t d_in,
+                                  bool two_d) {
+  if (!f.valid()) return absl::InvalidArgumentError("invalid wire format");
+  if (!f.is_fp4() || !two_d) return absl::OkStatus();
+  const int64_t block = Fp4BlockSize(f.fp4());
+  if (d_in % block == 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(WireFormatName(f), " scales blocks of ", block,
+                   " elements along each row: d_in must be a multiple of ",
+                   block, " (this layer is ", d_out, " x ", d_in, ")"));
+}
+
 int64_t WireCodeBytes(WireFormat f, int64_t n) {
   if (n <= 0) return 0;
   return f.is_fp4() ? (n + 1) / 2 : n;

@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/fp4.h"
 #include "kernels/fp8.h"
@@ -84,6 +85,15 @@ const char* WireFormatName(WireFormat f);
 // The inverse (case-insensitive); INVALID_ARGUMENT listing the names
 // otherwise.
 absl::StatusOr<WireFormat> ParseWireFormat(std::string_view name);
+
+// Whether a layer of this shape ({d_out, d_in} or {n}) can take format f:
+// OK for FP8 and for 1-D layers (one row; a ragged last block); a 4-bit
+// format's blocks run along the row (d_in contiguous, as NVFP4 and MX
+// hardware expect), so a 2-D layer needs d_in a multiple of the block
+// (16 nvfp4, 32 mxfp4): INVALID_ARGUMENT saying so otherwise, or for an
+// invalid format.
+absl::Status CheckFormatFitsShape(WireFormat f, int64_t d_out, int64_t d_in,
+                                  bool two_d);
 
 // Code bytes of n elements of format f: n (FP8) or ceil(n / 2) (4-bit).
 int64_t WireCodeBytes(WireFormat f, int64_t n);

@@ -64,5 +64,17 @@ TEST(WireFormatTest, NaNScaleFlags) {
   EXPECT_FALSE(IsFp4NaNScale(0xFE, Fp4Format::kMxfp4));
 }
 
+TEST(WireFormatTest, FourBitNeedsWholeBlocksPerRow) {
+  EXPECT_TRUE(CheckFormatFitsShape(Fp8Format::kE4M3, 3, 7, true).ok());
+  EXPECT_TRUE(CheckFormatFitsShape(Fp4Format::kNvfp4, 3, 32, true).ok());
+  EXPECT_TRUE(CheckFormatFitsShape(Fp4Format::kNvfp4, 1, 7, false).ok());
+  EXPECT_TRUE(CheckFormatFitsShape(Fp4Format::kMxfp4, 5, 64, true).ok());
+  EXPECT_THAT(CheckFormatFitsShape(Fp4Format::kMxfp4, 5, 48, true),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       ::testing::HasSubstr("multiple of 32")));
+  EXPECT_FALSE(CheckFormatFitsShape(Fp4Format::kNvfp4, 2, 24, true).ok());
+  EXPECT_FALSE(CheckFormatFitsShape(WireFormat::FromCode(9), 2, 32, true).ok());
+}
+
 }  // namespace
 }  // namespace gift::kernels
