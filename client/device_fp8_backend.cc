@@ -148,9 +148,10 @@ class DeviceFp8Codec : public Fp8Codec {
   }
 
   absl::Status FlagNonFiniteFp4(const uint8_t* block_scales, int64_t n,
-                                kernels::Fp4Format f, int flag) override {
+                                const float* tensor_scale, kernels::Fp4Format f,
+                                int flag) override {
     RETURN_IF_ERROR(CheckFlag("FlagNonFiniteFp4", flag));
-    return device::FlagNonFiniteFp4(*ctx_, block_scales, n, f,
+    return device::FlagNonFiniteFp4(*ctx_, block_scales, n, tensor_scale, f,
                                     flags_->u8() + flag);
   }
 

@@ -2,6 +2,7 @@
 // never contracts or approximates (bit-identical to the host loops).
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "client/device_ops.h"
@@ -41,7 +42,12 @@ __global__ void FlagKernel(const float* x, int64_t n, uint8_t* flag) {
 }
 
 __global__ void FlagFp4Kernel(const uint8_t* scales, int64_t n,
-                              kernels::Fp4Format f, uint8_t* flag) {
+                              const float* tensor_scale, kernels::Fp4Format f,
+                              uint8_t* flag) {
+  if (blockIdx.x == 0 && threadIdx.x == 0 && f == kernels::Fp4Format::kNvfp4 &&
+      !kernels::IsNvfp4TensorScaleValid(*tensor_scale)) {
+    *flag = 1;
+  }
   GIFT_GRID_STRIDE(i, n) {
     if (kernels::IsFp4NaNScale(scales[i], f)) *flag = 1;  // benign race
   }
@@ -195,12 +201,18 @@ absl::Status FlagNonFinite(gpu::Context& ctx, const float* x, int64_t n,
 }
 
 absl::Status FlagNonFiniteFp4(gpu::Context& ctx, const uint8_t* block_scales,
-                              int64_t n, kernels::Fp4Format f, uint8_t* flag) {
+                              int64_t n, const float* tensor_scale,
+                              kernels::Fp4Format f, uint8_t* flag) {
   if (absl::Status s = CheckN(n, block_scales, "FlagNonFiniteFp4"); !s.ok()) {
     return s;
   }
   if (flag == nullptr) return absl::InvalidArgumentError("null flag");
-  GIFT_LAUNCH(FlagFp4Kernel, ctx, n, block_scales, n, f, flag);
+  if (f == kernels::Fp4Format::kNvfp4 && tensor_scale == nullptr) {
+    return absl::InvalidArgumentError(
+        "FlagNonFiniteFp4: nvfp4 needs its tensor scale");
+  }
+  GIFT_LAUNCH(FlagFp4Kernel, ctx, std::max<int64_t>(n, 1), block_scales, n,
+              tensor_scale, f, flag);
 }
 
 absl::Status FillNaN(gpu::Context& ctx, float* x, int64_t n) {

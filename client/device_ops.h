@@ -28,10 +28,14 @@ absl::Status AddInPlace(gpu::Context& ctx, float* acc, const float* x,
 // *flag = 1 when any x[0, n) is NaN or infinite (never cleared here).
 absl::Status FlagNonFinite(gpu::Context& ctx, const float* x, int64_t n,
                            uint8_t* flag);
-// *flag = 1 when any of the n 4-bit block-scale codes is f's non-finite
-// flag (kernels::IsFp4NaNScale; never cleared here).
+// *flag = 1 when the 4-bit segment is flagged non-finite: any of its n
+// block-scale codes is f's flag or a garbage code (kernels::IsFp4NaNScale),
+// or (nvfp4) the tensor scale, one device float, is invalid
+// (kernels::IsNvfp4TensorScaleValid). As kernels::Fp4SegmentFlagged; never
+// cleared here. tensor_scale: nvfp4 only (nullable for mxfp4).
 absl::Status FlagNonFiniteFp4(gpu::Context& ctx, const uint8_t* block_scales,
-                              int64_t n, kernels::Fp4Format f, uint8_t* flag);
+                              int64_t n, const float* tensor_scale,
+                              kernels::Fp4Format f, uint8_t* flag);
 // x[i] = 0x7FC00000.
 absl::Status FillNaN(gpu::Context& ctx, float* x, int64_t n);
 // Round to nearest even, NaN → (bits >> 16) | 0x40, as the host.

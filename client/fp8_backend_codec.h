@@ -67,9 +67,13 @@ class Fp8Codec {
   virtual absl::Status AccumulateFp4(const kernels::Fp4Source* sources,
                                      int num_sources, int64_t n,
                                      kernels::Fp4Format f, float* acc) = 0;
-  // Sets flag `flag` when any of the n block-scale codes is f's non-finite
-  // flag (E4M3 NaN for nvfp4, E8M0 0xFF for mxfp4).
+  // Sets flag `flag` when the received segment is flagged non-finite
+  // (kernels::Fp4SegmentFlagged: any of the n block-scale codes is f's
+  // non-finite flag or a garbage code, or the nvfp4 tensor scale — one
+  // float, in the backend's memory like the codes — is invalid).
+  // tensor_scale: nvfp4 only (nullable for mxfp4).
   virtual absl::Status FlagNonFiniteFp4(const uint8_t* block_scales, int64_t n,
+                                        const float* tensor_scale,
                                         kernels::Fp4Format f, int flag) = 0;
   // Waits for the round and returns its statistics and flags.
   virtual absl::Status EndRound(std::vector<kernels::QuantizeStats>* stats,

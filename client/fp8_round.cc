@@ -142,7 +142,7 @@ absl::Status Fp8Round::Unpack(const EpochPlan& plan, const PieceLayout& piece,
       } else {
         const kernels::Fp4Format f = l.format.fp4();
         RETURN_IF_ERROR(codec_->FlagNonFiniteFp4(
-            x.block_scales, s.num_block_scales, f, s.layer));
+            x.block_scales, s.num_block_scales, x.scales, f, s.layer));
         RETURN_IF_ERROR(codec_->DequantizeFp4(x.codes, x.block_scales, x.scales,
                                               s.count, f, out));
       }

@@ -125,14 +125,17 @@ absl::Status HostFp8Codec::AccumulateFp4(const kernels::Fp4Source* sources,
 }
 
 absl::Status HostFp8Codec::FlagNonFiniteFp4(const uint8_t* block_scales,
-                                            int64_t n, kernels::Fp4Format f,
-                                            int flag) {
+                                            int64_t n,
+                                            const float* tensor_scale,
+                                            kernels::Fp4Format f, int flag) {
   if (absl::Status s = CheckFlag("FlagNonFiniteFp4", flag); !s.ok()) return s;
-  for (int64_t i = 0; i < n; ++i) {
-    if (kernels::IsFp4NaNScale(block_scales[i], f)) {
-      flags_[flag] = 1;
-      break;
-    }
+  if (f == kernels::Fp4Format::kNvfp4 && tensor_scale == nullptr) {
+    return absl::InvalidArgumentError(
+        "FlagNonFiniteFp4: nvfp4 needs its "
+        "tensor scale");
+  }
+  if (kernels::Fp4SegmentFlagged(block_scales, n, tensor_scale, f)) {
+    flags_[flag] = 1;
   }
   return absl::OkStatus();
 }

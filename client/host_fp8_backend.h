@@ -50,7 +50,8 @@ class HostFp8Codec : public Fp8Codec {
                              int64_t n, kernels::Fp4Format f,
                              float* acc) override;
   absl::Status FlagNonFiniteFp4(const uint8_t* block_scales, int64_t n,
-                                kernels::Fp4Format f, int flag) override;
+                                const float* tensor_scale, kernels::Fp4Format f,
+                                int flag) override;
   absl::Status EndRound(std::vector<kernels::QuantizeStats>* stats,
                         std::vector<uint8_t>* flags) override;
 

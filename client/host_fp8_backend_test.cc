@@ -167,17 +167,31 @@ TEST(HostFp8BackendTest, FourBitCodecIsTheKernelsWithSlotsAndFlags) {
     ASSERT_OK(codec.AccumulateFp4(src, 2, n, f, y.data()));
     for (int64_t i = 0; i < n; ++i) EXPECT_EQ(y[i], ref[i] + ref[i]);
     // Flags: clean scales, then a NaN-flagged block.
-    ASSERT_OK(codec.FlagNonFiniteFp4(bs.data(), bs.size(), f, 0));
+    ASSERT_OK(codec.FlagNonFiniteFp4(bs.data(), bs.size(), &ts, f, 0));
     bs[1] = f == kernels::Fp4Format::kNvfp4 ? 0x7F : 0xFF;
-    ASSERT_OK(codec.FlagNonFiniteFp4(bs.data(), bs.size(), f, 2));
-    EXPECT_THAT(codec.FlagNonFiniteFp4(bs.data(), bs.size(), f, 3),
+    ASSERT_OK(codec.FlagNonFiniteFp4(bs.data(), bs.size(), &ts, f, 2));
+    // A garbage tensor scale (nvfp4) or block-scale code no finite block
+    // gets (mxfp4 0xFD) from a rank flags the segment too.
+    {
+      std::vector<uint8_t> clean(bs.size(), 0x01);
+      const float bad_ts = -1.0f;
+      if (f == kernels::Fp4Format::kNvfp4) {
+        ASSERT_OK(
+            codec.FlagNonFiniteFp4(clean.data(), clean.size(), &bad_ts, f, 1));
+      } else {
+        clean[0] = 0xFD;
+        ASSERT_OK(
+            codec.FlagNonFiniteFp4(clean.data(), clean.size(), nullptr, f, 1));
+      }
+    }
+    EXPECT_THAT(codec.FlagNonFiniteFp4(bs.data(), bs.size(), &ts, f, 3),
                 StatusIs(absl::StatusCode::kInvalidArgument));
     std::vector<kernels::QuantizeStats> stats;
     std::vector<uint8_t> flags;
     ASSERT_OK(codec.EndRound(&stats, &flags));
     EXPECT_EQ(stats[0].n, n);
     EXPECT_EQ(stats[0].err_sq, st.err_sq);
-    EXPECT_EQ(flags, (std::vector<uint8_t>{0, 0, 1}));
+    EXPECT_EQ(flags, (std::vector<uint8_t>{0, 1, 1}));
   }
 }
 

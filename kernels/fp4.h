@@ -60,6 +60,9 @@ constexpr float kE2M1Max = 6.0f;
 constexpr uint8_t kE2M1MaxCode = 0x7;
 // E8M0's NaN code.
 constexpr uint8_t kE8M0NaN = 0xFF;
+// The largest mxfp4 block-scale code a finite block gets (amax <= FLT_MAX:
+// 2^127 · 2^-2): 6 · 2^125 is finite, 6 · 2^126 is not.
+constexpr uint8_t kMaxFiniteMxfp4ScaleCode = 252;
 
 // "nvfp4" / "mxfp4".
 const char* Fp4FormatName(Fp4Format f);

@@ -45,6 +45,17 @@ absl::Status CheckFormatFitsShape(WireFormat f, int64_t d_out, int64_t d_in,
                    block, " (this layer is ", d_out, " x ", d_in, ")"));
 }
 
+bool Fp4SegmentFlagged(const uint8_t* block_scales, int64_t num_blocks,
+                       const float* tensor_scale, Fp4Format f) {
+  if (f == Fp4Format::kNvfp4 && !IsNvfp4TensorScaleValid(*tensor_scale)) {
+    return true;
+  }
+  for (int64_t i = 0; i < num_blocks; ++i) {
+    if (IsFp4NaNScale(block_scales[i], f)) return true;
+  }
+  return false;
+}
+
 int64_t WireCodeBytes(WireFormat f, int64_t n) {
   if (n <= 0) return 0;
   return f.is_fp4() ? (n + 1) / 2 : n;

@@ -98,12 +98,36 @@ absl::Status CheckFormatFitsShape(WireFormat f, int64_t d_out, int64_t d_in,
 // Code bytes of n elements of format f: n (FP8) or ceil(n / 2) (4-bit).
 int64_t WireCodeBytes(WireFormat f, int64_t n);
 
-// True when a 4-bit block-scale code is the non-finite flag of its block
+// True when a 4-bit block-scale code flags its block as non-finite
 // (kernels/quantize_fp4.h): an E4M3 NaN (0x7F, 0xFF) for nvfp4, E8M0 0xFF
-// for mxfp4. Host and device.
+// for mxfp4 — and, for mxfp4, the codes 253 and 254, which QuantizeFp4
+// never writes for a finite block (its codes stop at 252) and whose 6 · 2^126
+// would decode past FLT_MAX: a rank that sends them sends garbage, and the
+// block is treated as flagged. Host and device.
 GIFT_FP4_HD bool IsFp4NaNScale(uint8_t code, Fp4Format f) {
-  return f == Fp4Format::kNvfp4 ? (code & 0x7F) == 0x7F : code == kE8M0NaN;
+  return f == Fp4Format::kNvfp4 ? (code & 0x7F) == 0x7F
+                                : code > kMaxFiniteMxfp4ScaleCode;
 }
+
+// True when a received nvfp4 tensor scale is one QuantizeFp4 could have
+// written (positive) and decodes finitely: 2688 · s (the largest |x̂| a
+// block can give, 6 · 448 · s) is finite. A NaN, infinite, zero, negative
+// or too large tensor scale makes the whole segment non-finite. Host and
+// device.
+GIFT_FP4_HD bool IsNvfp4TensorScaleValid(float s) {
+  const float top = 2688.0f * s;         // 6 · 448
+  return s > 0.0f && top - top == 0.0f;  // false for NaN and ±Inf
+}
+
+// True when a 4-bit segment as received (its num_blocks block-scale codes
+// and, nvfp4, its tensor scale) is flagged non-finite: any block flagged
+// (IsFp4NaNScale) or an invalid tensor scale. Otherwise every value
+// DequantizeFp4 decodes from it is finite, whatever its codes. The chunk
+// owner's second phase checks every segment it gathers with this, so that
+// garbage from a rank ends as a layer flagged non-finite on every rank, never
+// as an unflagged Inf. tensor_scale: nvfp4 only (host pointer).
+bool Fp4SegmentFlagged(const uint8_t* block_scales, int64_t num_blocks,
+                       const float* tensor_scale, Fp4Format f);
 
 }  // namespace gift::kernels
 

@@ -1,7 +1,12 @@
 #include "kernels/wire_format.h"
 
+#include <cmath>
+#include <limits>
+#include <vector>
+
 #include "common/status_matchers.h"
 #include "gtest/gtest.h"
+#include "kernels/quantize_fp4.h"
 
 namespace gift::kernels {
 namespace {
@@ -61,7 +66,47 @@ TEST(WireFormatTest, NaNScaleFlags) {
   EXPECT_FALSE(IsFp4NaNScale(0x7E, Fp4Format::kNvfp4));
   EXPECT_TRUE(IsFp4NaNScale(0xFF, Fp4Format::kMxfp4));
   EXPECT_FALSE(IsFp4NaNScale(0x7F, Fp4Format::kMxfp4));
-  EXPECT_FALSE(IsFp4NaNScale(0xFE, Fp4Format::kMxfp4));
+  EXPECT_FALSE(IsFp4NaNScale(0xFC, Fp4Format::kMxfp4));
+  // Codes no finite block is encoded with are garbage: flagged.
+  EXPECT_TRUE(IsFp4NaNScale(0xFD, Fp4Format::kMxfp4));
+  EXPECT_TRUE(IsFp4NaNScale(0xFE, Fp4Format::kMxfp4));
+}
+
+TEST(WireFormatTest, LargestFiniteBlockScalesDecodeFinitely) {
+  const float big = std::numeric_limits<float>::max();
+  EXPECT_LE(Mxfp4ScaleCode(big), kMaxFiniteMxfp4ScaleCode);
+  EXPECT_FALSE(IsFp4NaNScale(Mxfp4ScaleCode(big), Fp4Format::kMxfp4));
+  EXPECT_TRUE(IsNvfp4TensorScaleValid(Nvfp4TensorScale(big)));
+  for (const Fp4Format f : {Fp4Format::kNvfp4, Fp4Format::kMxfp4}) {
+    // A block of the largest finite values round-trips to finite values.
+    std::vector<float> x(32, big);
+    x[3] = -big;
+    std::vector<uint8_t> codes(Fp4PackedBytes(32)), scales(Fp4NumBlocks(32, f));
+    float ts = 0;
+    ASSERT_OK(QuantizeFp4(x.data(), 32, f, codes.data(), scales.data(), &ts,
+                          nullptr, nullptr));
+    EXPECT_FALSE(Fp4SegmentFlagged(scales.data(), scales.size(), &ts, f));
+    std::vector<float> out(32);
+    ASSERT_OK(
+        DequantizeFp4(codes.data(), scales.data(), &ts, 32, f, out.data()));
+    for (float v : out) EXPECT_TRUE(std::isfinite(v)) << Fp4FormatName(f);
+  }
+}
+
+TEST(WireFormatTest, GarbageTensorScalesFlagTheSegment) {
+  const uint8_t scale = 0x38;  // E4M3 1.0
+  for (const float ts : {0.0f, -1.0f, std::numeric_limits<float>::infinity(),
+                         std::numeric_limits<float>::quiet_NaN(),
+                         std::numeric_limits<float>::max() / 1000.0f}) {
+    EXPECT_TRUE(Fp4SegmentFlagged(&scale, 1, &ts, Fp4Format::kNvfp4)) << ts;
+  }
+  const float ok = 1e-3f;
+  EXPECT_FALSE(Fp4SegmentFlagged(&scale, 1, &ok, Fp4Format::kNvfp4));
+  // mxfp4 has no tensor scale (nullptr is fine).
+  EXPECT_FALSE(Fp4SegmentFlagged(&scale, 1, nullptr, Fp4Format::kMxfp4));
+  const uint8_t bad[] = {0x7F, 0xFD};
+  EXPECT_TRUE(Fp4SegmentFlagged(bad + 1, 1, nullptr, Fp4Format::kMxfp4));
+  EXPECT_TRUE(Fp4SegmentFlagged(bad, 1, &ok, Fp4Format::kNvfp4));
 }
 
 TEST(WireFormatTest, FourBitNeedsWholeBlocksPerRow) {

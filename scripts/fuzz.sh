@@ -12,7 +12,7 @@
 # it and commit it beside a commented guard in the target).
 # Closes with one line: fuzz: N passed, N failed (replayed ctest cases and
 # fuzzer runs).
-# Usage: scripts/fuzz.sh [TARGET...]  (npy config shm_reader requests)
+# Usage: scripts/fuzz.sh [TARGET...]  (npy config shm_reader requests fp4_wire)
 # Environment: FUZZ_SECONDS (default 60), JOBS (default nproc),
 #   FUZZ_BUILD_DIR (default build-fuzz).
 # One target by hand: build-fuzz/fuzz/fuzz_npy -max_total_time=60 DIR
@@ -23,7 +23,7 @@ FUZZ_SECONDS=${FUZZ_SECONDS:-60}
 JOBS=${JOBS:-$(nproc)}
 build=${FUZZ_BUILD_DIR:-build-fuzz}
 targets=("$@")
-[[ ${#targets[@]} -eq 0 ]] && targets=(npy config shm_reader requests)
+[[ ${#targets[@]} -eq 0 ]] && targets=(npy config shm_reader requests fp4_wire)
 
 passed=0
 failed=0

@@ -276,7 +276,7 @@ TEST_F(DeviceBackendTest, FourBitRoundPrimitivesMatchHost) {
     ASSERT_OK(host_.codec().AccumulateFp4(hsrc, 2, kN, f, hacc.data()));
     ASSERT_OK(host_.codec().DequantizeFp4(hq.data(), hb.data(), ht.data(), kN,
                                           f, hout.data()));
-    ASSERT_OK(host_.codec().FlagNonFiniteFp4(hb.data(), nb, f, 1));
+    ASSERT_OK(host_.codec().FlagNonFiniteFp4(hb.data(), nb, ht.data(), f, 1));
     std::vector<kernels::QuantizeStats> hst, dst;
     std::vector<uint8_t> hfl, dfl;
     ASSERT_OK(host_.codec().EndRound(&hst, &hfl));
@@ -294,7 +294,7 @@ TEST_F(DeviceBackendTest, FourBitRoundPrimitivesMatchHost) {
     ASSERT_OK(dev_->codec().AccumulateFp4(dsrc, 2, kN, f, dacc->floats()));
     ASSERT_OK(dev_->codec().DequantizeFp4(dq->u8(), db->u8(), dt->floats(), kN,
                                           f, dout->floats()));
-    ASSERT_OK(dev_->codec().FlagNonFiniteFp4(db->u8(), nb, f, 1));
+    ASSERT_OK(dev_->codec().FlagNonFiniteFp4(db->u8(), nb, dt->floats(), f, 1));
     ASSERT_OK(dev_->codec().EndRound(&dst, &dfl));
 
     EXPECT_EQ(BitDiffs(Download<uint8_t>(*dq, nq), hq), 0) << "codes";
