@@ -218,7 +218,7 @@ def gift_path_layers(state):
                   if isinstance(l, dict) and l.get("path") == "gift")
 
 
-def register_hook(ddp, mode, piece_mb=None):
+def register_hook(ddp, mode, piece_mb=None, fmt=None):
     """Installs the mode's comm hook; returns (hook state, gift state)."""
     if mode == "ddp":
         return None, None
@@ -233,9 +233,12 @@ def register_hook(ddp, mode, piece_mb=None):
             start_powerSGD_iter=2, use_error_feedback=True, warm_start=True)
         ddp.register_comm_hook(st, powerSGD_hook.powerSGD_hook)
         return st, None
-    # The README's lines, nothing more (but for --gift-piece-mb).
+    # The README's lines, nothing more (but for --gift-piece-mb and
+    # --gift-format).
     import gift
     extra = {} if piece_mb is None else {"piece_mb": piece_mb}
+    if fmt is not None:
+        extra["format"] = fmt
     state = gift.init(ddp, mode=mode, **extra)
     ddp.register_comm_hook(state, gift.comm_hook)
     return state, state
@@ -271,6 +274,9 @@ def parse_args(argv=None):
                    help="gift.init's piece_mb (default: gift's own, 4; 0 = "
                         "DDP's buckets whole, reduced when DDP hands them "
                         "over)")
+    p.add_argument("--gift-format", default=None,
+                   help="gift.init's format (e4m3, e5m2, nvfp4, mxfp4; "
+                   "default: gift's own, e4m3)")
     p.add_argument("--pg-timeout", type=float, default=300,
                    help="seconds a collective may wait (default 300)")
     p.add_argument("--check-identical", action="store_true")
@@ -300,7 +306,7 @@ def train(a, rank, world):
         ddp = DDP(model, bucket_cap_mb=a.bucket_cap_mb)
     else:
         ddp = DDP(model)
-    _, gstate = register_hook(ddp, a.mode, a.gift_piece_mb)
+    _, gstate = register_hook(ddp, a.mode, a.gift_piece_mb, a.gift_format)
     opt = torch.optim.AdamW(ddp.parameters(), lr=a.lr, betas=(0.9, 0.95),
                             weight_decay=a.weight_decay)
     data = load_corpus()

@@ -43,7 +43,8 @@ Ctrl-C and on errors.
 Usage: /usr/bin/python3 bench/python/multihost_bench.py --build BUILD
        [--rates 100mbit,1gbit,none] [--modes ddp,fp16,powersgd,euclid,gift]
        (a gift mode as MODE@MB, e.g. euclid@0 or gift@8: gift.init's
-       piece_mb, side by side with the default; @0 = DDP's buckets whole)
+       piece_mb, side by side with the default; @0 = DDP's buckets whole;
+       and/or MODE:FORMAT, e.g. gift:nvfp4: gift.init's wire format)
        [--steps 10] [--warmup 5] [--rounds 2] [--out DIR]
 Writes DIR/multihost_bench.md and DIR/multihost_bench.json (DIR default
 BUILD/bench-results). The defaults (3 rates x 5 modes x 2 rounds of 10
@@ -77,20 +78,34 @@ LABELS = {"ddp": "DDP FP32 (no hook)", "fp16": "torch fp16_compress_hook",
           "gift": "gift gift (FP8 + giftd/host)"}
 
 
+FORMATS = ("e4m3", "e5m2", "nvfp4", "mxfp4")
+
+
 def split_mode(mode):
     """("euclid", "8") for "euclid@8": a gift mode with gift.init's
     piece_mb (gpt_train.py --gift-piece-mb; @0 = DDP's buckets whole, as
-    before the pieces), side by side with the default; (mode, None) else."""
-    base, _, piece = mode.partition("@")
+    before the pieces), side by side with the default; (mode, None) else.
+    A gift mode may end in :FORMAT (gift.init's format, gpt_train.py
+    --gift-format), e.g. gift:nvfp4 or euclid@0:mxfp4: see mode_format."""
+    base, _, piece = mode.partition(":")[0].partition("@")
     return base, (piece or None)
+
+
+def mode_format(mode):
+    """"nvfp4" for "gift:nvfp4"; None (gift's default, e4m3) without one."""
+    return mode.partition(":")[2] or None
 
 
 def label(mode):
     base, piece = split_mode(mode)
+    text = LABELS[base]
+    fmt = mode_format(mode)
+    if fmt is not None:
+        text = text.replace("FP8", fmt.upper())
     if piece is None:
-        return LABELS[base]
-    return LABELS[base] + (", DDP's buckets whole (piece_mb=0)"
-                           if float(piece) == 0 else f", piece_mb={piece}")
+        return text
+    return text + (", DDP's buckets whole (piece_mb=0)"
+                   if float(piece) == 0 else f", piece_mb={piece}")
 
 
 # Below the kernel's ephemeral range (32768-60999 by default): a port in it
@@ -325,6 +340,8 @@ def rank_argv(a, mode, rank, port, out_json):
     script += a.train_arg
     if piece is not None:  # after --train-arg: the mode's own wins
         script += ["--gift-piece-mb", piece]
+    if mode_format(mode) is not None:
+        script += ["--gift-format", mode_format(mode)]
     if a.launcher == "torchrun":
         # Debian's torch 1.13 torchrun needs --redirects/--tee (README).
         return [PYTHON, "-m", "torch.distributed.run", f"--nnodes={a.world}",
@@ -587,6 +604,11 @@ def parse_args(argv=None):
                 ok = False
             if not ok:
                 ap.error(f"{m!r}: @MB goes with euclid or gift, MB >= 0")
+        fmt = mode_format(m)
+        if fmt is not None and (base not in ("euclid", "gift")
+                                or fmt not in FORMATS):
+            ap.error(f"{m!r}: :FORMAT goes with euclid or gift, FORMAT one "
+                     f"of {', '.join(FORMATS)}")
     if a.steps <= a.warmup:
         ap.error("--steps must exceed --warmup")
     if not 1 <= a.world <= 64:
