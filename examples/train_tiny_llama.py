@@ -62,6 +62,10 @@ def parse_args(argv=None):
     p.add_argument("--dim", type=int, default=128)
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--ffn", type=int, default=0,
+                   help="MLP width; 0 = 8/3 dim rounded up to a multiple "
+                   "of 8 (344 at dim 128: the w2 layers' d_in then takes "
+                   "no 4-bit format, which needs a multiple of 16 / 32)")
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--seed", type=int, default=0)
@@ -112,7 +116,7 @@ def parse_args(argv=None):
 
 def model_config(args):
     return Config(dim=args.dim, layers=args.layers, heads=args.heads,
-                  ffn=int(8 * args.dim / 3 + 7) // 8 * 8,
+                  ffn=args.ffn or int(8 * args.dim / 3 + 7) // 8 * 8,
                   seq_len=args.seq_len)
 
 
