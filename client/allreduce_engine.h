@@ -268,6 +268,11 @@ class AllReduceEngine {
   // The stream the device path runs on (cudaStream_t), or nullptr.
   void* stream() const { return backend_->stream(); }
   const EpochPlan& layout() const { return plans_.rbegin()->second; }
+  // The plan of `epoch` if held (the one in use and the newest), else null.
+  const EpochPlan* plan(int64_t epoch) const {
+    auto it = plans_.find(epoch);
+    return it != plans_.end() ? &it->second : nullptr;
+  }
 
   // Local. Host-memory backends only (FAILED_PRECONDITION on the device
   // path for now).

@@ -25,7 +25,10 @@ them (DriftWindows, below). --check-identical compares a SHA-256 of every
 rank's parameters after every step and stops the job on the first
 difference. --checkpoint / --checkpoint-at / --resume save and restore the
 model, the optimizer and GIFT's state (error-feedback residuals, factors,
-plans).
+plans). --format (e4m3, e5m2, nvfp4, mxfp4) and --error-feedback (auto: on
+for the 4-bit formats; on, off) are gift.init's format and error_feedback
+in modes euclid and gift. --eval-rows sets the size of the fixed held-out
+set the loss is evaluated on (default 32 rows of --seq-len bytes).
 """
 
 import argparse
@@ -59,6 +62,10 @@ def parse_args(argv=None):
     p.add_argument("--dim", type=int, default=128)
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--ffn", type=int, default=0,
+                   help="MLP width; 0 = 8/3 dim rounded up to a multiple "
+                   "of 8 (344 at dim 128: the w2 layers' d_in then takes "
+                   "no 4-bit format, which needs a multiple of 16 / 32)")
     p.add_argument("--lr", type=float, default=3e-3)
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--seed", type=int, default=0)
@@ -80,7 +87,18 @@ def parse_args(argv=None):
                    help="FP8 modes: drift of the applied gradients' running "
                    "sums vs FP32 over windows of this many steps and over "
                    "the whole run (one FP32 allreduce per window); 0 = off")
+    p.add_argument("--format", default="e4m3",
+                   choices=("e4m3", "e5m2", "nvfp4", "mxfp4"),
+                   help="wire format of modes euclid and gift (gift.init "
+                   "format=; in mode gift the job's default for giftd)")
+    p.add_argument("--error-feedback", default="auto",
+                   choices=("auto", "on", "off"),
+                   help="Euclidean error feedback of modes euclid and gift "
+                   "(gift.init error_feedback=: auto = on for 4-bit)")
     p.add_argument("--eval-every", type=int, default=50)
+    p.add_argument("--eval-rows", type=int, default=32,
+                   help="rows of the fixed held-out set the loss is "
+                   "evaluated on (64 per forward pass)")
     p.add_argument("--log", default=None, help="per-step JSON lines (rank 0)")
     p.add_argument("--summary", default=None, help="final JSON (rank 0)")
     p.add_argument("--check-identical", action="store_true",
@@ -98,7 +116,7 @@ def parse_args(argv=None):
 
 def model_config(args):
     return Config(dim=args.dim, layers=args.layers, heads=args.heads,
-                  ffn=int(8 * args.dim / 3 + 7) // 8 * 8,
+                  ffn=args.ffn or int(8 * args.dim / 3 + 7) // 8 * 8,
                   seq_len=args.seq_len)
 
 
@@ -229,6 +247,15 @@ class DriftWindows:
         return out
 
 
+def format_options(args):
+    """gift.init's format and error_feedback (modes euclid and gift)."""
+    if args.mode not in ("euclid", "gift"):
+        return {}
+    return {"format": args.format,
+            "error_feedback": {"auto": None, "on": True,
+                               "off": False}[args.error_feedback]}
+
+
 def lr_at(args, step):
     return args.lr * min(1.0, (step + 1) / max(1, args.warmup))
 
@@ -249,6 +276,7 @@ class Trainer:
         if args.mode != "ddp":
             import gift  # noqa: PLC0415 -- only the GIFT modes need it
             self.gift = gift.init(self.ddp, mode=args.mode,
+                                  **format_options(args),
                                   agent_socket=args.agent_socket,
                                   job_id=args.job_id,
                                   sketch_rows=args.sketch_rows,
@@ -285,11 +313,15 @@ class Trainer:
 
     @torch.no_grad()
     def val_loss(self):
+        """The mean loss over the fixed held-out rows (--eval-rows)."""
         self.model.eval()
-        x, y = self.corpus.val_batch(32)
-        loss = self.model(x, y).item()
+        x, y = self.corpus.val_batch(self.args.eval_rows)
+        total = 0.0
+        for i in range(0, len(x), 64):
+            total += self.model(x[i:i + 64], y[i:i + 64]).item() * len(
+                x[i:i + 64])
         self.model.train()
-        return loss
+        return total / len(x)
 
     def state_dict(self):
         return {"step": self.step, "model": self.model.state_dict(),
@@ -434,6 +466,9 @@ def run(rank, world, args):
             log.close()
     if rank == 0 and args.summary:
         summary = {"mode": args.mode, "world_size": world,
+                   "format": args.format,
+                   "error_feedback": args.error_feedback,
+                   "eval_rows": args.eval_rows,
                    "steps": tr.step, "config": vars(model_config(args)),
                    "parameters": sum(p.numel()
                                      for p in tr.model.parameters()),
@@ -462,6 +497,12 @@ def main(argv=None):
     args = parse_args(argv)
     if (args.resume or args.checkpoint_at >= 0) and not args.checkpoint:
         sys.exit("--resume and --checkpoint-at need --checkpoint")
+    if args.mode not in ("euclid", "gift") and (
+            args.format != "e4m3" or args.error_feedback != "auto"):
+        sys.exit("--format and --error-feedback are for modes euclid and "
+                 "gift")
+    if args.eval_rows < 1:
+        sys.exit("--eval-rows must be >= 1")
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # torchrun
         dist.init_process_group("gloo")
         try:

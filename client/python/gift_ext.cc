@@ -105,6 +105,8 @@ std::unique_ptr<NativeRank> CreateNativeRank(const py::dict& o,
   num("audit_drift", &s.audit_drift);
   num("timeout_seconds", &s.timeout_seconds);
   str("socket_ifname", &s.socket_ifname);
+  str("format", &s.format);
+  str("error_feedback", &s.error_feedback);
   if (o.contains("store") && !o["store"].is_none()) {
     s.store = std::make_shared<PyStore>(o["store"]);
   }
@@ -125,13 +127,19 @@ float* HostFloats(FloatArray& a, int64_t n, bool write, const char* what) {
   return write ? a.mutable_data() : const_cast<float*>(a.data());
 }
 
+// A step's telemetry, each layer with its wire format and bytes.
+py::dict StepToPython(const NativeRank& s, const StepResult& r) {
+  return TelemetryToPython(r.telemetry, r.seconds,
+                           s.WireOf(r.telemetry.plan_epoch));
+}
+
 py::dict EndStep(NativeRank& s) {
   StepResult r;
   {
     py::gil_scoped_release release;
     r = ValueOrThrow(s.EndStep());
   }
-  return TelemetryToPython(r.telemetry, r.seconds);
+  return StepToPython(s, r);
 }
 
 py::dict Step(NativeRank& s, float* flat) {
@@ -140,7 +148,7 @@ py::dict Step(NativeRank& s, float* flat) {
     py::gil_scoped_release release;
     r = ValueOrThrow(s.Step(flat));
   }
-  return TelemetryToPython(r.telemetry, r.seconds);
+  return StepToPython(s, r);
 }
 
 // Activation sketches: host arrays, device pointers and the sketch stream.
@@ -266,8 +274,19 @@ PYBIND11_MODULE(_gift, m) {
            py::arg("total_elements"))
       .def_property_readonly(
           "mode", [](const NativeRank& s) { return s.options().mode; })
-      .def_property_readonly("total_elements", [](const NativeRank& s) {
-        return s.base_plan().bucket_elements();
+      .def_property_readonly(
+          "total_elements",
+          [](const NativeRank& s) { return s.base_plan().bucket_elements(); })
+      .def_property_readonly("format_fallbacks", &NativeRank::format_fallbacks)
+      .def("base_wire", [](const NativeRank& s) {
+        // The base plan: each layer's (name, format, bytes).
+        const std::vector<LayerWire> w = s.WireOfPlan(s.base_plan());
+        py::list out;
+        for (size_t i = 0; i < w.size(); ++i) {
+          out.append(py::make_tuple(s.base_plan().layers()[i].name, w[i].format,
+                                    w[i].bytes));
+        }
+        return out;
       });
   BindSketches(session);
   BindSteps(session);

@@ -6,8 +6,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "client/chunking.h"
 #include "client/transport_setup.h"
 #include "common/status_macros.h"
+#include "kernels/wire_format.h"
 
 namespace gift::client::python {
 namespace {
@@ -31,7 +33,42 @@ absl::Status CheckOptions(const NativeRankOptions& o) {
         "gift: timeout_seconds must be > 0, probe_interval and "
         "audit_interval >= 0");
   }
+  absl::StatusOr<kernels::WireFormat> format =
+      kernels::ParseWireFormat(o.format);
+  if (!format.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gift: ", format.status().message()));
+  }
+  absl::StatusOr<EuclidFeedback> feedback =
+      ParseEuclidFeedback(o.error_feedback);
+  if (!feedback.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gift: ", feedback.status().message()));
+  }
+  const bool quantized = o.mode == "euclid" || o.mode == "gift";
+  if (!quantized && (!(*format == kernels::WireFormat()) ||
+                     *feedback != EuclidFeedback::kAuto)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "gift: format and error_feedback are for modes euclid and gift, not ",
+        o.mode));
+  }
   return absl::OkStatus();
+}
+
+// Every layer in `format` where its shape can take it; the names of the
+// others (they keep E4M3) in *fallbacks. REQUIRES: format valid.
+void ApplyFormat(kernels::WireFormat format, std::vector<BucketLayer>* layers,
+                 std::vector<std::string>* fallbacks) {
+  for (BucketLayer& l : *layers) {
+    const bool two_d = l.shape.size() == 2;
+    if (kernels::CheckFormatFitsShape(format, l.d_out(), l.d_in(), two_d)
+            .ok()) {
+      l.format = format;
+    } else {
+      l.format = kernels::Fp8Format::kE4M3;
+      fallbacks->push_back(l.name);
+    }
+  }
 }
 
 }  // namespace
@@ -40,10 +77,15 @@ absl::StatusOr<std::unique_ptr<NativeRank>> NativeRank::Create(
     const NativeRankOptions& options, std::vector<BucketLayer> layers,
     int64_t total_elements) {
   RETURN_IF_ERROR(CheckOptions(options));
+  std::vector<std::string> fallbacks;
+  if (options.mode == "euclid" || options.mode == "gift") {
+    ApplyFormat(*kernels::ParseWireFormat(options.format), &layers, &fallbacks);
+  }
   ASSIGN_OR_RETURN(
       EpochPlan base,
       EpochPlan::Create(/*epoch=*/0, total_elements, std::move(layers)));
-  std::unique_ptr<NativeRank> s(new NativeRank(options, std::move(base)));
+  std::unique_ptr<NativeRank> s(
+      new NativeRank(options, std::move(base), std::move(fallbacks)));
   RETURN_IF_ERROR(s->Connect());
   return s;
 }
@@ -85,6 +127,7 @@ absl::Status NativeRank::Connect() {
   a.probe_interval = o.probe_interval;
   a.audit_interval = o.audit_interval;
   a.audit_drift = o.audit_drift;
+  a.euclid_error_feedback = *ParseEuclidFeedback(o.error_feedback);
   if (o.mode == "fp32") a.mode = AllReduceMode::kFp32;
   if (o.mode == "bf16") a.mode = AllReduceMode::kBf16;
   ASSIGN_OR_RETURN(allreduce_, AllReduceEngine::Create(comm_.get(), base_, a));
@@ -105,6 +148,33 @@ ConnectionOptions NativeRank::AttachmentOptionsFor() const {
   t.device_memory = device_memory();
   t.device = o.device;
   return t;
+}
+
+std::vector<LayerWire> NativeRank::WireOf(int64_t epoch) const {
+  const EpochPlan* held = allreduce_->plan(epoch);
+  return WireOfPlan(held != nullptr ? *held : base_);
+}
+
+std::vector<LayerWire> NativeRank::WireOfPlan(const EpochPlan& plan) const {
+  std::vector<LayerWire> out(plan.layers().size());
+  if (options_.mode == "fp32" || options_.mode == "bf16") {
+    const int64_t bytes = options_.mode == "fp32" ? 4 : 2;
+    for (size_t i = 0; i < out.size(); ++i) {
+      out[i] = {options_.mode, bytes * plan.layers()[i].size()};
+    }
+    return out;
+  }
+  for (size_t i = 0; i < out.size(); ++i) {
+    out[i].format = kernels::WireFormatName(plan.layers()[i].format);
+  }
+  const PieceLayout piece = LayoutPiece(plan, 0, plan.communicated_elements(),
+                                        std::max(1, options_.world_size));
+  for (const ChunkLayout& chunk : piece.chunks) {
+    for (const Segment& s : chunk.segments) {
+      out[s.layer].bytes += s.payload_bytes();
+    }
+  }
+  return out;
 }
 
 bool NativeRank::WantsSketch(const std::string& layer) const {

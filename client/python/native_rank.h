@@ -10,13 +10,18 @@
 //   o.mode = "gift";
 //   o.rank = 0; o.world_size = 2; o.store_dir = "/tmp/job/store";
 //   o.job_id = "job42";
+//   o.format = "nvfp4";                  // every layer that fits; else e4m3
 //   ASSIGN_OR_RETURN(auto s, NativeRank::Create(o, layers, total_elements));
 //   if (s->WantsSketch("fc1")) RETURN_IF_ERROR(s->Sketch("fc1", x, rows));
 //   ASSIGN_OR_RETURN(StepResult r, s->Step(flat.data()));
 //
 // Modes: fp32, bf16 (AllReduceEngine modes of the same names), euclid
-// (fp8, every layer Euclidean, no factors, no daemon) and gift (fp8 with the
-// attachment: the daemon's plans and factors).
+// (quantized, every layer Euclidean, no factors, no daemon) and gift
+// (quantized with the attachment: the daemon's plans and factors).
+// Quantized modes send every layer in options.format (e4m3, e5m2, nvfp4,
+// mxfp4) where its shape can take it (kernels::CheckFormatFitsShape), e4m3
+// otherwise (format_fallbacks() names those layers); in gift mode that is
+// the base plan, and the daemon's plans choose per layer from then on.
 // Overlapped steps (the comm hook reducing DDP's buckets one by one on a
 // communication thread while the backward pass computes): BeginStep,
 // ReduceBucket per bucket, EndStep — see AllReduceEngine.
@@ -92,6 +97,25 @@ struct NativeRankOptions {
   bool audit_drift = false;
   // Bound of rendezvous and of every collective. Default: 60 s.
   double timeout_seconds = 60;
+  // Modes euclid and gift: the wire format of every layer (in gift mode the
+  // job's default; the daemon's plans may choose per layer): "e4m3",
+  // "e5m2", "nvfp4" or "mxfp4" (kernels::ParseWireFormat). A layer whose
+  // shape cannot take it keeps e4m3 (NativeRank::format_fallbacks()).
+  // Modes fp32 and bf16: must be e4m3 (unused). Default: e4m3.
+  std::string format = "e4m3";
+  // Euclidean error feedback (AllReduceEngineOptions::
+  // euclid_error_feedback): "auto" (on for 4-bit layers, off for FP8),
+  // "on" or "off". Modes fp32 and bf16: must be auto. Default: auto.
+  std::string error_feedback = "auto";
+};
+
+// One layer's element format on the wire in a step, and the bytes of its
+// codes and scales (one encoded copy of the layer, as the plan cuts it for
+// this world size: a rank sends about 2 (W - 1) / W of it per step, as an
+// FP32 ring allreduce sends 2 (W - 1) / W of 4 bytes per element).
+struct LayerWire {
+  std::string format;  // "e4m3", "e5m2", "nvfp4", "mxfp4", "fp32", "bf16"
+  int64_t bytes = 0;
 };
 
 struct StepResult {
@@ -111,6 +135,18 @@ class NativeRank {
 
   const NativeRankOptions& options() const { return options_; }
   const EpochPlan& base_plan() const { return base_; }
+  // The layers that kept e4m3 because their shape cannot take
+  // options().format (layer order).
+  const std::vector<std::string>& format_fallbacks() const {
+    return format_fallbacks_;
+  }
+  // Per layer (plan order), the wire format and bytes of the plan of
+  // `epoch` (a step's StepTelemetry::plan_epoch; the base plan's when the
+  // allreduce no longer holds that epoch).
+  // Call between steps or on the step's thread (the allreduce's plans).
+  std::vector<LayerWire> WireOf(int64_t epoch) const;
+  // The same for `plan` (any thread for base_plan()).
+  std::vector<LayerWire> WireOfPlan(const EpochPlan& plan) const;
   bool device_memory() const { return options_.backend == "nccl"; }
 
   bool WantsSketch(const std::string& layer) const;
@@ -160,10 +196,12 @@ class NativeRank {
       std::vector<std::pair<std::string, LayerFactor>> factors);
 
  private:
-  NativeRank(const NativeRankOptions& options, EpochPlan base)
+  NativeRank(const NativeRankOptions& options, EpochPlan base,
+             std::vector<std::string> format_fallbacks)
       : options_(WithoutStore(options)),
         job_store_(options.store),
-        base_(std::move(base)) {}
+        base_(std::move(base)),
+        format_fallbacks_(std::move(format_fallbacks)) {}
   static NativeRankOptions WithoutStore(NativeRankOptions o) {
     o.store.reset();
     return o;
@@ -174,6 +212,7 @@ class NativeRank {
   const NativeRankOptions options_;
   std::shared_ptr<Store> job_store_;  // options.store, until connected
   const EpochPlan base_;
+  const std::vector<std::string> format_fallbacks_;
   std::unique_ptr<Store> store_;  // the daemon's or the FileStore, or null
   std::unique_ptr<Transport> comm_;
   std::unique_ptr<AllReduceEngine> allreduce_;

@@ -186,12 +186,18 @@ absl::StatusOr<AllReduceState> StateFromPython(const py::dict& d,
   return s;
 }
 
-py::dict TelemetryToPython(const StepTelemetry& t, double seconds) {
+py::dict TelemetryToPython(const StepTelemetry& t, double seconds,
+                           const std::vector<LayerWire>& wire) {
   py::list layers;
-  for (const LayerTelemetry& l : t.layers) {
+  for (size_t i = 0; i < t.layers.size(); ++i) {
+    const LayerTelemetry& l = t.layers[i];
     py::dict d;
     d["name"] = l.name;
     d["path"] = LayerPathName(l.path);
+    if (i < wire.size()) {
+      d["format"] = wire[i].format;
+      d["wire_bytes"] = wire[i].bytes;
+    }
     d["factor_version"] = l.factor_version;
     d["n"] = l.local.n;
     d["upper"] = l.local.upper;

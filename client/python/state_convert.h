@@ -19,6 +19,7 @@
 #include "absl/status/statusor.h"
 #include "client/allreduce_engine.h"
 #include "client/giftd_connection.h"
+#include "client/python/native_rank.h"
 
 namespace gift::client::python {
 
@@ -38,7 +39,10 @@ py::dict StateToPython(const AllReduceState& state,
 absl::StatusOr<AllReduceState> StateFromPython(const py::dict& d,
                                                NamedFactors* factors);
 
-py::dict TelemetryToPython(const StepTelemetry& t, double seconds);
+// `wire`: per layer of the step's plan (NativeRank::WireOf), its format
+// and bytes (each layer's "format", "wire_bytes"); empty = without them.
+py::dict TelemetryToPython(const StepTelemetry& t, double seconds,
+                           const std::vector<LayerWire>& wire = {});
 py::dict AttachmentStatsToPython(const ConnectionStats& s);
 
 }  // namespace gift::client::python

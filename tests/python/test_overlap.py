@@ -18,8 +18,8 @@
   keeps every rank identical;
 * bf16 and fp16 parameters train with identical parameters on every rank
   and FP8 bytes; float64 and integer parameters are refused by name;
-* load_state_dict names what differs (rank, mode, world size, layout) and
-  libgift errors are gift.GiftError with a status code.
+* load_state_dict names what differs (rank, mode, format, world size,
+  layout) and libgift errors are gift.GiftError with a status code.
 """
 
 import threading
@@ -399,6 +399,11 @@ def _checks(rank):
         state.load_state_dict(dict(saved, mode="gift"))
     with pytest.raises(ValueError, match=r"world size 3 != 2"):
         state.load_state_dict(dict(saved, world_size=3))
+    with pytest.raises(ValueError, match=r"format 'nvfp4' != 'e4m3'"):
+        state.load_state_dict(dict(saved, format="nvfp4"))
+    old = dict(saved)
+    del old["format"]  # saved before formats: e4m3
+    state.load_state_dict(old)
     with pytest.raises(ValueError, match=r"model layout"):
         state.load_state_dict(dict(saved, layers=saved["layers"][:-1]))
     state.load_state_dict(saved)  # its own state loads

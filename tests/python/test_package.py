@@ -1,18 +1,20 @@
 """The package's parts on their own, in one process (no process group):
 init's keyword-only options and their checks, the read-only state, the
-typed messages, the pieces a run of layers is cut into, the saved buckets a
+typed messages, the wire formats (names, layers that cannot take one), the
+pieces a run of layers is cut into, the saved buckets a
 resumed step is split by, the statistics' totals, and close()."""
 
 import dataclasses
 import inspect
 import threading
+import warnings
 
 import pytest
 import torch
 from torch import nn
 
 import gift
-from gift import _checkpoint, _layout, _messages, _stats
+from gift import _checkpoint, _gift, _layout, _messages, _stats
 
 NOSOCK = "/nonexistent/agent"
 
@@ -111,3 +113,57 @@ def test_stats_total_whole_steps_under_a_lock():
     assert s["steps"] == 8 and s["audit_steps"] == 8
     assert s["bytes_sent"] == 8 * 34 and s["bytes_fp32_equivalent"] == 8 * 400
     assert list(s)[-2:] == ["extra", "last"] and s["last"] is t
+
+
+def test_unknown_format_or_error_feedback_is_a_value_error(tmp_path):
+    kw = dict(agent_socket=NOSOCK, store_dir=str(tmp_path), job_id="fmt")
+    with pytest.raises(ValueError, match=r"unknown format 'fp4' \(e4m3, "
+                       r"e5m2, nvfp4, mxfp4\)"):
+        gift.init(_model(), mode="euclid", format="fp4", **kw)
+    with pytest.raises(ValueError, match=r"error_feedback 'on'"):
+        gift.init(_model(), mode="euclid", error_feedback="on", **kw)
+    for mode in ("fp32", "bf16"):
+        with pytest.raises(ValueError, match=r"for modes euclid and gift"):
+            gift.init(_model(), mode=mode, format="nvfp4", **kw)
+        with pytest.raises(ValueError, match=r"for modes euclid and gift"):
+            gift.init(_model(), mode=mode, error_feedback=True, **kw)
+    assert gift.Options(format="NVFP4").format == "nvfp4"
+    # libgift checks the names too (a caller of the extension itself).
+    layers = [("0", [8, 4], 0)]
+    for key, value, names in (("format", "int4", "e4m3, e5m2, nvfp4 or "
+                               "mxfp4"), ("error_feedback", "yes",
+                                          "auto, off, on")):
+        opts = {"mode": "euclid", "rank": 0, "world_size": 1,
+                "store_dir": str(tmp_path / key), key: value}
+        with pytest.raises(gift.GiftError, match=names) as e:
+            _gift.NativeRank(opts, layers, 32)
+        assert e.value.code == "INVALID_ARGUMENT"
+
+
+def test_layers_that_cannot_take_the_format_keep_e4m3(tmp_path):
+    torch.manual_seed(0)
+    # d_in 24: no whole 16- or 32-element blocks along a row; 1-D biases and
+    # d_in 32 fit both.
+    model = nn.Sequential(nn.Linear(24, 32), nn.ReLU(), nn.Linear(32, 8))
+    for fmt, fits in (("nvfp4", "nvfp4"), ("mxfp4", "mxfp4"),
+                      ("e5m2", "e5m2")):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            state = gift.init(model, mode="euclid", agent_socket=NOSOCK,
+                              store_dir=str(tmp_path / fmt), job_id="fmt",
+                              format=fmt)
+        st = state.stats()
+        messages = [str(w.message) for w in caught]
+        if fmt == "e5m2":
+            assert st["format_fallbacks"] == () and not messages
+            assert {w["format"] for w in st["layer_wire"].values()} == {fmt}
+        else:
+            assert st["format_fallbacks"] == ("0",), st["format_fallbacks"]
+            assert len(messages) == 1 and "keep e4m3" in messages[0] and (
+                messages[0].endswith(": 0")), messages
+            assert st["layer_wire"]["0"] == {"format": "e4m3",
+                                             "wire_bytes": 24 * 32 + 4}
+            for name in ("0.bias", "2", "2.bias"):
+                assert st["layer_wire"][name]["format"] == fits
+        assert st["format"] == fmt and st["error_feedback"] == "auto"
+        state.close()

@@ -2,8 +2,9 @@
 load_state_dict() checks, and the saved run's buckets a resumed run
 reduces by until DDP's own buckets contain them whole.
 
-    sd = make_state_dict(mode, world_size, rank, layout, buckets, session)
-    check_loadable(sd, mode, world_size, rank, layout)   # ValueError
+    sd = make_state_dict(mode, world_size, rank, layout, buckets, session,
+                         fmt="nvfp4")
+    check_loadable(sd, mode, world_size, rank, layout, fmt="nvfp4")
     pinned = PinnedBuckets.of(sd)
 
 Thread safety: functions are pure; PinnedBuckets is used by the training
@@ -19,9 +20,11 @@ STATE_VERSION = 2  # 2: overlapped buckets
 
 
 def make_state_dict(mode: str, world_size: int, rank: int, layout: Layout,
-                    buckets: List[BucketLayout], session: Any) -> dict:
-    """Residuals, factors, plans and step counter: plain picklable data."""
-    return {"version": STATE_VERSION, "mode": mode,
+                    buckets: List[BucketLayout], session: Any,
+                    fmt: str = "e4m3") -> dict:
+    """Residuals, factors, plans and step counter: plain picklable data.
+    fmt: gift.init's format (the saved plans carry each layer's)."""
+    return {"version": STATE_VERSION, "mode": mode, "format": fmt,
             "world_size": world_size, "rank": rank,
             "layers": [(n, list(s), o) for n, s, o in layout.layers],
             "buckets": [list(b) for b in buckets],
@@ -29,8 +32,9 @@ def make_state_dict(mode: str, world_size: int, rank: int, layout: Layout,
 
 
 def check_loadable(state: Any, mode: str, world_size: int, rank: int,
-                   layout: Layout) -> None:
-    """ValueError naming everything in `state` that does not fit here."""
+                   layout: Layout, fmt: str = "e4m3") -> None:
+    """ValueError naming everything in `state` that does not fit here (a
+    state saved before formats existed was e4m3)."""
     if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
         got = state.get("version") if isinstance(state, dict) else type(state)
         raise ValueError(f"gift: state version {got} (this gift writes and "
@@ -40,6 +44,8 @@ def check_loadable(state: Any, mode: str, world_size: int, rank: int,
     differ = []
     if state["mode"] != mode:
         differ.append(f"mode {state['mode']!r} != {mode!r}")
+    if state.get("format", "e4m3") != fmt:
+        differ.append(f"format {state.get('format', 'e4m3')!r} != {fmt!r}")
     if state["world_size"] != world_size:
         differ.append(f"world size {state['world_size']} != {world_size}")
     if state.get("rank") != rank:

@@ -10,6 +10,10 @@ from typing import Optional
 
 MODES = ("fp32", "bf16", "euclid", "gift")
 BACKENDS = ("gloo", "nccl")
+# Wire formats of modes euclid and gift (kernels/wire_format.h): FP8 E4M3 /
+# E5M2, and E2M1 codes with a scale per block of 16 (nvfp4: E4M3 block
+# scales and an FP32 tensor scale) or 32 (mxfp4: E8M0 block scales).
+FORMATS = ("e4m3", "e5m2", "nvfp4", "mxfp4")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +52,21 @@ class Options:
     communication overlaps the backward pass even inside DDP's large
     buckets (needs the DDP model, not the module it wraps); 0 = reduce
     DDP's buckets whole, when DDP hands them over.
+    format (modes euclid and gift): the wire format of every layer: "e4m3"
+    (default) or "e5m2" (FP8, 1 byte per element), "nvfp4" (4-bit E2M1, a
+    scale per 16 elements: about 14 % of FP32's bytes) or "mxfp4" (blocks
+    of 32: about 13 %). The 4-bit blocks run along a row, so a 2-D layer
+    whose d_in is not a multiple of the block (16 nvfp4, 32 mxfp4) keeps
+    e4m3: stats()["format_fallbacks"] names those layers, and rank 0 warns
+    once. In mode gift it is the job's default, which the rank tells giftd
+    when it registers; the daemon's plans then choose each layer's format.
+    stats()["last"]["layers"] give each layer's format and wire_bytes.
+    error_feedback (modes euclid and gift): error feedback on the layers
+    sent Euclidean (each rank quantizes gradient + residual and keeps what
+    the rounding lost for the next step; 4 bytes of memory per element):
+    None (default) = on for the 4-bit formats, off for FP8; True / False
+    force it. The GIFT path always has its own error feedback. Modes fp32
+    and bf16 take neither (ValueError unless left at the defaults).
     """
 
     mode: str = "gift"
@@ -62,6 +81,8 @@ class Options:
     audit_interval: int = 100
     audit_drift: bool = False
     piece_mb: float = 4.0
+    format: str = "e4m3"
+    error_feedback: Optional[bool] = None
 
     def __post_init__(self):
         if self.backend not in BACKENDS:
@@ -69,10 +90,29 @@ class Options:
         if self.mode not in MODES:
             raise ValueError(
                 f"gift: unknown mode {self.mode!r} ({', '.join(MODES)})")
+        if not isinstance(self.format, str) or (
+                self.format.lower() not in FORMATS):
+            raise ValueError(f"gift: unknown format {self.format!r} "
+                             f"({', '.join(FORMATS)})")
+        object.__setattr__(self, "format", self.format.lower())
+        if self.error_feedback not in (None, True, False):
+            raise ValueError(f"gift: error_feedback {self.error_feedback!r} "
+                             "(None = auto: on for 4-bit; True, False)")
+        if self.mode in ("fp32", "bf16") and (
+                self.format != "e4m3" or self.error_feedback is not None):
+            raise ValueError(f"gift: format and error_feedback are for modes "
+                             f"euclid and gift, not {self.mode}")
         piece_mb = float(self.piece_mb)
         if not 0 <= piece_mb < 2**30:
             raise ValueError(f"gift: piece_mb {piece_mb} (MB of FP32 gradient "
                              "per piece, >= 0; 0 = DDP's buckets whole)")
+
+    @property
+    def error_feedback_name(self) -> str:
+        """libgift's name of error_feedback: "auto", "on" or "off"."""
+        if self.error_feedback is None:
+            return "auto"
+        return "on" if self.error_feedback else "off"
 
     @property
     def piece_elements(self) -> int:

@@ -82,7 +82,9 @@ class GiftState:
                                         self._world_size, self._device),
             list(self._layout.layers), self._layout.total)
         self._rdv = self._rdv._replace(store=None)  # the session holds it
+        self._format_fallbacks = tuple(self._session.format_fallbacks)
         self._warn_without_daemon()
+        self._warn_format_fallbacks()
         self._hooks = []
         if options.mode == "gift":
             self._hooks += register_sketch_hooks(
@@ -220,6 +222,15 @@ class GiftState:
                 "background (start giftd, or set GIFT_AGENT_SOCKET)",
                 self.agent_socket)
 
+    def _warn_format_fallbacks(self):
+        if self._format_fallbacks and self._rank == 0:
+            warnings.warn(
+                f"gift: format {self._options.format!r} does not fit "
+                f"{len(self._format_fallbacks)} layer(s), which keep e4m3 "
+                f"(a 4-bit block runs along a row: d_in must be a multiple "
+                f"of it): {', '.join(self._format_fallbacks)}",
+                UserWarning, stacklevel=3)
+
     # ---- hooks, stats, checkpoints and closing ----------------------------
     def remove_hooks(self) -> None:
         """Removes the sketch and overlap hooks: DDP's buckets are then
@@ -235,7 +246,13 @@ class GiftState:
         Plain ratios first: bytes_sent (gradient, control and audit bytes
         this rank sent), bytes_fp32_equivalent (what a ring allreduce in
         FP32 sends for the same steps: 2 (W - 1) / W of the payload) and
-        bytes_vs_fp32 (their ratio; None before the first step)."""
+        bytes_vs_fp32 (their ratio; None before the first step). Then
+        format and error_feedback (the options: "auto", "on", "off"),
+        format_fallbacks (the layers that kept e4m3: their shape cannot
+        take the format) and layer_wire: per layer the format of the last
+        step's plan and wire_bytes, its codes and scales (a rank sends about
+        2 (W - 1) / W of them per step, as bytes_fp32_equivalent counts 4
+        bytes per element)."""
         session = self._session
         if session is None:
             return dict(self._closed_stats)
@@ -244,20 +261,36 @@ class GiftState:
             "plan_epoch": session.current_epoch(),
             "rendezvous": self.rendezvous,
             "endpoint": session.endpoint,
-            "attachment": session.attachment_stats()})
+            "attachment": session.attachment_stats(),
+            "format": self._options.format,
+            "error_feedback": self._options.error_feedback_name,
+            "format_fallbacks": self._format_fallbacks,
+            "layer_wire": self._layer_wire(session)})
+
+    def _layer_wire(self, session) -> Dict[str, Dict[str, Any]]:
+        """Each layer's format and wire_bytes in the last step (the base
+        plan's before the first)."""
+        last = self._stats.last
+        if last and last["layers"] and "format" in last["layers"][0]:
+            return {l["name"]: {"format": l["format"],
+                                "wire_bytes": l["wire_bytes"]}
+                    for l in last["layers"]}
+        return {name: {"format": f, "wire_bytes": b}
+                for name, f, b in session.base_wire()}
 
     def state_dict(self) -> Dict[str, Any]:
         """Residuals, factors, plans and step counter: plain picklable data."""
         self._comm.idle()
         return make_state_dict(self.mode, self._world_size, self._rank,
                                self._layout, self._comm.last_buckets,
-                               self._session)
+                               self._session, fmt=self._options.format)
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Restores what state_dict() saved (this rank's own, same mode,
-        world size and model layout; ValueError names what differs)."""
+        format, world size and model layout; ValueError names what
+        differs)."""
         check_loadable(state, self.mode, self._world_size, self._rank,
-                       self._layout)
+                       self._layout, fmt=self._options.format)
         self._comm.idle()
         self._session.import_state(state["allreduce"])
         self._pinned = PinnedBuckets.of(state)
@@ -292,7 +325,10 @@ def init(model: nn.Module, process_group: Any = None,
     Every other argument is keyword-only, a field of gift.Options: mode
     ("gift"), agent_socket, job_id, sketch_rows (512), probe_interval (10),
     store_dir, timeout_seconds, backend ("gloo"), socket_ifname,
-    audit_interval (100), audit_drift (False), piece_mb (4.0); their
+    audit_interval (100), audit_drift (False), piece_mb (4.0), format
+    ("e4m3"; "e5m2", "nvfp4", "mxfp4": the wire format of every layer that
+    can take it, the job's default in mode gift) and error_feedback (None
+    = auto, on for the 4-bit formats; True / False force it); their
     meaning is in Options' docstring. ValueError for a wrong value,
     TypeError for an unknown name or a parameter gift cannot reduce.
     """

@@ -1,0 +1,436 @@
+#!/usr/bin/env python3
+"""The format study of issue 27: does plain low-precision gradient
+communication lose against FP32, and does GIFT close the gap?
+
+The demo's model (examples/tiny_llama.py through train_tiny_llama.py) on
+--nproc CPU ranks, every configuration with the same seeds (a seed fixes
+the initialisation and the batches, so runs of one seed are paired):
+
+  fp32                  PyTorch DDP, FP32 (the reference)
+  euclid-FMT-ef-off     libgift, every layer Euclidean in FMT, no error
+  euclid-FMT-ef-on      feedback / with Euclidean error feedback
+  gift-FMT              GIFT beside a giftd (one per run), job format FMT,
+                        error feedback auto (on at 4 bits)
+  for FMT in e4m3, nvfp4, mxfp4.
+
+Per configuration: the held-out loss on a fixed held-out set (--eval-rows
+rows, the same for every run), mean ± sd over seeds; the paired
+differences against fp32 by seed, mean ± sd; bytes per step (gradient and
+control, without the audit's) and their ratio to an FP32 ring allreduce;
+the audited per-step RelL2 (every --audit-interval steps) and the drift
+(train_tiny_llama.py --drift-window) of the whole model and of the
+protected layers (those the GIFT run of the same format and seed put on
+the GIFT path; compared on the audit steps it had them there).
+A difference is called one only outside the seed noise: |mean paired
+difference| > 2 · sd / sqrt(n) (the rule is printed with the table).
+
+Writes format_study.json, format_study.md and format_study.png (matplotlib)
+under --out; every finished run is cached there (keyed, as demo.py keys
+its runs, by its settings and code), so an interrupted study resumes.
+Not part of `make test` (hours on a small machine).
+
+    nice -n 10 python3 bench/python/format_study.py --build build \\
+        --configs fp32,euclid-nvfp4-ef-off,euclid-nvfp4-ef-on --seeds 0,1,2
+
+GIFT configurations need giftd to take the job's format at registration.
+"""
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+EXAMPLES = os.path.join(HERE, "..", "..", "examples")
+sys.path.insert(0, os.path.abspath(EXAMPLES))
+import demo  # noqa: E402  -- its launcher, giftd, cache keys and figures
+
+FORMATS = ("e4m3", "nvfp4", "mxfp4")
+CONFIGS = ("fp32",) + tuple(
+    c for f in FORMATS
+    for c in (f"euclid-{f}-ef-off", f"euclid-{f}-ef-on", f"gift-{f}"))
+# Model presets: the demo's, and larger ones; ffn a multiple of 32 so that
+# every layer takes every 4-bit format.
+SIZES = {"demo": (128, 4, 4, 352), "medium": (192, 6, 6, 512),
+         "large": (256, 8, 8, 704)}
+RULE = ("a difference is called one only when |mean paired difference| > "
+        "2 sd / sqrt(n) over the n seeds (with 3 seeds a loose screen: "
+        "two-sided p ~ 0.18 under a t distribution with 2 degrees of "
+        "freedom)")
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--build", default="build")
+    p.add_argument("--out", default=None, help="default BUILD/format_study")
+    p.add_argument("--configs", default=",".join(CONFIGS),
+                   help=f"comma-separated subset of {', '.join(CONFIGS)}")
+    p.add_argument("--seeds", default="0,1,2")
+    p.add_argument("--steps", type=int, default=250)
+    p.add_argument("--nproc", type=int, default=4)
+    p.add_argument("--model-size", choices=sorted(SIZES), default="demo",
+                   help="dim/layers/heads/ffn preset: demo = 128/4/4/352")
+    p.add_argument("--dim", type=int, default=0)
+    p.add_argument("--layers", type=int, default=0)
+    p.add_argument("--heads", type=int, default=0)
+    p.add_argument("--ffn", type=int, default=0)
+    p.add_argument("--batch", type=int, default=8, help="sequences per rank")
+    p.add_argument("--seq-len", type=int, default=64)
+    p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--eval-rows", type=int, default=512)
+    p.add_argument("--audit-interval", type=int, default=10)
+    p.add_argument("--window", type=int, default=50, help="drift window")
+    p.add_argument("--report-only", action="store_true",
+                   help="the report of the cached runs; trains nothing")
+    args = p.parse_args(argv)
+    args.configs = [c.strip() for c in args.configs.split(",") if c.strip()]
+    bad = [c for c in args.configs if c not in CONFIGS]
+    if bad or not args.configs:
+        p.error(f"unknown configuration(s) {', '.join(bad) or '(none)'}; "
+                f"choose from {', '.join(CONFIGS)}")
+    try:
+        args.seeds = sorted({int(s) for s in args.seeds.split(",")})
+    except ValueError:
+        p.error(f"--seeds {args.seeds!r}: comma-separated integers")
+    if args.steps < 1 or args.nproc < 1 or args.eval_rows < 1:
+        p.error("--steps, --nproc and --eval-rows must be >= 1")
+    size = SIZES[args.model_size]
+    for i, k in enumerate(("dim", "layers", "heads", "ffn")):
+        if not getattr(args, k):
+            setattr(args, k, size[i])
+    return args
+
+
+def train_args(args, config, seed):
+    """train_tiny_llama.py's arguments of one run (also its cache key)."""
+    a = ["--seed", str(seed), "--dim", str(args.dim), "--layers",
+         str(args.layers), "--heads", str(args.heads), "--ffn", str(args.ffn),
+         "--batch", str(args.batch), "--seq-len", str(args.seq_len), "--lr",
+         str(args.lr), "--eval-rows", str(args.eval_rows), "--eval-every",
+         "0", "--progress", "none"]
+    if config == "fp32":
+        return "ddp", a
+    kind, fmt = config.split("-")[:2]
+    a += ["--format", fmt, "--audit-interval", str(args.audit_interval),
+          "--drift-window", str(args.window)]
+    if kind == "euclid":
+        a += ["--error-feedback", config.rsplit("-", 1)[1]]
+    return kind, a
+
+
+def file_hash(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()[:16]
+
+
+def run_one(args, config, seed, env, n, total):
+    """Trains (config, seed) unless cached; its (log, summary, seconds)."""
+    mode, extra = train_args(args, config, seed)
+    package = None if mode == "ddp" else os.path.join(args.pkg, "gift")
+    keyed = list(extra)
+    if mode == "gift":
+        keyed.append(file_hash(args.giftd_path))
+    key = demo.run_key(args, mode, keyed, package)
+    base = os.path.join(args.out, "runs", f"{config}-s{seed}-{key}")
+    log, summary, timing = base + ".jsonl", base + ".json", base + ".time"
+    label = f"[{n}/{total}] {config} seed {seed}"
+    if os.path.exists(summary):
+        seconds = float(open(timing).read()) if os.path.exists(timing) else 0
+        print(f"study: {label}: cached ({summary})", flush=True)
+        return log, summary, seconds
+    if args.report_only:
+        print(f"study: {label}: not run yet (--report-only)", flush=True)
+        return None
+    print(f"study: {label}: training {args.steps} steps on {args.nproc} "
+          "ranks", flush=True)
+    start = time.monotonic()
+    run_dir = tempfile.mkdtemp(prefix="gift-study-")
+    daemon = None
+    try:
+        flags = ["--label", f"{config}/s{seed}"]
+        if mode == "gift":
+            daemon = demo.Giftd(args.giftd_path, args.ctl, run_dir,
+                                [f"--audit-interval={args.audit_interval}",
+                                 "--beta=auto"], private=True)
+            flags += ["--agent-socket", daemon.socket, "--job-id",
+                      f"study-{config}-{seed}"]
+        elif mode == "euclid":  # no giftd: a socket nobody serves
+            flags += ["--agent-socket", os.path.join(run_dir, "none.sock")]
+        demo.run_training(args, mode, log + ".tmp", summary + ".tmp", env,
+                          [*extra, *flags])
+    finally:
+        if daemon is not None:
+            daemon.stop()
+            shutil.copy(daemon.log_path, base + ".giftd.log")
+        shutil.rmtree(run_dir, ignore_errors=True)
+    seconds = time.monotonic() - start
+    os.replace(log + ".tmp", log)
+    with open(timing, "w") as f:
+        f.write(f"{seconds:.1f}\n")
+    os.replace(summary + ".tmp", summary)
+    print(f"study: {label}: done in {seconds:.0f} s, held-out loss "
+          f"{json.load(open(summary))['val_loss']:.4f}", flush=True)
+    return log, summary, seconds
+
+
+# ---- the figures of one run -------------------------------------------------
+
+def run_figures(log, summary, seconds):
+    """What the report needs of one run."""
+    g = summary.get("gift")
+    steps = summary["steps"]
+    if g:
+        sent = g["bytes_euclid"] + g["bytes_gift"] + g["bytes_control"]
+        fp32 = g["bytes_fp32_equivalent"]
+    else:  # PyTorch's FP32 ring allreduce: 2 (W - 1) / W of the payload
+        w = summary["world_size"]
+        sent = fp32 = steps * 2 * (w - 1) * summary["parameters"] * 4 // w
+    aud = demo.audits(log)
+    spans = demo.spans_of(summary)
+    windows = demo.windows_of(spans)
+    whole = (windows[0][0], windows[-1][1]) if windows else None
+    return {
+        "val_loss": summary["val_loss"],
+        "train_loss_last25": demo.mean([r["loss"] for r in log[-25:]]),
+        "bytes_per_step": sent / steps, "bytes_vs_fp32": sent / fp32,
+        "seconds": seconds, "seconds_per_step": seconds / steps,
+        "format_fallbacks": list(g["format_fallbacks"]) if g and
+        "format_fallbacks" in g else [],
+        # Layers per wire format in the last step (a GIFT run: giftd's).
+        "formats": wire_formats(g),
+        "audit": {s: {n: {k: l[k] for k in ("path", "rel_l2", "norm",
+                                            "numel")}
+                      for n, l in layers.items()} for s, layers in
+                  aud.items()},
+        "rel_model": demo.mean([demo.model_rel(layers)[0]
+                                for layers in aud.values()]),
+        "drift_model": spans.get(whole, {}).get("model") if whole else None,
+        "drift_layers": spans.get(whole, {}).get("layers", {})
+        if whole else {},
+        "window_drift_model": demo.mean([spans[w]["model"]
+                                         for w in windows]),
+    }
+
+
+def wire_formats(g):
+    """"nvfp4 x33, e4m3 x4": the layers per format of the last step's plan
+    (stats()["layer_wire"]); "fp32" for PyTorch DDP."""
+    if not g:
+        return "fp32"
+    count = {}
+    for w in (g.get("layer_wire") or {}).values():
+        count[w["format"]] = count.get(w["format"], 0) + 1
+    return ", ".join(f"{f} x{n}" for f, n in sorted(
+        count.items(), key=lambda kv: -kv[1])) or "?"
+
+
+def protected_steps(gift_run):
+    """layer -> audit steps on which the GIFT run had it on the GIFT path."""
+    out = {}
+    for s, layers in (gift_run or {}).get("audit", {}).items():
+        for n, l in layers.items():
+            if l["path"] == "gift":
+                out.setdefault(n, []).append(s)
+    return out
+
+
+def protected_figures(run, steps_of):
+    """The run's mean audited RelL2 of the protected layers on their GIFT
+    steps, and their mean whole-run drift; None when nothing was protected
+    or the run has no audits."""
+    rel = [run["audit"][s][n]["rel_l2"] for n, ss in steps_of.items()
+           for s in ss if n in run["audit"].get(s, {})]
+    drift = [run["drift_layers"].get(n) for n in steps_of]
+    drift = [d for d in drift if d is not None]
+    return (sum(rel) / len(rel) if rel else None,
+            sum(drift) / len(drift) if drift else None)
+
+
+# ---- aggregation and the report ---------------------------------------------
+
+def mean_sd(xs):
+    xs = [x for x in xs if x is not None and math.isfinite(x)]
+    if not xs:
+        return None, None, 0
+    m = sum(xs) / len(xs)
+    sd = (math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1))
+          if len(xs) > 1 else None)
+    return m, sd, len(xs)
+
+
+def significant(m, sd, n):
+    """The study's rule: |mean| > 2 sd / sqrt(n) (needs n >= 2)."""
+    if m is None or sd is None or n < 2:
+        return None
+    return abs(m) > 2 * sd / math.sqrt(n)
+
+
+def aggregate(runs, seeds):
+    """runs: {(config, seed): figures}; per configuration the statistics."""
+    configs = sorted({c for c, _ in runs}, key=CONFIGS.index)
+    out = {}
+    for c in configs:
+        rs = {s: runs[(c, s)] for s in seeds if (c, s) in runs}
+        gift_of = {s: runs.get((f"gift-{c.split('-')[1]}", s))
+                   for s in rs} if c != "fp32" else {}
+        prot = {s: protected_figures(r, protected_steps(gift_of.get(s)))
+                for s, r in rs.items() if r.get("audit")}
+        diffs = [rs[s]["val_loss"] - runs[("fp32", s)]["val_loss"]
+                 for s in rs if ("fp32", s) in runs] if c != "fp32" else []
+        row = {"seeds": sorted(rs)}
+        for k in ("val_loss", "train_loss_last25", "bytes_per_step",
+                  "bytes_vs_fp32", "seconds", "seconds_per_step",
+                  "rel_model", "drift_model", "window_drift_model"):
+            row[k] = mean_sd([r[k] for r in rs.values()])[:2]
+        row["val_loss_by_seed"] = {s: r["val_loss"] for s, r in rs.items()}
+        row["rel_protected"] = mean_sd([p[0] for p in prot.values()])[:2]
+        row["drift_protected"] = mean_sd([p[1] for p in prot.values()])[:2]
+        m, sd, n = mean_sd(diffs)
+        row["diff_vs_fp32"] = {"mean": m, "sd": sd, "n": n,
+                               "significant": significant(m, sd, n),
+                               "by_seed": diffs}
+        row["format_fallbacks"] = sorted({x for r in rs.values()
+                                          for x in r["format_fallbacks"]})
+        row["formats"] = sorted({r.get("formats", "?") for r in rs.values()})
+        out[c] = row
+    return out
+
+
+def pm(v, spec=".4f"):
+    m, sd = v
+    if m is None:
+        return "–"
+    return f"{m:{spec}}" + (f" ± {sd:{spec.lstrip('+')}}"
+                            if sd is not None else "")
+
+
+def markdown(args, table):
+    lines = [
+        f"Format study: tiny Llama dim {args.dim}, {args.layers} layers, "
+        f"ffn {args.ffn}, {args.nproc} CPU ranks × {args.batch} sequences "
+        f"of {args.seq_len}, {args.steps} steps, seeds "
+        f"{','.join(map(str, args.seeds))}; held-out loss on "
+        f"{args.eval_rows} fixed rows; audits every {args.audit_interval} "
+        f"steps, drift over the whole run ({args.window}-step windows).",
+        "", f"Rule: {RULE}.", "",
+        "| configuration | held-out loss | Δ vs FP32 (paired) | outside "
+        "noise | bytes/step | vs FP32 | RelL2 model | RelL2 protected | "
+        "drift model | drift protected | s/run | layers per format |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for c, r in table.items():
+        d = r["diff_vs_fp32"]
+        sig = {None: "–", True: "**yes**", False: "no"}[d["significant"]]
+        lines.append(
+            f"| {c} | {pm(r['val_loss'])} | "
+            f"{pm((d['mean'], d['sd']), '+.4f') if c != 'fp32' else '–'} | "
+            f"{sig} | {pm(r['bytes_per_step'], '.0f')} | "
+            f"{pm(r['bytes_vs_fp32'], '.3f')} | {pm(r['rel_model'])} | "
+            f"{pm(r['rel_protected'])} | {pm(r['drift_model'])} | "
+            f"{pm(r['drift_protected'])} | {pm(r['seconds'], '.0f')} | "
+            f"{'; '.join(r['formats'])} |")
+    falls = {c: r["format_fallbacks"] for c, r in table.items()
+             if r["format_fallbacks"]}
+    if falls:
+        lines += ["", "Layers that kept e4m3 (shape): " + "; ".join(
+            f"{c}: {', '.join(v)}" for c, v in falls.items())]
+    return "\n".join(lines) + "\n"
+
+
+def write_figure(path, table):
+    try:
+        import matplotlib  # noqa: PLC0415
+    except ImportError:
+        print("study: no matplotlib: no figure", flush=True)
+        return None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+    names = list(table)
+    fig, ax = plt.subplots(1, 3, figsize=(16, 5))
+    for i, c in enumerate(names):
+        ys = list(table[c]["val_loss_by_seed"].values())
+        ax[0].plot([i] * len(ys), ys, "o", color="grey", ms=4)
+        m, sd = table[c]["val_loss"]
+        if m is not None:
+            ax[0].errorbar(i, m, yerr=sd or 0, fmt="s", color="tab:red",
+                           capsize=4)
+        d = table[c]["diff_vs_fp32"]
+        if d["mean"] is not None and c != "fp32":
+            ax[1].plot([i] * len(d["by_seed"]), d["by_seed"], "o",
+                       color="grey", ms=4)
+            band = 2 * (d["sd"] or 0) / math.sqrt(max(1, d["n"]))
+            ax[1].errorbar(i, d["mean"], yerr=band, fmt="s", capsize=4,
+                           color="tab:red" if d["significant"] else "tab:blue")
+        m, _ = table[c]["bytes_vs_fp32"]
+        ax[2].bar(i, m or 0, color="tab:blue")
+    ax[1].axhline(0, color="black", lw=0.6)
+    for a, title in zip(ax, ("held-out loss (dots: seeds; mean ± sd)",
+                             "paired Δ vs FP32 (bar: 2 sd/√n; red: outside)",
+                             "bytes per step / FP32 ring")):
+        a.set_xticks(range(len(names)))
+        a.set_xticklabels(names, rotation=60, ha="right", fontsize=8)
+        a.set_title(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def report(args, runs):
+    table = aggregate(runs, args.seeds)
+    md = markdown(args, table)
+    base = os.path.join(args.out, "format_study")
+    with open(base + ".md", "w") as f:
+        f.write(md)
+    with open(base + ".json", "w") as f:
+        json.dump(demo.jsonable({
+            "settings": {k: v for k, v in vars(args).items()
+                         if k not in ("pkg",)},
+            "rule": RULE, "configs": table}), f, indent=1)
+    png = write_figure(base + ".png", table)
+    print(md)
+    print(f"study: wrote {base}.md, {base}.json" +
+          (f", {png}" if png else ""), flush=True)
+    return table
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    build = os.path.abspath(args.build)
+    args.out = os.path.abspath(args.out or os.path.join(build,
+                                                        "format_study"))
+    os.makedirs(os.path.join(args.out, "runs"), exist_ok=True)
+    args.pkg = os.path.join(build, "python")
+    args.giftd_path = os.path.join(build, "daemon", "giftd")
+    args.ctl = os.path.join(build, "tools", "giftctl", "giftctl")
+    need = [os.path.join(args.pkg, "gift")]
+    if any(c.startswith("gift-") for c in args.configs):
+        need += [args.giftd_path, args.ctl]
+    for f in need:
+        if not os.path.exists(f):
+            sys.exit(f"study: {f} is missing: build first")
+    env = dict(os.environ, OMP_NUM_THREADS="1",
+               PYTHONPATH=os.pathsep.join(
+                   [args.pkg, os.environ.get("PYTHONPATH", "")]).rstrip(
+                       os.pathsep))
+    # fp32 first (the reference of every paired difference), then by seed.
+    order = [(c, s) for s in args.seeds for c in args.configs]
+    runs = {}
+    for i, (c, s) in enumerate(order, 1):
+        got = run_one(args, c, s, env, i, len(order))
+        if got:
+            log, summary, seconds = got
+            runs[(c, s)] = run_figures(demo.read_log(log),
+                                       json.load(open(summary)), seconds)
+    report(args, runs)
+
+
+if __name__ == "__main__":
+    main()
