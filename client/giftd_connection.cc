@@ -16,6 +16,7 @@
 #include "common/agent_socket.h"
 #include "common/grpc_status.h"
 #include "common/status_macros.h"
+#include "proto/wire_format_proto.h"
 
 namespace gift::client {
 namespace {
@@ -43,6 +44,10 @@ absl::Status CheckOptions(const ConnectionOptions& o) {
     return absl::InvalidArgumentError(
         "attachment: retry_interval and rpc_timeout must be > 0, "
         "staleness_limit >= 1");
+  }
+  if (o.format.has_value() && !o.format->valid()) {
+    return absl::InvalidArgumentError(
+        "attachment: format is not a wire format (e4m3, e5m2, nvfp4, mxfp4)");
   }
   return absl::OkStatus();
 }
@@ -188,6 +193,7 @@ v1::RegisterRequest GiftdConnection::Impl::MakeRegisterRequest() {
   }
   r.set_last_plan_epoch(newest_epoch);
   r.set_step(step);
+  if (options.format.has_value()) r.set_format(ToProto(*options.format));
   if (!resume_registered) {
     for (const std::string& name : options.resume.gift_layers) {
       r.add_resumed_gift_layers(name);

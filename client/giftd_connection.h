@@ -48,6 +48,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -58,6 +59,7 @@
 #include "client/epoch_plan.h"
 #include "client/telemetry.h"
 #include "client/versioned_factors.h"
+#include "kernels/wire_format.h"
 
 namespace gift::client {
 
@@ -86,6 +88,11 @@ struct ConnectionOptions {
   // Staleness limit used before the first plan arrives (steps).
   // Default: 200. REQUIRES: >= 1.
   int64_t staleness_limit = 200;
+  // The job's default wire format asked of giftd (gift.init(format=...)):
+  // the rank that starts the job sets it, a rank asking another than the
+  // job's is refused (it stays detached, stats().last_error says why).
+  // Default: unset (the daemon config's `format`). REQUIRES: valid().
+  std::optional<kernels::WireFormat> format;
 
   // A rank resumed from a checkpoint: what it restored into its allreduce,
   // so the daemon continues above these epochs and versions and keeps the

@@ -106,6 +106,12 @@ struct GiftdConnection::Impl {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   absl::Status MapFullRegions(const shm::PlanView& plan)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // The bucket layers of `plan` (base's, with the plan's path, transform
+  // and format of each declared layer): INVALID_ARGUMENT naming the layer
+  // for a format code outside kernels::WireFormat or one the layer's shape
+  // cannot take (the shared block is the daemon's to write, not trusted).
+  absl::StatusOr<std::vector<BucketLayer>> PlanLayers(
+      const shm::PlanView& plan) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   const shm::PlanView* AgreedPlan(int64_t epoch) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 

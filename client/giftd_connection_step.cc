@@ -10,6 +10,7 @@
 #include "client/giftd_connection_impl.h"
 #include "common/status_macros.h"
 #include "kernels/sketch.h"
+#include "kernels/wire_format.h"
 
 namespace gift::client {
 
@@ -35,23 +36,53 @@ absl::Status GiftdConnection::Impl::ApplyPlan(AllReduceEngine* allreduce) {
   }
   RETURN_IF_ERROR(MapFullRegions(plan));
   if (plan.plan_epoch <= newest_epoch) return absl::OkStatus();
-  std::vector<BucketLayer> specs = base.layers();
-  for (size_t j = 0; j < layers.size(); ++j) {
-    BucketLayer& l = specs[layers[j].plan_index];
-    const shm::PlanView::Layer& p = plan.layers[j];
-    l.path = p.path ? LayerPath::kGift : LayerPath::kEuclid;
-    l.transform = p.transform ? GiftTransform::kFull : GiftTransform::kLowRank;
-    l.format = p.format ? kernels::Fp8Format::kE5M2 : kernels::Fp8Format::kE4M3;
+  absl::StatusOr<std::vector<BucketLayer>> specs = PlanLayers(plan);
+  if (!specs.ok()) {
+    // Not this epoch: the rank keeps its plans (the others cannot agree on
+    // an epoch it lacks) and the connection, and says why.
+    Note(absl::StrFormat("plan epoch %d refused (%s): keeping epoch %d",
+                         plan.plan_epoch, specs.status().message(),
+                         newest_epoch));
+    return absl::OkStatus();
   }
   ASSIGN_OR_RETURN(EpochPlan next,
                    EpochPlan::Create(plan.plan_epoch, base.bucket_elements(),
-                                     std::move(specs)));
+                                     *std::move(specs)));
   RETURN_IF_ERROR(allreduce->AddPlan(std::move(next)));
   newest_epoch = plan.plan_epoch;
   plans[plan.plan_epoch] = plan;
   while (plans.size() > 4) plans.erase(plans.begin());
   ++stats.plans_applied;
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<BucketLayer>> GiftdConnection::Impl::PlanLayers(
+    const shm::PlanView& plan) const {
+  std::vector<BucketLayer> specs = base.layers();
+  for (size_t j = 0; j < layers.size(); ++j) {
+    BucketLayer& l = specs[layers[j].plan_index];
+    const shm::PlanView::Layer& p = plan.layers[j];
+    const kernels::WireFormat f = kernels::WireFormat::FromCode(p.format);
+    if (!f.valid()) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("layer %s: format code %d is none of 0..%d", l.name,
+                          p.format, kernels::WireFormat::kMxfp4Code));
+    }
+    // Declared layers are 2-D.
+    if (absl::Status fits = kernels::CheckFormatFitsShape(
+            f, l.shape[0], l.shape[1], /*two_d=*/true);
+        !fits.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("layer ", l.name, ": ", fits.message()));
+    }
+    // A 4-bit format fixes its blocks (0 = the format's); FP8 after a 4-bit
+    // base takes per-layer scales, else the base's granularity stays.
+    if (f.is_fp4() || l.format.is_fp4()) l.block_size = 0;
+    l.path = p.path ? LayerPath::kGift : LayerPath::kEuclid;
+    l.transform = p.transform ? GiftTransform::kFull : GiftTransform::kLowRank;
+    l.format = f;
+  }
+  return specs;
 }
 
 absl::Status GiftdConnection::Impl::MapFullRegions(const shm::PlanView& plan) {

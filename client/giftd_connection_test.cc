@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "client/daemon_store.h"
+#include "client/giftd_testutil.h"
 #include "client/thread_ranks_testutil.h"
 #include "common/status_matchers.h"
 #include "common/testing.h"
@@ -32,94 +33,12 @@
 namespace gift::client {
 namespace {
 
-constexpr int64_t kOut = 32, kIn = 64, kRows = 256;
-
-// Activations with a decaying spectrum and gradients built from them, so
-// that whitening helps (a measurable gain) and the sketch has structure.
-void MakeStep(int rank, int64_t step, std::vector<float>* acts,
-              std::vector<float>* bucket) {
-  std::mt19937 gen(static_cast<uint32_t>(1000 * step + rank));
-  std::normal_distribution<float> n(0, 1);
-  acts->resize(kRows * kIn);
-  for (int64_t i = 0; i < kRows; ++i) {
-    for (int64_t j = 0; j < kIn; ++j) {
-      (*acts)[i * kIn + j] = n(gen) * std::pow(0.8f, static_cast<float>(j));
-    }
-  }
-  bucket->assign(kOut * kIn + kOut, 0.0f);
-  std::vector<float> delta(kRows * kOut);
-  for (float& d : delta) d = n(gen);
-  for (int64_t o = 0; o < kOut; ++o) {
-    for (int64_t i = 0; i < kRows; ++i) {
-      const float d = delta[i * kOut + o];
-      for (int64_t j = 0; j < kIn; ++j) {
-        (*bucket)[o * kIn + j] += d * (*acts)[i * kIn + j] / kRows;
-      }
-    }
-  }
-  for (int64_t o = 0; o < kOut; ++o) (*bucket)[kOut * kIn + o] = n(gen);
-}
-
-// The ranks' bucket: one 2-D layer "w" and its bias "b".
-absl::StatusOr<EpochPlan> TestPlan() {
-  return EpochPlan::Create(
-      0, kOut * kIn + kOut,
-      {{.name = "w", .shape = {kOut, kIn}, .offset = 0},
-       {.name = "b", .shape = {kOut}, .offset = kOut * kIn}});
-}
-
 struct Record {
   LayerPath path;
   int64_t version;
   bool attached;
   int64_t attaches;
   bool full;  // the factor used is a `full` (dense) one
-};
-
-class Giftd {
- public:
-  Giftd(const std::string& socket, const std::string& prefix) {
-    daemon::DaemonConfig c;
-    c.node = "test";
-    c.shm_prefix = prefix;
-    c.agent_socket = socket;
-    c.control_address = "127.0.0.1:0";
-    c.metrics_address = "";
-    c.refresh_interval = 4;
-    c.poll_interval_ms = 10;
-    c.heartbeat_interval_ms = 50;
-    c.rank_timeout_ms = 3000;
-    c.staleness_limit = 30;
-    c.refresh_threads = 1;
-    auto d = daemon::Daemon::Create(c, &registry_);
-    EXPECT_OK(d);
-    daemon_ = *std::move(d);
-    daemon::GrpcServerOptions o;
-    o.agent_socket = socket;
-    o.control_address = "127.0.0.1:0";
-    auto s = daemon::GrpcServer::Start(o, daemon_.get());
-    EXPECT_OK(s);
-    server_ = *std::move(s);
-  }
-  ~Giftd() {
-    server_->Shutdown(absl::Seconds(1));
-    daemon_->Stop();
-  }
-  // Pins `layer` in once a rank has declared it.
-  void Pin(const std::string& layer) {
-    v1::SetLayerPolicyRequest r;
-    r.set_layer(layer);
-    r.mutable_settings()->set_pin(v1::PIN_IN);
-    gift::testing::WaitUntil([&] { return daemon_->SetLayerPolicy(r).ok(); },
-                             absl::Seconds(20), absl::Milliseconds(10));
-    ASSERT_OK(daemon_->SetLayerPolicy(r));
-  }
-  daemon::Daemon& core() { return *daemon_; }
-
- private:
-  metrics::Registry registry_;
-  std::unique_ptr<daemon::Daemon> daemon_;
-  std::unique_ptr<daemon::GrpcServer> server_;
 };
 
 // Two Gloo ranks in threads training the layers "w" (GIFT-capable) and "b"

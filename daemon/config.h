@@ -69,7 +69,7 @@ struct DaemonConfig {
   // Largest d_in allowed the `full` transform. Default: 4096. REQUIRES: >= 1.
   int full_max_d_in = 4096;
   std::string transform = "lowrank";  // default transform: lowrank|full
-  std::string format = "e4m3";        // default FP8 format: e4m3|e5m2
+  std::string format = "e4m3";  // default wire format: e4m3|e5m2|nvfp4|mxfp4
   uint64_t omega_seed = 0x9E3779B97F4A7C15ULL;
   SelectorPolicy selection;  // selection.* keys
 

@@ -15,10 +15,12 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "common/status_macros.h"
 #include "daemon/config.h"
 #include "daemon/limits.h"
 #include "daemon/selection_policy_schema.h"
 #include "daemon/selector_policy.h"
+#include "kernels/wire_format.h"
 #include "shm/layout.h"
 
 namespace gift::daemon {
@@ -180,6 +182,31 @@ Option StringOption(std::string name, std::string value, Get get,
     }
     return absl::InvalidArgumentError(absl::StrFormat(
         "%s must be one of %s (got '%s')", name, value, get(c)));
+  };
+  return o;
+}
+
+// The names come from kernels/wire_format.h (WireFormatName of each code);
+// a valid name is kept as WireFormatName spells it (lower case).
+Option WireFormatOption() {
+  std::vector<std::string> names;
+  for (int code = 0; code <= kernels::WireFormat::kMxfp4Code; ++code) {
+    names.push_back(
+        kernels::WireFormatName(kernels::WireFormat::FromCode(code)));
+  }
+  Option o = StringOption(
+      "format", "", [](auto& c) -> auto& { return c.format; },
+      "Default wire format of a job's layers (a rank may ask its own, "
+      "gift.init(format=...)); a layer whose d_in is not a multiple of a "
+      "4-bit format's block (16 nvfp4, 32 mxfp4) takes e4m3",
+      names);
+  o.set = [set = o.set](const std::string& text, DaemonConfig& c) {
+    RETURN_IF_ERROR(set(text, c));
+    if (absl::StatusOr<kernels::WireFormat> f = kernels::ParseWireFormat(text);
+        f.ok()) {
+      c.format = kernels::WireFormatName(*f);
+    }
+    return absl::OkStatus();
   };
   return o;
 }
@@ -360,7 +387,7 @@ std::vector<Option> Plan() {
                         "d_in), [1e-08, 1e+08]"),
       GIFT_INT(full_max_d_in, 1, "Largest d_in allowed the full transform"),
       GIFT_ENUM(transform, "Default whitening transform", "lowrank", "full"),
-      GIFT_ENUM(format, "Default FP8 format", "e4m3", "e5m2"),
+      WireFormatOption(),
       SeedOption(),
   };
 }

@@ -12,6 +12,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/status_matchers.h"
 #include "common/testing.h"
 
@@ -277,7 +278,8 @@ TEST(ConfigTest, RangeErrors) {
               "--transform: transform must be one of lowrank|full (got "
               "'diag')");
   ExpectError(Load("", {"--format=e3m4"}),
-              "--format: format must be one of e4m3|e5m2 (got 'e3m4')");
+              "--format: format must be one of e4m3|e5m2|nvfp4|mxfp4 (got "
+              "'e3m4')");
   ExpectError(Load("", {"--log-level=loud"}),
               "--log-level: log_level must be one of debug|info|warning|error "
               "(got 'loud')");
@@ -374,6 +376,25 @@ TEST(ConfigTest, CoordinatorReplacesTheLeaderAddress) {
               "--peer-address: leader_address is required with peer_address");
 }
 
+// The four wire formats by name (any case, kept in lower case), from the
+// file and the flag.
+TEST(ConfigTest, FormatTakesTheFourWireFormats) {
+  absl::StatusOr<DaemonConfig> c = Load("");
+  ASSERT_OK(c);
+  EXPECT_EQ(c->format, "e4m3");
+  for (const char* name : {"e4m3", "e5m2", "nvfp4", "mxfp4"}) {
+    c = Load(absl::StrCat("format: ", name, "\n"));
+    ASSERT_OK(c);
+    EXPECT_EQ(c->format, name);
+  }
+  c = Load("", {"--format=NVFP4"});
+  ASSERT_OK(c);
+  EXPECT_EQ(c->format, "nvfp4");
+  ExpectError(Load("", {"--format=fp4"}),
+              "--format: format must be one of e4m3|e5m2|nvfp4|mxfp4 (got "
+              "'fp4')");
+}
+
 TEST(ConfigTest, BetaTakesANumberOrAuto) {
   absl::StatusOr<DaemonConfig> c = Load("");
   ASSERT_OK(c);
@@ -402,7 +423,8 @@ TEST(ConfigTest, BetaTakesANumberOrAuto) {
 TEST(ConfigTest, YamlValidationErrorsNameFileAndLine) {
   const std::pair<std::string, std::string> cases[] = {
       {"rank: 8\nformat: e9m9\n",
-       "giftd.yaml:2: format must be one of e4m3|e5m2 (got 'e9m9')"},
+       "giftd.yaml:2: format must be one of e4m3|e5m2|nvfp4|mxfp4 (got "
+       "'e9m9')"},
       {"# K\nrefresh_interval: -5\n",
        "giftd.yaml:2: refresh_interval must be >= 1 (got -5)"},
       {"rank: 8\ncontrol_address: 127.0.0.1:99999\n",

@@ -27,6 +27,7 @@ add_library(gift_daemon
 target_link_libraries(gift_daemon
   PUBLIC gift_log gift_proto gift_shm gift_selector gift_factor_builder
          gift_daemon_config gift_metrics gift_daemon_metrics gift_kernels
+         gift_wire_format_proto
          gift_peer_link gift_coord absl::synchronization absl::time absl::str_format
          Threads::Threads)
 

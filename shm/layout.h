@@ -53,8 +53,9 @@
 namespace gift::shm {
 
 inline constexpr uint64_t kMagic = 0x3130'4D48'5354'4947ULL;  // "GIFTSHM01"
-inline constexpr uint32_t kLayoutVersion =
-    3;  // bump on any change (2: audit counters and interval; 3: β auto)
+// Bump on any change (2: audit counters and interval; 3: β auto; 4: the plan's
+// format is a kernels::WireFormat code, 0..3, no longer 0/1 FP8 only).
+inline constexpr uint32_t kLayoutVersion = 4;
 
 // Sketch oversampling p (DESIGN §2): k = r + p columns.
 inline constexpr int kOversample = 16;
@@ -216,7 +217,7 @@ struct LayerEntry {
   // ---- daemon → client, under ControlHeader::plan_lock
   uint8_t path;       // client::LayerPath
   uint8_t transform;  // client::GiftTransform
-  uint8_t format;     // kernels::Fp8Format
+  uint8_t format;     // kernels::WireFormat::code(), 0..3
   uint8_t candidate;  // 1: the daemon wants sketches (and probes) of it
   int32_t rank;       // r of the next factor
   // Bumped by the daemon to ask for an early window close (TriggerRefresh,

@@ -10,6 +10,7 @@
 #include "daemon/core/request_limits.h"
 #include "daemon/limits.h"
 #include "daemon/log.h"
+#include "proto/wire_format_proto.h"
 
 namespace gift::daemon {
 namespace {
@@ -145,6 +146,8 @@ v1::LayerStatus ControlPlane::LayerStatusOf(const JobLayer& l) const {
   s.set_audit_removals(l.score.audit_removals);
   s.set_audit_barred(l.score.audit_barred);
   s.set_held(l.score.held);
+  s.set_format_reason(l.format_note);
+  s.set_bytes_sent(l.bytes_sent);
   return s;
 }
 
@@ -180,9 +183,23 @@ v1::ListLayersResponse ControlPlane::Layers() const {
 
 absl::Status ControlPlane::ValidateLayerSettings(
     const JobLayer& l, const v1::LayerSettings& s) const {
-  if (!v1::Pin_IsValid(s.pin()) || !v1::Transform_IsValid(s.transform()) ||
-      !v1::Fp8Format_IsValid(s.format())) {
-    return absl::InvalidArgumentError("unknown pin, transform or format value");
+  if (!v1::Pin_IsValid(s.pin()) || !v1::Transform_IsValid(s.transform())) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("layer %s: unknown pin or transform value", l.name));
+  }
+  if (s.format() != v1::WIRE_FORMAT_UNSPECIFIED) {
+    absl::StatusOr<kernels::WireFormat> f = FromProto(s.format());
+    if (!f.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("layer %s: %s", l.name, f.status().message()));
+    }
+    absl::Status fits =
+        kernels::CheckFormatFitsShape(*f, l.d_out, l.d_in, /*two_d=*/true);
+    if (!fits.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("layer %s cannot take %s: %s", l.name,
+                          kernels::WireFormatName(*f), fits.message()));
+    }
   }
   if (s.rank() < 0 || s.rank() > l.d_in || s.rank() > l.r_cap) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -242,7 +259,10 @@ absl::StatusOr<v1::SetLayerPolicyResponse> ControlPlane::SetLayerPolicy(
     s.set_beta_auto(false);  // a β of its own: fixed
   }
   if (in.beta_auto()) s.set_beta_auto(true);  // from the β in use
-  if (in.format() != v1::FP8_FORMAT_UNSPECIFIED) s.set_format(in.format());
+  if (in.format() != v1::WIRE_FORMAT_UNSPECIFIED) {
+    s.set_format(in.format());
+    l->format_note.clear();  // the operator's choice, not the default's
+  }
   const bool changed = s.SerializeAsString() != l->settings.SerializeAsString();
   const bool refactor = s.transform() != l->settings.transform() ||
                         s.rank() != l->settings.rank() ||

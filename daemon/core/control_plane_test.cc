@@ -100,6 +100,45 @@ TEST_F(ControlPlaneTest, LayerSettingsAreValidatedBeforeAnythingChanges) {
   EXPECT_EQ(core_.layout.layers()[0].refresh_seq, 1);
 }
 
+// fc1 (16 x 24) cannot take a 4-bit format, fc2 (16 x 48) takes nvfp4 but
+// not mxfp4 (blocks of 32). Refusals name the layer and change nothing.
+TEST_F(ControlPlaneTest, AFormatIsCheckedAgainstTheLayersShape) {
+  const int64_t epoch = core_.planner.epoch();
+  v1::SetLayerPolicyRequest r;
+  r.set_layer("fc1");
+  r.mutable_settings()->set_beta(0.5);  // valid: must not be applied either
+  r.mutable_settings()->set_format(v1::WIRE_FORMAT_NVFP4);
+  EXPECT_THAT(core_.control.SetLayerPolicy(r),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("layer fc1 cannot take nvfp4")));
+  r.mutable_settings()->set_format(static_cast<v1::WireFormat>(7));
+  EXPECT_THAT(core_.control.SetLayerPolicy(r),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("layer fc1: unknown wire format value 7")));
+  r.set_layer("fc2");
+  r.mutable_settings()->set_format(v1::WIRE_FORMAT_MXFP4);
+  EXPECT_THAT(core_.control.SetLayerPolicy(r),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("multiple of 32")));
+  EXPECT_EQ(core_.planner.epoch(), epoch);
+  for (const JobLayer& l : core_.layout.layers()) {
+    EXPECT_EQ(l.settings.format(), v1::WIRE_FORMAT_E4M3) << l.name;
+    EXPECT_EQ(l.settings.beta(), 0) << l.name;
+  }
+  // nvfp4 fits fc2: a new epoch, in ListLayers and in the plan.
+  r.mutable_settings()->set_format(v1::WIRE_FORMAT_NVFP4);
+  absl::StatusOr<v1::SetLayerPolicyResponse> out =
+      core_.control.SetLayerPolicy(r);
+  ASSERT_OK(out);
+  EXPECT_EQ(out->plan_epoch(), epoch + 1);
+  EXPECT_EQ(out->layer().settings().format(), v1::WIRE_FORMAT_NVFP4);
+  EXPECT_EQ(core_.control.Layers().layers(1).settings().format(),
+            v1::WIRE_FORMAT_NVFP4);
+  EXPECT_EQ(core_.control.Layers().layers(0).settings().format(),
+            v1::WIRE_FORMAT_E4M3);
+  EXPECT_EQ(core_.control.Layers().layers(1).format_reason(), "");
+}
+
 TEST_F(ControlPlaneTest, ARefreshIsForCandidatesOnly) {
   v1::TriggerRefreshRequest r;
   r.set_layer("fc1");

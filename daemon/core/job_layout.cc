@@ -6,6 +6,7 @@
 #include "common/status_macros.h"
 #include "daemon/factor_builder.h"
 #include "daemon/log.h"
+#include "proto/wire_format_proto.h"
 
 namespace gift::daemon {
 
@@ -59,11 +60,39 @@ absl::Status JobLayout::CheckSameJob(int world_size,
   return absl::OkStatus();
 }
 
+kernels::WireFormat JobLayout::ConfigFormat() const {
+  return kernels::ParseWireFormat(config_.format)
+      .value_or(kernels::Fp8Format::kE4M3);
+}
+
+absl::Status JobLayout::CheckFormat(int rank, v1::WireFormat asked) const {
+  if (asked == v1::WIRE_FORMAT_UNSPECIFIED) return absl::OkStatus();
+  absl::StatusOr<kernels::WireFormat> f = FromProto(asked);
+  if (!f.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("rank %d: %s", rank, f.status().message()));
+  }
+  if (*f == format_) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrFormat(
+      "rank %d asks format %s; job %s runs %s (every rank of a job must ask "
+      "the same format, or none)",
+      rank, kernels::WireFormatName(*f), Clip(job_id_),
+      kernels::WireFormatName(format_)));
+}
+
 absl::Status JobLayout::Adopt(
     const std::string& job_id, int world_size, const LayerShapes& layers,
     absl::FunctionRef<absl::Status(const JobLayer&)> each) {
+  return Adopt(job_id, world_size, layers, ConfigFormat(), each);
+}
+
+absl::Status JobLayout::Adopt(
+    const std::string& job_id, int world_size, const LayerShapes& layers,
+    kernels::WireFormat format,
+    absl::FunctionRef<absl::Status(const JobLayer&)> each) {
   job_id_ = job_id;
   world_size_ = world_size;
+  format_ = format;
   layers_.clear();
   for (const v1::LayerShape& s : layers) {
     JobLayer l;
@@ -77,8 +106,18 @@ absl::Status JobLayout::Adopt(
     // A layer wider than full_max_d_in stays low-rank whatever the default.
     l.settings.set_transform(DefaultFull(l.d_in) ? v1::TRANSFORM_FULL
                                                  : v1::TRANSFORM_LOWRANK);
-    l.settings.set_format(config_.format == "e5m2" ? v1::FP8_FORMAT_E5M2
-                                                   : v1::FP8_FORMAT_E4M3);
+    kernels::WireFormat f = format;
+    // The layers are 2-D weights: a 4-bit format needs whole blocks per row.
+    if (absl::Status fits =
+            kernels::CheckFormatFitsShape(f, l.d_out, l.d_in, /*two_d=*/true);
+        !fits.ok()) {
+      f = kernels::Fp8Format::kE4M3;
+      l.format_note =
+          absl::StrFormat("e4m3, not the job's %s: %s",
+                          kernels::WireFormatName(format), fits.message());
+      LOG_INFO("layer %s: %s", Clip(l.name), l.format_note);
+    }
+    l.settings.set_format(ToProto(f));
     // beta: auto is the default policy of the low-rank layers.
     l.settings.set_beta_auto(config_.beta_auto &&
                              l.settings.transform() != v1::TRANSFORM_FULL);

@@ -1,7 +1,9 @@
 // The job this giftd serves and its layers (DESIGN §2): the job id, the
 // world size and one JobLayer per 2-D weight the ranks declared, in their
 // order. The layout adopts a job's layers with the defaults of the config
-// (transform, FP8 format, β auto, slot capacity, Ω₀), checks that a rank or
+// (transform, wire format, β auto, slot capacity, Ω₀; the job's format may
+// be the first rank's ask instead, and a layer whose shape cannot take a
+// 4-bit default gets e4m3 with a note), checks that a rank or
 // a follower declares the same job, and answers what every session's shared
 // memory holds (Decls, FullLayers). Each JobLayer also carries the state
 // the other components keep per layer: its plan state (PlanLayer, the
@@ -37,6 +39,7 @@
 #include "daemon/metrics/metrics.h"
 #include "gift/v1/types.pb.h"
 #include "google/protobuf/repeated_ptr_field.h"
+#include "kernels/wire_format.h"
 #include "shm/protocol.h"
 
 namespace gift::daemon {
@@ -47,6 +50,11 @@ namespace gift::daemon {
 struct JobLayer : PlanLayer {
   int64_t d_out = 0, d_in = 0;
   int32_t r_cap = 0, k_cap = 0;
+  // Why the layer's format is not the job's default (its shape cannot take
+  // it); "" when it is, or when an operator set the format.
+  std::string format_note;
+  // Payload bytes the ranks reported sending for the layer (telemetry).
+  int64_t bytes_sent = 0;
   std::vector<float> omega0;
   // Factor versions: the next to assign, the newest installed (for late
   // joiners) and the Ω of recent ones (to read their windows).
@@ -79,11 +87,16 @@ class JobLayout {
  public:
   // `config` (max_rank, transform, full_max_d_in, format, beta_auto,
   // omega_seed, node) must outlive the layout.
-  explicit JobLayout(const DaemonConfig& config) : config_(config) {}
+  explicit JobLayout(const DaemonConfig& config)
+      : config_(config), format_(ConfigFormat()) {}
 
   const std::string& job_id() const { return job_id_; }
   void set_job_id(const std::string& job_id) { job_id_ = job_id; }
   int world_size() const { return world_size_; }
+  // The job's default wire format (Adopt's); the config's before any job.
+  kernels::WireFormat format() const { return format_; }
+  // The config's default format (`format`, validated when loaded).
+  kernels::WireFormat ConfigFormat() const;
   // The Planner sets it from a leader's plan (while still 0).
   int* mutable_world_size() { return &world_size_; }
 
@@ -111,11 +124,20 @@ class JobLayout {
   // The job's layer list and world size against a rank's or a follower's:
   // FAILED_PRECONDITION naming what differs.
   absl::Status CheckSameJob(int world_size, const LayerShapes& layers) const;
+  // A rank of the running job asking wire format `asked` (a
+  // RegisterRequest's; UNSPECIFIED takes the job's): INVALID_ARGUMENT for an
+  // unknown value, FAILED_PRECONDITION when it differs from the job's.
+  absl::Status CheckFormat(int rank, v1::WireFormat asked) const;
   // Becomes job `job_id` of `world_size` ranks with one layer per shape and
-  // the config's defaults. `each` sees every new layer before it is added;
-  // its error stops there (the layers before it stay).
+  // the config's defaults, `format` (REQUIRES: valid()) the job's default
+  // format (ConfigFormat() without it): a layer whose shape cannot take it
+  // gets e4m3 and a format_note, logged. `each` sees every new layer before
+  // it is added; its error stops there (the layers before it stay).
   absl::Status Adopt(const std::string& job_id, int world_size,
                      const LayerShapes& layers,
+                     absl::FunctionRef<absl::Status(const JobLayer&)> each);
+  absl::Status Adopt(const std::string& job_id, int world_size,
+                     const LayerShapes& layers, kernels::WireFormat format,
                      absl::FunctionRef<absl::Status(const JobLayer&)> each);
 
   // INVALID_ARGUMENT for an unknown layer (naming how many there are).
@@ -136,6 +158,7 @@ class JobLayout {
   const DaemonConfig& config_;
   std::string job_id_;
   int world_size_ = 0;
+  kernels::WireFormat format_;
   std::vector<JobLayer> layers_;
 };
 

@@ -51,7 +51,10 @@ TEST(JobLayoutTest, AdoptsLayersWithTheConfigDefaults) {
   EXPECT_EQ(fc2.settings.transform(), v1::TRANSFORM_LOWRANK);
   EXPECT_FALSE(fc1.settings.beta_auto());
   EXPECT_TRUE(fc2.settings.beta_auto());
-  EXPECT_EQ(fc1.settings.format(), v1::FP8_FORMAT_E5M2);
+  EXPECT_EQ(fc1.settings.format(), v1::WIRE_FORMAT_E5M2);
+  EXPECT_EQ(fc2.settings.format(), v1::WIRE_FORMAT_E5M2);
+  EXPECT_EQ(layout.format(), kernels::Fp8Format::kE5M2);
+  EXPECT_EQ(fc1.format_note, "");
   EXPECT_EQ(fc1.settings.pin(), v1::PIN_AUTO);
   EXPECT_EQ(fc1.omega0.size(), static_cast<size_t>(24 * fc1.k_cap));
   EXPECT_THAT(layout.FullLayers(), ElementsAre(true, false));
@@ -89,6 +92,44 @@ TEST(JobLayoutTest, ChecksTheSameJob) {
                        HasSubstr("layer list differs")));
   EXPECT_THAT(layout.CheckSameJob(2, Shapes({{"fc1", 24}})),
               StatusIs(absl::StatusCode::kFailedPrecondition));
+}
+
+// A 4-bit default where the shape takes it; e4m3 and a note where d_in is
+// not a multiple of the block (nvfp4: 16, mxfp4: 32).
+TEST(JobLayoutTest, LayersThatCannotTakeA4BitDefaultGetE4m3) {
+  DaemonConfig c;
+  c.format = "nvfp4";
+  JobLayout layout(c);
+  EXPECT_EQ(layout.format(), kernels::Fp4Format::kNvfp4);  // before a job
+  ASSERT_OK(layout.Adopt("job", 2, Shapes({{"fc1", 48}, {"fc2", 40}}), Keep));
+  EXPECT_EQ(layout.layers()[0].settings.format(), v1::WIRE_FORMAT_NVFP4);
+  EXPECT_EQ(layout.layers()[0].format_note, "");
+  EXPECT_EQ(layout.layers()[1].settings.format(), v1::WIRE_FORMAT_E4M3);
+  EXPECT_THAT(layout.layers()[1].format_note,
+              HasSubstr("e4m3, not the job's nvfp4"));
+  EXPECT_THAT(layout.layers()[1].format_note, HasSubstr("multiple of 16"));
+  // A rank's ask overrides the config: 48 is no multiple of mxfp4's 32.
+  ASSERT_OK(layout.Adopt("job2", 2, Shapes({{"fc1", 64}, {"fc2", 48}}),
+                         kernels::Fp4Format::kMxfp4, Keep));
+  EXPECT_EQ(layout.format(), kernels::Fp4Format::kMxfp4);
+  EXPECT_EQ(layout.layers()[0].settings.format(), v1::WIRE_FORMAT_MXFP4);
+  EXPECT_EQ(layout.layers()[1].settings.format(), v1::WIRE_FORMAT_E4M3);
+  EXPECT_THAT(layout.layers()[1].format_note, HasSubstr("multiple of 32"));
+}
+
+TEST(JobLayoutTest, ChecksARanksFormatAgainstTheJobs) {
+  DaemonConfig c;
+  JobLayout layout(c);
+  ASSERT_OK(layout.Adopt("J", 2, Shapes({{"fc1", 32}}),
+                         kernels::Fp8Format::kE4M3, Keep));
+  EXPECT_OK(layout.CheckFormat(1, v1::WIRE_FORMAT_UNSPECIFIED));
+  EXPECT_OK(layout.CheckFormat(1, v1::WIRE_FORMAT_E4M3));
+  EXPECT_THAT(layout.CheckFormat(1, v1::WIRE_FORMAT_NVFP4),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("rank 1 asks format nvfp4; job J runs e4m3")));
+  EXPECT_THAT(layout.CheckFormat(1, static_cast<v1::WireFormat>(9)),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("unknown wire format value 9")));
 }
 
 TEST(JobLayoutTest, FindsLayersByName) {

@@ -49,8 +49,9 @@ absl::StatusOr<v1::PeerPlan> PeerMessages::Join(const v1::JoinRequest& r) {
             "a follower with layers needs a world size in [1, %d] (got %d)",
             kMaxWorldSize, r.world_size()));
       }
-      RETURN_IF_ERROR(
-          p_.registrar->AdoptLayers(c.job_id, r.world_size(), r.layers()));
+      // The leader's plan brings each layer's format (its settings).
+      RETURN_IF_ERROR(p_.registrar->AdoptLayers(
+          c.job_id, r.world_size(), r.layers(), layout.ConfigFormat()));
       layout.set_job_id(c.job_id);
     } else {
       RETURN_IF_ERROR(layout.CheckSameJob(r.world_size(), r.layers()));

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_join.h"
 #include "daemon/log.h"
+#include "proto/wire_format_proto.h"
 
 namespace gift::daemon {
 
@@ -22,7 +23,11 @@ void PlanPublisher::PublishTo(RankSession& s) {
     shm::PlanView::Layer p;
     p.path = l.selected ? 1 : 0;
     p.transform = l.settings.transform() == v1::TRANSFORM_FULL ? 1 : 0;
-    p.format = l.settings.format() == v1::FP8_FORMAT_E5M2 ? 1 : 0;
+    // The full code (kernels::WireFormat::code()); settings always hold a
+    // valid format (Adopt, SetLayerPolicy and the leader's plan check it).
+    p.format = static_cast<uint8_t>(FromProto(l.settings.format())
+                                        .value_or(kernels::Fp8Format::kE4M3)
+                                        .code());
     p.candidate = l.candidate ? 1 : 0;
     p.rank = std::min<int32_t>(l.r_cap, planner.RankOf(l.settings));
     p.refresh_seq = l.refresh_seq;

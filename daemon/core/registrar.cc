@@ -10,6 +10,7 @@
 #include "common/status_macros.h"
 #include "daemon/core/request_limits.h"
 #include "daemon/log.h"
+#include "proto/wire_format_proto.h"
 
 namespace gift::daemon {
 
@@ -23,9 +24,14 @@ absl::Status Registrar::CheckRegister(const v1::RegisterRequest& r) const {
         "register here",
         c.job_id, r.job_id()));
   }
+  // An unknown format value is refused whether or not the job exists yet.
+  if (r.format() != v1::WIRE_FORMAT_UNSPECIFIED) {
+    RETURN_IF_ERROR(FromProto(r.format()).status());
+  }
   if (p_.peers->peered()) {
-    return layout.empty() ? absl::OkStatus()
-                          : layout.CheckSameJob(r.world_size(), r.layers());
+    if (layout.empty()) return absl::OkStatus();
+    RETURN_IF_ERROR(layout.CheckSameJob(r.world_size(), r.layers()));
+    return layout.CheckFormat(r.rank(), r.format());
   }
   if (layout.job_id().empty() || p_.sessions->empty()) return absl::OkStatus();
   if (r.job_id() != layout.job_id()) {
@@ -34,7 +40,8 @@ absl::Status Registrar::CheckRegister(const v1::RegisterRequest& r) const {
         "ends",
         layout.job_id(), r.job_id()));
   }
-  return layout.CheckSameJob(r.world_size(), r.layers());
+  RETURN_IF_ERROR(layout.CheckSameJob(r.world_size(), r.layers()));
+  return layout.CheckFormat(r.rank(), r.format());
 }
 
 absl::Status Registrar::CheckCapacity(const v1::RegisterRequest& r,
@@ -62,11 +69,17 @@ absl::Status Registrar::CheckCapacity(const v1::RegisterRequest& r,
 }
 
 absl::Status Registrar::AdoptJob(const v1::RegisterRequest& r) {
+  // The first rank's ask, checked in CheckRegister; else the config's.
+  const kernels::WireFormat format =
+      r.format() == v1::WIRE_FORMAT_UNSPECIFIED
+          ? p_.layout->ConfigFormat()
+          : FromProto(r.format()).value_or(p_.layout->ConfigFormat());
   if (p_.peers->peered()) {
     // A multi-node job keeps its layers, epochs and versions while local
     // ranks come and go (the other nodes go on).
     if (!p_.layout->empty()) return absl::OkStatus();
-    RETURN_IF_ERROR(AdoptLayers(r.job_id(), r.world_size(), r.layers()));
+    RETURN_IF_ERROR(
+        AdoptLayers(r.job_id(), r.world_size(), r.layers(), format));
     p_.planner->ApplyHeldPlan(p_.layout->mutable_world_size(),
                               p_.layout->PlanLayers());
     p_.factors->InstallPending();
@@ -76,16 +89,18 @@ absl::Status Registrar::AdoptJob(const v1::RegisterRequest& r) {
     return absl::OkStatus();
   }
   if (r.job_id() != p_.layout->job_id()) p_.store->DropJob(p_.layout->job_id());
-  return AdoptLayers(r.job_id(), r.world_size(), r.layers());
+  return AdoptLayers(r.job_id(), r.world_size(), r.layers(), format);
 }
 
 absl::Status Registrar::AdoptLayers(const std::string& job_id, int world_size,
-                                    const LayerShapes& layers) {
+                                    const LayerShapes& layers,
+                                    kernels::WireFormat format) {
   JobLayout& layout = *p_.layout;
   p_.store->KeepJob(job_id);
   p_.planner->ResetSelector();
   RETURN_IF_ERROR(layout.Adopt(
-      job_id, world_size, layers, [&](const JobLayer& l) -> absl::Status {
+      job_id, world_size, layers, format,
+      [&](const JobLayer& l) -> absl::Status {
         RETURN_IF_ERROR(
             p_.planner->selector().AddLayer({l.name, l.d_out, l.d_in}));
         // Counters exist from the start (0), so rates and alerts see them.
@@ -93,8 +108,9 @@ absl::Status Registrar::AdoptLayers(const std::string& job_id, int world_size,
         return absl::OkStatus();
       }));
   p_.metrics->ranks_reaped->Add(layout.Labels({}));
-  LOG_INFO("job '%s': world size %d, %d candidate layers", layout.job_id(),
-           layout.world_size(), layout.size());
+  LOG_INFO("job '%s': world size %d, %d candidate layers, format %s",
+           layout.job_id(), layout.world_size(), layout.size(),
+           kernels::WireFormatName(layout.format()));
   return absl::OkStatus();
 }
 

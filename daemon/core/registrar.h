@@ -56,9 +56,11 @@ class Registrar {
   absl::Status Deregister(const v1::DeregisterRequest& r);
 
   // The job's layers from a rank's or a follower's list: the layout, the
-  // selector's layers, the rendezvous store's job and the per-layer series.
+  // selector's layers, the rendezvous store's job and the per-layer series;
+  // `format` the job's default wire format (REQUIRES: valid()).
   absl::Status AdoptLayers(const std::string& job_id, int world_size,
-                           const LayerShapes& layers);
+                           const LayerShapes& layers,
+                           kernels::WireFormat format);
 
   // Drops a session (its series, its shared memory) and logs `why`.
   void DropSession(const std::string& id, const std::string& why);

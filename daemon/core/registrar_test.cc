@@ -54,6 +54,47 @@ TEST(RegistrarTest, ARankOfAnotherJobOrLayoutIsRefused) {
   EXPECT_EQ(core.sessions.size(), 1u);
 }
 
+// The first rank's format is the job's (fc1's d_in 24 cannot take nvfp4:
+// e4m3 there); a later rank asking another is refused and changes nothing.
+TEST(RegistrarTest, TheFirstRanksFormatIsTheJobsAndOthersMustAgree) {
+  CoreParts core("regformat");
+  v1::RegisterRequest first = Request(0, 3);
+  first.set_format(v1::WIRE_FORMAT_NVFP4);
+  absl::StatusOr<v1::RegisterResponse> r = core.registrar.Register(first);
+  ASSERT_OK(r);
+  EXPECT_EQ(core.layout.format(), kernels::Fp4Format::kNvfp4);
+  EXPECT_EQ(core.layout.layers()[0].settings.format(), v1::WIRE_FORMAT_E4M3);
+  EXPECT_THAT(core.layout.layers()[0].format_note, HasSubstr("multiple of 16"));
+  EXPECT_EQ(core.layout.layers()[1].settings.format(), v1::WIRE_FORMAT_NVFP4);
+  // The plan carries each layer's format code.
+  FakeRank rank = FakeRank::Map(*r);
+  shm::PlanView plan;
+  ASSERT_TRUE(shm::ReadPlan(rank.control->data(), &plan));
+  EXPECT_EQ(plan.layers[0].format, kernels::WireFormat::kE4M3Code);
+  EXPECT_EQ(plan.layers[1].format, kernels::WireFormat::kNvfp4Code);
+  const int64_t epoch = core.planner.epoch();
+
+  v1::RegisterRequest other = Request(1, 3);
+  other.set_format(v1::WIRE_FORMAT_MXFP4);
+  EXPECT_THAT(core.registrar.Register(other),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("rank 1 asks format mxfp4; job job runs "
+                                 "nvfp4")));
+  other.set_format(static_cast<v1::WireFormat>(9));
+  EXPECT_THAT(core.registrar.Register(other),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("unknown wire format value 9")));
+  EXPECT_EQ(core.sessions.size(), 1u);
+  EXPECT_EQ(core.layout.format(), kernels::Fp4Format::kNvfp4);
+  EXPECT_EQ(core.layout.layers()[1].settings.format(), v1::WIRE_FORMAT_NVFP4);
+  EXPECT_EQ(core.planner.epoch(), epoch);
+  // The same format, or none, joins.
+  other.set_format(v1::WIRE_FORMAT_NVFP4);
+  ASSERT_OK(core.registrar.Register(other));
+  ASSERT_OK(core.registrar.Register(Request(2, 3)));
+  EXPECT_EQ(core.sessions.size(), 3u);
+}
+
 TEST(RegistrarTest, HeartbeatsDeregisterAndReaps) {
   CoreParts core("reghb");
   absl::StatusOr<v1::RegisterResponse> r = core.registrar.Register(Request(0));

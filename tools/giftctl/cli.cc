@@ -19,6 +19,8 @@
 #include "common/status_macros.h"
 #include "daemon/limits.h"
 #include "daemon/selection_policy_schema.h"
+#include "kernels/wire_format.h"
+#include "proto/wire_format_proto.h"
 #include "tools/giftctl/format.h"
 
 namespace gift::giftctl {
@@ -51,7 +53,7 @@ const char kUsage[] =
     "  unpin LAYER                let the selector decide\n"
     "  pin-out LAYER              never on the GIFT path\n"
     "  layer LAYER [--transform lowrank|full] [--rank R] [--beta B|auto]\n"
-    "              [--format e4m3|e5m2]\n"
+    "              [--format e4m3|e5m2|nvfp4|mxfp4]\n"
     "                             change (or show) one layer's settings\n"
     "  policy [--kind top-k|elbow|threshold] [--top-k N] [--threshold X]\n"
     "         [--hysteresis H] [--window N] [--max-layers N] [--max-flops F]\n"
@@ -224,11 +226,9 @@ absl::Status ParseLayer(CommandArgs& a, Invocation& inv) {
                                     : gift::v1::TRANSFORM_LOWRANK);
   }
   if (a.Take("format", &text)) {
-    if (text != "e4m3" && text != "e5m2") {
-      return Usage("--format: expected e4m3 or e5m2, got '" + text + "'");
-    }
-    s->set_format(text == "e5m2" ? gift::v1::FP8_FORMAT_E5M2
-                                 : gift::v1::FP8_FORMAT_E4M3);
+    absl::StatusOr<kernels::WireFormat> f = kernels::ParseWireFormat(text);
+    if (!f.ok()) return Usage(absl::StrCat("--format: ", f.status().message()));
+    s->set_format(ToProto(*f));
   }
   // 0 keeps the layer's rank and beta: not sendable.
   int rank = 0;

@@ -83,7 +83,16 @@ TEST(ParseTest, Commands) {
   EXPECT_EQ(s.rank(), 8);
   EXPECT_EQ(s.beta(), 0.5);
   EXPECT_FALSE(s.beta_auto());
-  EXPECT_EQ(s.format(), gift::v1::FP8_FORMAT_E5M2);
+  EXPECT_EQ(s.format(), gift::v1::WIRE_FORMAT_E5M2);
+  for (auto [name, f] :
+       std::vector<std::pair<std::string, gift::v1::WireFormat>>{
+           {"e4m3", gift::v1::WIRE_FORMAT_E4M3},
+           {"nvfp4", gift::v1::WIRE_FORMAT_NVFP4},
+           {"MXFP4", gift::v1::WIRE_FORMAT_MXFP4}}) {
+    absl::StatusOr<Invocation> inv = Parse({"layer", "fc1", "--format", name});
+    ASSERT_OK(inv);
+    EXPECT_EQ(inv->set_layer_policy.settings().format(), f) << name;
+  }
   absl::StatusOr<Invocation> automatic =
       Parse({"layer", "fc1", "--beta", "auto"});
   ASSERT_OK(automatic);
@@ -202,6 +211,9 @@ TEST(ParseTest, UsageErrors) {
   ExpectUsage({"--bogus=1"}, "unknown option '--bogus'");
   ExpectUsage({"layer", "fc2", "--transform", "diag"},
               "--transform: expected lowrank or full, got 'diag'");
+  ExpectUsage({"layer", "fc2", "--format", "fp4"},
+              "--format: unknown wire format 'fp4' (want e4m3, e5m2, nvfp4 or "
+              "mxfp4)");
   ExpectUsage({"layer", "fc2", "--beta", "x"},
               "--beta: expected a number, got 'x'");
   ExpectUsage({"policy", "--kind", "best"},
@@ -332,7 +344,8 @@ TEST(BinaryTest, OutOfRangeNumbersExitTwoBeforeAnyCall) {
   for (const char* args :
        {"policy --top-k -1", "policy --window -1", "policy --max-layers -1",
         "set-interval -1", "set-rank 0", "layer fc2 --rank -1",
-        "layer fc2 --beta -1", "watch --interval -1"}) {
+        "layer fc2 --beta -1", "watch --interval -1",
+        "layer fc2 --format nvfp8"}) {
     BinaryRun r = RunBinary(std::string("--address 127.0.0.1:1 ") + args);
     EXPECT_EQ(r.exit_code, 2) << args << ": " << r.output;
     EXPECT_THAT(r.output, HasSubstr("usage: giftctl")) << args;

@@ -9,6 +9,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "kernels/wire_format.h"
+#include "proto/wire_format_proto.h"
 
 namespace gift::giftctl {
 namespace {
@@ -53,6 +55,7 @@ std::vector<std::string> LayerRow(const gift::v1::LayerStatus& l) {
           : s.beta() > 0 ? absl::StrFormat("%g", s.beta())
                          : "-",
           FormatName(s.format()),
+          Bytes(l.bytes_sent()),
           Fixed(l.vulnerability(), 4),
           Fixed(l.gain(), 3),
           has_factor ? absl::StrCat(l.factor_version()) : "-",
@@ -63,7 +66,9 @@ std::vector<std::string> LayerRow(const gift::v1::LayerStatus& l) {
           Audit(l.audit_path() == "gift" ? l.audit_drift_gift()
                                          : l.audit_drift_euclid(),
                 l.audit_path()),
-          l.reason()};
+          l.format_reason().empty()
+              ? l.reason()
+              : absl::StrCat(l.reason(), "; format ", l.format_reason())};
 }
 
 }  // namespace
@@ -122,15 +127,22 @@ std::string TransformName(gift::v1::Transform transform) {
   }
 }
 
-std::string FormatName(gift::v1::Fp8Format format) {
-  switch (format) {
-    case gift::v1::FP8_FORMAT_E4M3:
-      return "e4m3";
-    case gift::v1::FP8_FORMAT_E5M2:
-      return "e5m2";
-    default:
-      return "-";
+std::string FormatName(gift::v1::WireFormat format) {
+  absl::StatusOr<kernels::WireFormat> f = FromProto(format);
+  return f.ok() ? kernels::WireFormatName(*f) : "-";
+}
+
+std::string Bytes(int64_t bytes) {
+  if (bytes <= 0) return "-";
+  static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024 && u < 4) {
+    v /= 1024;
+    ++u;
   }
+  return u == 0 ? absl::StrCat(bytes, " B")
+                : absl::StrFormat("%.1f %s", v, kUnits[u]);
 }
 
 std::string PinName(gift::v1::Pin pin) {
@@ -249,7 +261,7 @@ std::string FormatLayers(
     const google::protobuf::RepeatedPtrField<gift::v1::LayerStatus>& layers) {
   std::vector<std::vector<std::string>> rows = {
       {"LAYER", "SHAPE", "SEL", "CAND", "PIN", "TRANSFORM", "R", "BETA", "FMT",
-       "VULN", "GAIN", "FACTOR", "AGE", "AUDIT", "DRIFT", "REASON"}};
+       "BYTES", "VULN", "GAIN", "FACTOR", "AGE", "AUDIT", "DRIFT", "REASON"}};
   for (const gift::v1::LayerStatus& layer : layers) {
     rows.push_back(LayerRow(layer));
   }

@@ -9,6 +9,7 @@
 #ifndef GIFT_TOOLS_GIFTCTL_FORMAT_H_
 #define GIFT_TOOLS_GIFTCTL_FORMAT_H_
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -27,7 +28,11 @@ std::string KindName(gift::v1::SelectionKind kind);
 // The proto value of a kind of the selection policy's schema.
 gift::v1::SelectionKind ProtoSelectionKind(daemon::SelectionKind kind);
 std::string TransformName(gift::v1::Transform transform);
-std::string FormatName(gift::v1::Fp8Format format);
+// "e4m3", "e5m2", "nvfp4", "mxfp4" (kernels::WireFormatName); "-" for
+// UNSPECIFIED or an unknown value.
+std::string FormatName(gift::v1::WireFormat format);
+// "-" for 0, "512 B", "1.5 KiB", "3.2 MiB", ... (binary units).
+std::string Bytes(int64_t bytes);
 std::string PinName(gift::v1::Pin pin);
 
 // One line: "top-k k=8 hysteresis=0.1 window=50 ...".

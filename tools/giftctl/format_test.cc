@@ -38,7 +38,10 @@ gift::v1::LayerStatus Layer(const std::string& name, bool selected) {
   s->set_transform(gift::v1::TRANSFORM_LOWRANK);
   s->set_rank(32);
   s->set_beta(1.0);
-  s->set_format(gift::v1::FP8_FORMAT_E4M3);
+  s->set_format(selected ? gift::v1::WIRE_FORMAT_NVFP4
+                         : gift::v1::WIRE_FORMAT_E4M3);
+  l.set_bytes_sent(selected ? 3 * 1024 * 1024 + 512 * 1024 : 0);
+  if (!selected) l.set_format_reason("e4m3, not the job's nvfp4: d_in 40");
   return l;
 }
 
@@ -67,8 +70,13 @@ TEST(FormatLayersTest, OneAlignedRowPerLayer) {
   size_t shape = lines[0].find("SHAPE");
   EXPECT_EQ(lines[1].find("4096×1024"), shape);
   EXPECT_EQ(lines[2].find("4096×1024"), shape);
-  EXPECT_THAT(lines[1],
-              HasSubstr("yes  yes   in    lowrank    32  1     e4m3"));
+  EXPECT_THAT(
+      lines[1],
+      HasSubstr("yes  yes   in    lowrank    32  1     nvfp4  3.5 MiB"));
+  EXPECT_THAT(lines[0], HasSubstr("FMT    BYTES"));
+  // The format's reason follows the selector's.
+  EXPECT_THAT(lines[2], HasSubstr("gain unmeasured; format e4m3, not the "
+                                  "job's nvfp4: d_in 40"));
   EXPECT_THAT(lines[1], HasSubstr("0.0123  0.312  7       12"));
   // The newest audit and its path.
   EXPECT_THAT(lines[1], HasSubstr("0.0123 gift  0.0020 gift"));
@@ -81,7 +89,7 @@ TEST(FormatLayersTest, OneAlignedRowPerLayer) {
   // β auto shows the β in use.
   r.mutable_layers(0)->mutable_settings()->set_beta_auto(true);
   r.mutable_layers(0)->mutable_settings()->set_beta(0.3);
-  EXPECT_THAT(FormatLayers(r.layers()), HasSubstr("32  auto:0.3  e4m3"));
+  EXPECT_THAT(FormatLayers(r.layers()), HasSubstr("32  auto:0.3  nvfp4"));
 }
 
 TEST(FormatStatusTest, KeyValueLines) {
@@ -167,7 +175,14 @@ TEST(EnumNamesTest, UnspecifiedIsDash) {
   EXPECT_EQ(KindName(gift::v1::SELECTION_KIND_ELBOW), "elbow");
   EXPECT_EQ(KindName(gift::v1::SELECTION_KIND_UNSPECIFIED), "-");
   EXPECT_EQ(TransformName(gift::v1::TRANSFORM_FULL), "full");
-  EXPECT_EQ(FormatName(gift::v1::FP8_FORMAT_E5M2), "e5m2");
+  EXPECT_EQ(FormatName(gift::v1::WIRE_FORMAT_E5M2), "e5m2");
+  EXPECT_EQ(FormatName(gift::v1::WIRE_FORMAT_NVFP4), "nvfp4");
+  EXPECT_EQ(FormatName(gift::v1::WIRE_FORMAT_MXFP4), "mxfp4");
+  EXPECT_EQ(FormatName(gift::v1::WIRE_FORMAT_UNSPECIFIED), "-");
+  EXPECT_EQ(FormatName(static_cast<gift::v1::WireFormat>(7)), "-");
+  EXPECT_EQ(Bytes(0), "-");
+  EXPECT_EQ(Bytes(512), "512 B");
+  EXPECT_EQ(Bytes(1536), "1.5 KiB");
   EXPECT_EQ(PinName(gift::v1::PIN_OUT), "out");
   EXPECT_EQ(PinName(gift::v1::PIN_UNSPECIFIED), "-");
 }

@@ -1,0 +1,131 @@
+// Test helpers of the GiftdConnection tests: a real in-process giftd
+// (Daemon + GrpcServer on a unix socket, short intervals), the ranks' bucket
+// (a 2-D layer "w" of kOut x kIn and its bias "b") and the gradients of a
+// step built from activations with a decaying spectrum.
+//
+//   Giftd giftd(socket, "/gift-test" + pid);
+//   giftd.Pin("w");
+//   MakeStep(rank, step, &acts, &bucket);
+//
+// Thread safety: Giftd's calls are the Daemon's (thread-safe); the free
+// functions are pure.
+#ifndef GIFT_CLIENT_GIFTD_TESTUTIL_H_
+#define GIFT_CLIENT_GIFTD_TESTUTIL_H_
+
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "client/epoch_plan.h"
+#include "common/status_matchers.h"
+#include "common/testing.h"
+#include "daemon/daemon.h"
+#include "daemon/grpc_server.h"
+#include "gtest/gtest.h"
+
+namespace gift::client {
+
+inline constexpr int64_t kOut = 32, kIn = 64, kRows = 256;
+
+// Activations with a decaying spectrum and gradients built from them, so
+// that whitening helps (a measurable gain) and the sketch has structure.
+inline void MakeStep(int rank, int64_t step, std::vector<float>* acts,
+                     std::vector<float>* bucket) {
+  std::mt19937 gen(static_cast<uint32_t>(1000 * step + rank));
+  std::normal_distribution<float> n(0, 1);
+  acts->resize(kRows * kIn);
+  for (int64_t i = 0; i < kRows; ++i) {
+    for (int64_t j = 0; j < kIn; ++j) {
+      (*acts)[i * kIn + j] = n(gen) * std::pow(0.8f, static_cast<float>(j));
+    }
+  }
+  bucket->assign(kOut * kIn + kOut, 0.0f);
+  std::vector<float> delta(kRows * kOut);
+  for (float& d : delta) d = n(gen);
+  for (int64_t o = 0; o < kOut; ++o) {
+    for (int64_t i = 0; i < kRows; ++i) {
+      const float d = delta[i * kOut + o];
+      for (int64_t j = 0; j < kIn; ++j) {
+        (*bucket)[o * kIn + j] += d * (*acts)[i * kIn + j] / kRows;
+      }
+    }
+  }
+  for (int64_t o = 0; o < kOut; ++o) (*bucket)[kOut * kIn + o] = n(gen);
+}
+
+// The ranks' bucket: one 2-D layer "w" and its bias "b".
+inline absl::StatusOr<EpochPlan> TestPlan() {
+  return EpochPlan::Create(
+      0, kOut * kIn + kOut,
+      {{.name = "w", .shape = {kOut, kIn}, .offset = 0},
+       {.name = "b", .shape = {kOut}, .offset = kOut * kIn}});
+}
+
+// A giftd serving `socket` with shared memory under `prefix`, refresh
+// interval 4, polling every 10 ms; stopped by the destructor.
+class Giftd {
+ public:
+  Giftd(const std::string& socket, const std::string& prefix) {
+    daemon::DaemonConfig c;
+    c.node = "test";
+    c.shm_prefix = prefix;
+    c.agent_socket = socket;
+    c.control_address = "127.0.0.1:0";
+    c.metrics_address = "";
+    c.refresh_interval = 4;
+    c.poll_interval_ms = 10;
+    c.heartbeat_interval_ms = 50;
+    c.rank_timeout_ms = 3000;
+    c.staleness_limit = 30;
+    c.refresh_threads = 1;
+    auto d = daemon::Daemon::Create(c, &registry_);
+    EXPECT_OK(d);
+    daemon_ = *std::move(d);
+    daemon::GrpcServerOptions o;
+    o.agent_socket = socket;
+    o.control_address = "127.0.0.1:0";
+    auto s = daemon::GrpcServer::Start(o, daemon_.get());
+    EXPECT_OK(s);
+    server_ = *std::move(s);
+  }
+  ~Giftd() {
+    server_->Shutdown(absl::Seconds(1));
+    daemon_->Stop();
+  }
+  // Pins `layer` in once a rank has declared it.
+  void Pin(const std::string& layer) {
+    v1::LayerSettings s;
+    s.set_pin(v1::PIN_IN);
+    Set(layer, s);
+  }
+  // Applies `settings` to `layer` once a rank has declared it; returns the
+  // plan epoch that carries them (0 on failure, recorded).
+  int64_t Set(const std::string& layer, const v1::LayerSettings& settings) {
+    v1::SetLayerPolicyRequest r;
+    r.set_layer(layer);
+    *r.mutable_settings() = settings;
+    gift::testing::WaitUntil(
+        [&] {
+          absl::StatusOr<v1::ListLayersResponse> l =
+              daemon_->ListLayers(v1::ListLayersRequest());
+          return l.ok() && l->layers_size() > 0;
+        },
+        absl::Seconds(20), absl::Milliseconds(10));
+    absl::StatusOr<v1::SetLayerPolicyResponse> out = daemon_->SetLayerPolicy(r);
+    EXPECT_OK(out);
+    return out.ok() ? out->plan_epoch() : 0;
+  }
+  daemon::Daemon& core() { return *daemon_; }
+
+ private:
+  metrics::Registry registry_;
+  std::unique_ptr<daemon::Daemon> daemon_;
+  std::unique_ptr<daemon::GrpcServer> server_;
+};
+
+}  // namespace gift::client
+
+#endif  // GIFT_CLIENT_GIFTD_TESTUTIL_H_
