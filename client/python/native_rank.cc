@@ -34,7 +34,7 @@ absl::Status CheckOptions(const NativeRankOptions& o) {
         "audit_interval >= 0");
   }
   absl::StatusOr<kernels::WireFormat> format =
-      kernels::ParseWireFormat(o.format);
+      kernels::ParseWireFormat(o.format.empty() ? "e4m3" : o.format);
   if (!format.ok()) {
     return absl::InvalidArgumentError(
         absl::StrCat("gift: ", format.status().message()));
@@ -46,8 +46,7 @@ absl::Status CheckOptions(const NativeRankOptions& o) {
         absl::StrCat("gift: ", feedback.status().message()));
   }
   const bool quantized = o.mode == "euclid" || o.mode == "gift";
-  if (!quantized && (!(*format == kernels::WireFormat()) ||
-                     *feedback != EuclidFeedback::kAuto)) {
+  if (!quantized && (!o.format.empty() || *feedback != EuclidFeedback::kAuto)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "gift: format and error_feedback are for modes euclid and gift, not ",
         o.mode));
@@ -79,7 +78,9 @@ absl::StatusOr<std::unique_ptr<NativeRank>> NativeRank::Create(
   RETURN_IF_ERROR(CheckOptions(options));
   std::vector<std::string> fallbacks;
   if (options.mode == "euclid" || options.mode == "gift") {
-    ApplyFormat(*kernels::ParseWireFormat(options.format), &layers, &fallbacks);
+    ApplyFormat(*kernels::ParseWireFormat(
+                    options.format.empty() ? "e4m3" : options.format),
+                &layers, &fallbacks);
   }
   ASSIGN_OR_RETURN(
       EpochPlan base,
@@ -147,6 +148,8 @@ ConnectionOptions NativeRank::AttachmentOptionsFor() const {
   t.local_rank = o.local_rank;
   t.device_memory = device_memory();
   t.device = o.device;
+  // The job's default format, when gift.init asked for one; else giftd's.
+  if (!o.format.empty()) t.format = *kernels::ParseWireFormat(o.format);
   return t;
 }
 

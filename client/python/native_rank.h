@@ -98,11 +98,13 @@ struct NativeRankOptions {
   // Bound of rendezvous and of every collective. Default: 60 s.
   double timeout_seconds = 60;
   // Modes euclid and gift: the wire format of every layer (in gift mode the
-  // job's default; the daemon's plans may choose per layer): "e4m3",
-  // "e5m2", "nvfp4" or "mxfp4" (kernels::ParseWireFormat). A layer whose
-  // shape cannot take it keeps e4m3 (NativeRank::format_fallbacks()).
-  // Modes fp32 and bf16: must be e4m3 (unused). Default: e4m3.
-  std::string format = "e4m3";
+  // job's default, sent to giftd at registration; the daemon's plans may
+  // choose per layer): "e4m3", "e5m2", "nvfp4" or "mxfp4"
+  // (kernels::ParseWireFormat); "" = unset: e4m3 in mode euclid, giftd's
+  // configured format in mode gift. A layer whose shape cannot take it keeps
+  // e4m3 (NativeRank::format_fallbacks()). Modes fp32 and bf16: must be
+  // unset. Default: unset.
+  std::string format;
   // Euclidean error feedback (AllReduceEngineOptions::
   // euclid_error_feedback): "auto" (on for 4-bit layers, off for FP8),
   // "on" or "off". Modes fp32 and bf16: must be auto. Default: auto.

@@ -53,13 +53,14 @@ class Options:
     buckets (needs the DDP model, not the module it wraps); 0 = reduce
     DDP's buckets whole, when DDP hands them over.
     format (modes euclid and gift): the wire format of every layer: "e4m3"
-    (default) or "e5m2" (FP8, 1 byte per element), "nvfp4" (4-bit E2M1, a
+    (default in mode euclid) or "e5m2" (FP8, 1 byte per element), "nvfp4" (4-bit E2M1, a
     scale per 16 elements: about 14 % of FP32's bytes) or "mxfp4" (blocks
     of 32: about 13 %). The 4-bit blocks run along a row, so a 2-D layer
     whose d_in is not a multiple of the block (16 nvfp4, 32 mxfp4) keeps
     e4m3: stats()["format_fallbacks"] names those layers, and rank 0 warns
     once. In mode gift it is the job's default, which the rank tells giftd
-    when it registers; the daemon's plans then choose each layer's format.
+    when it registers (None: giftd's configured `format`, e4m3 unless set);
+    the daemon's plans then choose each layer's format.
     stats()["last"]["layers"] give each layer's format and wire_bytes.
     error_feedback (modes euclid and gift): error feedback on the layers
     sent Euclidean (each rank quantizes gradient + residual and keeps what
@@ -81,7 +82,7 @@ class Options:
     audit_interval: int = 100
     audit_drift: bool = False
     piece_mb: float = 4.0
-    format: str = "e4m3"
+    format: Optional[str] = None
     error_feedback: Optional[bool] = None
 
     def __post_init__(self):
@@ -90,16 +91,17 @@ class Options:
         if self.mode not in MODES:
             raise ValueError(
                 f"gift: unknown mode {self.mode!r} ({', '.join(MODES)})")
-        if not isinstance(self.format, str) or (
-                self.format.lower() not in FORMATS):
-            raise ValueError(f"gift: unknown format {self.format!r} "
-                             f"({', '.join(FORMATS)})")
-        object.__setattr__(self, "format", self.format.lower())
+        if self.format is not None:
+            if not isinstance(self.format, str) or (
+                    self.format.lower() not in FORMATS):
+                raise ValueError(f"gift: unknown format {self.format!r} "
+                                 f"({', '.join(FORMATS)})")
+            object.__setattr__(self, "format", self.format.lower())
         if self.error_feedback not in (None, True, False):
             raise ValueError(f"gift: error_feedback {self.error_feedback!r} "
                              "(None = auto: on for 4-bit; True, False)")
         if self.mode in ("fp32", "bf16") and (
-                self.format != "e4m3" or self.error_feedback is not None):
+                self.format is not None or self.error_feedback is not None):
             raise ValueError(f"gift: format and error_feedback are for modes "
                              f"euclid and gift, not {self.mode}")
         piece_mb = float(self.piece_mb)
@@ -113,6 +115,12 @@ class Options:
         if self.error_feedback is None:
             return "auto"
         return "on" if self.error_feedback else "off"
+
+    @property
+    def wire_format(self) -> str:
+        """The format asked for, e4m3 when none was (what checkpoints
+        record)."""
+        return self.format or "e4m3"
 
     @property
     def piece_elements(self) -> int:

@@ -126,6 +126,6 @@ def session_options(r: Rendezvous, options: Options, rank: int,
         "audit_drift": bool(options.audit_drift),
         "timeout_seconds": r.timeout_seconds,
         "socket_ifname": options.socket_ifname,
-        "format": options.format,
+        "format": options.format or "",
         "error_feedback": options.error_feedback_name,
     }

@@ -283,14 +283,14 @@ class GiftState:
         self._comm.idle()
         return make_state_dict(self.mode, self._world_size, self._rank,
                                self._layout, self._comm.last_buckets,
-                               self._session, fmt=self._options.format)
+                               self._session, fmt=self._options.wire_format)
 
     def load_state_dict(self, state: Dict[str, Any]) -> None:
         """Restores what state_dict() saved (this rank's own, same mode,
         format, world size and model layout; ValueError names what
         differs)."""
         check_loadable(state, self.mode, self._world_size, self._rank,
-                       self._layout, fmt=self._options.format)
+                       self._layout, fmt=self._options.wire_format)
         self._comm.idle()
         self._session.import_state(state["allreduce"])
         self._pinned = PinnedBuckets.of(state)
