@@ -94,6 +94,11 @@ struct GiftdConnection::Impl {
   void DropStale(VersionedFactors* factors) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   void WriteTelemetry(const StepTelemetry& t, double seconds)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Per base layer, its share of the step's two-phase bytes (bytes_euclid +
+  // bytes_gift) by its wire bytes in the step's formats (the agreed plan's
+  // for declared layers, base's for the rest).
+  std::vector<int64_t> LayerBytes(const StepTelemetry& t) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   absl::Status StepWindows(const shm::PlanView& agreed)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   absl::Status CloseWindow(int j) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);

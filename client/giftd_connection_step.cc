@@ -231,12 +231,41 @@ absl::Status GiftdConnection::Sketch(const std::string& layer,
   return absl::OkStatus();
 }
 
+std::vector<int64_t> GiftdConnection::Impl::LayerBytes(
+    const StepTelemetry& t) const {
+  const std::vector<BucketLayer>& all = base.layers();
+  std::vector<kernels::WireFormat> formats;
+  for (const BucketLayer& l : all) formats.push_back(l.format);
+  if (const shm::PlanView* p = AgreedPlan(t.plan_epoch); p != nullptr) {
+    for (size_t j = 0; j < layers.size() && j < p->layers.size(); ++j) {
+      const kernels::WireFormat f =
+          kernels::WireFormat::FromCode(p->layers[j].format);
+      if (f.valid()) formats[layers[j].plan_index] = f;
+    }
+  }
+  double total = 0;
+  std::vector<double> wire(all.size());
+  for (size_t i = 0; i < all.size(); ++i) {
+    wire[i] =
+        static_cast<double>(kernels::WireCodeBytes(formats[i], all[i].size()));
+    total += wire[i];
+  }
+  const double sent = static_cast<double>(t.bytes_euclid + t.bytes_gift);
+  std::vector<int64_t> out(all.size(), 0);
+  for (size_t i = 0; i < all.size() && total > 0; ++i) {
+    out[i] = static_cast<int64_t>(sent * wire[i] / total);
+  }
+  return out;
+}
+
 void GiftdConnection::Impl::WriteTelemetry(const StepTelemetry& t,
                                            double seconds) {
+  const std::vector<int64_t> bytes = LayerBytes(t);
   for (const LayerTelemetry& lt : t.layers) {
     auto it = by_name.find(lt.name);
     if (it == by_name.end()) continue;
     shm::LayerCounters& c = layers[it->second].counters;
+    c.bytes_sent += bytes[layers[it->second].plan_index];
     const kernels::QuantizeStats& q = lt.local;
     ++c.steps;
     c.gift_steps += lt.path == LayerPath::kGift;

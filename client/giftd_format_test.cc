@@ -190,6 +190,26 @@ TEST(GiftdFormatTest, AFormatChangeIsAgreedAndCarriesTheResidual) {
   EXPECT_GT(mxfp4, nvfp4);
   ASSERT_TRUE(ranks.WaitForSteps(WireFormat(Fp4Format::kMxfp4).code(), 3))
       << "mxfp4 never reached both ranks";
+  // ListLayers and the metrics show the format and the bytes sent.
+  EXPECT_TRUE(gift::testing::WaitUntil(
+      [&] {
+        absl::StatusOr<v1::ListLayersResponse> l =
+            giftd.core().ListLayers(v1::ListLayersRequest());
+        return l.ok() && l->layers(0).bytes_sent() > 0 &&
+               l->layers(0).settings().format() == v1::WIRE_FORMAT_MXFP4;
+      },
+      absl::Seconds(20), absl::Milliseconds(10)));
+  EXPECT_TRUE(gift::testing::WaitUntil(
+      [&] {
+        const std::string text = giftd.MetricsText();
+        return absl::StrContains(text,
+                                 "gift_layer_format_info{format=\"mxfp4\"") &&
+               !absl::StrContains(text,
+                                  "gift_layer_format_info{format=\"nvfp4\"") &&
+               absl::StrContains(text, "gift_layer_bytes_sent_total{");
+      },
+      absl::Seconds(20), absl::Milliseconds(10)))
+      << giftd.MetricsText();
   ranks.Stop();
   EXPECT_EQ(ranks.switches_checked(), 2);  // once on each rank
 

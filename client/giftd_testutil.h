@@ -119,6 +119,8 @@ class Giftd {
     return out.ok() ? out->plan_epoch() : 0;
   }
   daemon::Daemon& core() { return *daemon_; }
+  // The daemon's /metrics text.
+  std::string MetricsText() const { return metrics::Serialize(registry_); }
 
  private:
   metrics::Registry registry_;

@@ -4,6 +4,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/wire_format.h"
+#include "proto/wire_format_proto.h"
 
 namespace gift::daemon {
 
@@ -15,12 +17,30 @@ void Gauges::UpdateLayers() {
     const metrics::Labels labels = layout.Labels({{"layer", l.name}});
     m.layer_selected->Add(labels).Set(l.selected);
     m.layer_candidate->Add(labels).Set(l.candidate);
+    UpdateFormat(l);
     m.vulnerability->Add(labels).Set(l.score.vulnerability);
     m.gain->Add(labels).Set(l.score.gain);
     m.factor_version->Add(labels).Set(l.factors.newest_version());
     const int64_t factor_step = l.factors.factor_step();
     m.factor_age->Add(labels).Set(
         factor_step < 0 ? 0 : std::max<int64_t>(0, step - factor_step));
+  }
+}
+
+void Gauges::UpdateFormat(const JobLayer& l) {
+  const JobLayout& layout = *p_.layout;
+  DaemonMetrics& m = *p_.metrics;
+  const absl::StatusOr<kernels::WireFormat> now =
+      FromProto(l.settings.format());
+  for (int code = 0; code <= kernels::WireFormat::kMxfp4Code; ++code) {
+    const kernels::WireFormat f = kernels::WireFormat::FromCode(code);
+    const metrics::Labels labels = layout.Labels(
+        {{"layer", l.name}, {"format", kernels::WireFormatName(f)}});
+    if (now.ok() && *now == f) {
+      m.layer_format->Add(labels).Set(1);
+    } else {
+      metrics::RemoveSeries(m.layer_format, labels);
+    }
   }
 }
 

@@ -1,9 +1,9 @@
 // giftd's gauges (DESIGN §6), set once per poll from the state of the other
-// components: per layer (selected, candidate, vulnerability, gain, factor
-// version and age), the job's (selected layers, epoch, K, ranks, staleness
-// limit), per rank (heartbeat age), and with peers the election's (term,
-// leader, coordinated), the follower's connection and the Peer link's byte
-// counters, which advance by what is new since the last poll. A follower
+// components: per layer (selected, candidate, wire format, vulnerability,
+// gain, factor version and age), the job's (selected layers, epoch, K, ranks,
+// staleness limit), per rank (heartbeat age), and with peers the election's
+// (term, leader, coordinated), the follower's connection and the Peer link's
+// byte counters, which advance by what is new since the last poll. A follower
 // that (re)joined its leader broadcasts its newest factors
 // (FactorPipeline::BroadcastNewest).
 //
@@ -49,6 +49,8 @@ class Gauges {
 
  private:
   void UpdateLayers();
+  // gift_layer_format_info: 1 for the layer's format, no other series.
+  void UpdateFormat(const JobLayer& l);
   // The link's connection, (re)joins and byte totals.
   void UpdateLink(PeerLink* l);
 

@@ -35,6 +35,30 @@ TEST(GaugesTest, UpdateSetsTheJobsLayersAndRanksGauges) {
   EXPECT_THAT(text, Not(HasSubstr("gift_peer_term{")));
 }
 
+// One series per layer, for the format it uses: a change removes the old.
+TEST(GaugesTest, EachLayersFormatIsOneInfoSeries) {
+  CoreParts core("gaugefmt");
+  ASSERT_OK(core.registrar.Register(Request(0, 1)));
+  core.gauges.Update();
+  EXPECT_THAT(core.Text(), HasSubstr("gift_layer_format_info{format=\"e4m3\","
+                                     "job_id=\"job\",layer=\"fc2\",node="
+                                     "\"test\"} 1"));
+  v1::SetLayerPolicyRequest r;
+  r.set_layer("fc2");
+  r.mutable_settings()->set_format(v1::WIRE_FORMAT_NVFP4);
+  ASSERT_OK(core.control.SetLayerPolicy(r));
+  core.gauges.Update();
+  const std::string text = core.Text();
+  EXPECT_THAT(text, HasSubstr("gift_layer_format_info{format=\"nvfp4\","
+                              "job_id=\"job\",layer=\"fc2\",node="
+                              "\"test\"} 1"));
+  EXPECT_THAT(text, Not(HasSubstr("gift_layer_format_info{format=\"e4m3\","
+                                  "job_id=\"job\",layer=\"fc2\"")));
+  EXPECT_THAT(text, HasSubstr("gift_layer_format_info{format=\"e4m3\","
+                              "job_id=\"job\",layer=\"fc1\",node="
+                              "\"test\"} 1"));
+}
+
 TEST(GaugesTest, PeerGaugesShowTheTermAndRole) {
   CoreParts core("gaugepeer");
   core.peers.RaiseTerm(3);

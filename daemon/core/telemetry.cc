@@ -223,6 +223,9 @@ void Telemetry::TakeLayerSample(RankSession& s, int i, SelectorSample* x,
       .Increment(d->n);
   m.nonfinite_inputs->Add(layout.Labels({{"rank", rank}, {"layer", l.name}}))
       .Increment(d->nonfinite);
+  m.layer_bytes_sent->Add(layout.Labels({{"rank", rank}, {"layer", l.name}}))
+      .Increment(d->bytes_sent);
+  AddSat(&l.bytes_sent, d->bytes_sent);
   was = now;
 }
 

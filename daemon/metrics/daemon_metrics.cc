@@ -65,6 +65,10 @@ void AddLayerFamilies(metrics::Registry* r, DaemonMetrics* m) {
   m->layer_candidate = AddGauge(
       r, "gift_layer_candidate",
       "1 when the layer gets factors (chosen by the policy or pinned).");
+  m->layer_format = AddGauge(
+      r, "gift_layer_format_info",
+      "1 for the layer's wire format (label format: e4m3, e5m2, nvfp4, "
+      "mxfp4).");
   m->vulnerability =
       AddGauge(r, "gift_layer_vulnerability",
                "Windowed FP8 boundary-hit fraction (upper + lower) / n.");
@@ -127,6 +131,10 @@ void AddRankFamilies(metrics::Registry* r, DaemonMetrics* m) {
   m->nonfinite_inputs =
       AddCounter(r, "gift_nonfinite_inputs_total",
                  "NaN/Inf gradient elements seen before quantization.");
+  m->layer_bytes_sent = AddCounter(
+      r, "gift_layer_bytes_sent_total",
+      "Payload bytes the rank sent for the layer: its share of each step's "
+      "two-phase bytes by its wire bytes.");
   m->bytes_sent = AddCounter(r, "gift_bytes_sent_total",
                              "Payload bytes the rank sent, by path.");
   m->shm_rejected = AddCounter(

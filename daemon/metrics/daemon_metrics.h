@@ -35,6 +35,9 @@ struct DaemonMetrics {
   // {job_id, node, layer}
   metrics::Family<metrics::Gauge>* layer_selected;
   metrics::Family<metrics::Gauge>* layer_candidate;
+  // {job_id, node, layer, format} = 1: the layer's wire format (e4m3, e5m2,
+  // nvfp4, mxfp4); the series of a format it left is removed.
+  metrics::Family<metrics::Gauge>* layer_format;
   metrics::Family<metrics::Gauge>* vulnerability;
   metrics::Family<metrics::Gauge>* gain;
   metrics::Family<metrics::Gauge>* factor_version;
@@ -62,6 +65,7 @@ struct DaemonMetrics {
   // {job_id, node, rank, layer}
   metrics::Family<metrics::Counter>* quantized_elements;
   metrics::Family<metrics::Counter>* nonfinite_inputs;
+  metrics::Family<metrics::Counter>* layer_bytes_sent;
 
   // {job_id, node, rank, path = euclid|gift|control}
   metrics::Family<metrics::Counter>* bytes_sent;
