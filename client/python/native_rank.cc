@@ -147,6 +147,8 @@ ConnectionOptions NativeRank::AttachmentOptionsFor() const {
   t.local_rank = o.local_rank;
   t.device_memory = device_memory();
   t.device = o.device;
+  // The job's default wire format for giftd's plans (CheckOptions parsed it).
+  t.format = *kernels::ParseWireFormat(o.format);
   return t;
 }
 
