@@ -131,14 +131,25 @@ def file_hash(path):
     return h.hexdigest()[:16]
 
 
-def run_one(args, config, seed, env, n, total):
-    """Trains (config, seed) unless cached; its (log, summary, seconds)."""
+def cache_key(args, config, seed):
+    """The run's cache key: demo.py's (the example's code, nproc, steps and,
+    but for its DDP reference, the arguments and the built package) with
+    every argument, the DDP reference's too, and giftd's binary."""
     mode, extra = train_args(args, config, seed)
     package = None if mode == "ddp" else os.path.join(args.pkg, "gift")
     keyed = list(extra)
     if mode == "gift":
         keyed.append(file_hash(args.giftd_path))
     key = demo.run_key(args, mode, keyed, package)
+    if mode == "ddp":  # demo.run_key leaves the reference's arguments out
+        key = hashlib.sha256(json.dumps([key, keyed]).encode()).hexdigest()
+    return key[:16]
+
+
+def run_one(args, config, seed, env, n, total):
+    """Trains (config, seed) unless cached; its (log, summary, seconds)."""
+    mode, extra = train_args(args, config, seed)
+    key = cache_key(args, config, seed)
     base = os.path.join(args.out, "runs", f"{config}-s{seed}-{key}")
     log, summary, timing = base + ".jsonl", base + ".json", base + ".time"
     label = f"[{n}/{total}] {config} seed {seed}"

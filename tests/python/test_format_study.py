@@ -41,6 +41,18 @@ def test_train_arguments_follow_the_configuration():
     assert mode == "gift" and "--error-feedback" not in extra
 
 
+def test_every_argument_keys_the_cache(tmp_path):
+    (tmp_path / "gift").mkdir()
+    keys = set()
+    for argv in ([], ["--batch", "2"], ["--dim", "64"], ["--steps", "9"]):
+        a = fs.parse_args(argv)
+        a.pkg = str(tmp_path)
+        for config, seed in (("fp32", 0), ("fp32", 1),
+                             ("euclid-nvfp4-ef-off", 0)):
+            keys.add(fs.cache_key(a, config, seed))
+    assert len(keys) == 12
+
+
 def _run(val, rel=None, gift_path=False):
     audit = {} if rel is None else {10: {"fc": {
         "path": "gift" if gift_path else "euclid", "rel_l2": rel,

@@ -2,7 +2,8 @@
 ranks rendezvous through the daemon, attach, feed activation sketches from
 the forward hooks; a layer pinned with giftctl gets factors and takes the
 GIFT path on both ranks in the same steps, and parameters stay identical
-across ranks. Skipped when giftd/giftctl were not given ($GIFTD, $GIFTCTL).
+across ranks; gift.init(format=...) is the job format giftd registers.
+Skipped when giftd/giftctl were not given ($GIFTD, $GIFTCTL).
 """
 
 import os
@@ -62,3 +63,37 @@ def _worker(rank, sock, control):
 def test_pinned_layer_goes_gift():
     with u.giftd("--refresh-interval=4", "--rank=8") as (_, sock, control):
         u.spawn(_worker, sock, control)
+
+
+def _format_worker(rank, sock, control):
+    ddp = u.wrap(u.make_model())
+    state = gift.init(ddp, mode="gift", agent_socket=sock, job_id="pyfmt",
+                      format="mxfp4")
+    ddp.register_comm_hook(state, gift.comm_hook)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
+    deadline = time.monotonic() + 20
+    while not state.stats()["attachment"]["attached"]:
+        assert time.monotonic() < deadline, state.stats()["attachment"]
+        time.sleep(0.02)
+    for s in range(3):
+        u.train_step(ddp, opt, rank, s)
+        u.assert_same_on_all_ranks(ddp)
+    dist.barrier()
+    if rank == 0:
+        # The rank told giftd the job's format when it registered: the
+        # daemon's effective settings of every layer are mxfp4.
+        layers = u.giftctl(control, "layers")["layers"]
+        assert layers, "giftd lists no layer"
+        for l in layers:
+            assert "MXFP4" in str(l["settings"].get("format", "")).upper(), l
+    assert {w["format"] for w in state.stats()["layer_wire"].values()} == {
+        "mxfp4"}
+    dist.barrier()
+    state.remove_hooks()
+
+
+@pytest.mark.skipif(not os.environ.get("GIFTD") or not os.environ.get("GIFTCTL"),
+                    reason="GIFTD / GIFTCTL not set")
+def test_job_format_reaches_giftd():
+    with u.giftd() as (_, sock, control):
+        u.spawn(_format_worker, sock, control)
