@@ -94,13 +94,9 @@ class Ranks {
   void Rank(const std::string& socket, Transport& comm) {
     absl::StatusOr<EpochPlan> plan = TestPlan();
     ASSERT_OK(plan);
-    ConnectionOptions o;
-    o.agent_socket = socket;
-    o.job_id = "format-test";
-    o.rank = comm.rank();
-    o.world_size = 2;
-    o.retry_interval = absl::Milliseconds(50);
-    auto att = GiftdConnection::Create(o, *plan);
+    auto att = GiftdConnection::Create(
+        RankOptions(socket, "format-test", comm.rank(), /*world_size=*/2),
+        *plan);
     ASSERT_OK(att);
     auto ar = AllReduceEngine::Create(&comm, *plan, {});
     ASSERT_OK(ar);

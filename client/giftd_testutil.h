@@ -19,7 +19,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/time/time.h"
 #include "client/epoch_plan.h"
+#include "client/giftd_connection.h"
 #include "common/status_matchers.h"
 #include "common/testing.h"
 #include "daemon/daemon.h"
@@ -62,6 +64,20 @@ inline absl::StatusOr<EpochPlan> TestPlan() {
       0, kOut * kIn + kOut,
       {{.name = "w", .shape = {kOut, kIn}, .offset = 0},
        {.name = "b", .shape = {kOut}, .offset = kOut * kIn}});
+}
+
+// A rank's options for attaching to the giftd at `socket`: job `job_id`,
+// `rank` of `world_size`, retrying every 50 ms.
+inline ConnectionOptions RankOptions(const std::string& socket,
+                                     const std::string& job_id, int rank,
+                                     int world_size) {
+  ConnectionOptions o;
+  o.agent_socket = socket;
+  o.job_id = job_id;
+  o.rank = rank;
+  o.world_size = world_size;
+  o.retry_interval = absl::Milliseconds(50);
+  return o;
 }
 
 // A giftd serving `socket` with shared memory under `prefix`, refresh

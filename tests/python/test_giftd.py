@@ -21,16 +21,23 @@ PINNED = "2"  # the middle Linear (128 -> 64)
 MAX_STEPS = 60
 
 
-def _worker(rank, sock, control):
+def _attached(sock, **init):
+    """The test model in DDP with gift's hook (mode gift, `init` for
+    gift.init), once its rank has attached to giftd: (ddp, state, opt)."""
     ddp = u.wrap(u.make_model())
-    state = gift.init(ddp, mode="gift", agent_socket=sock, job_id="pytest",
-                      sketch_rows=64, probe_interval=2)
+    state = gift.init(ddp, mode="gift", agent_socket=sock, **init)
     ddp.register_comm_hook(state, gift.comm_hook)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
     deadline = time.monotonic() + 20
     while not state.stats()["attachment"]["attached"]:
         assert time.monotonic() < deadline, state.stats()["attachment"]
         time.sleep(0.02)
+    return ddp, state, opt
+
+
+def _worker(rank, sock, control):
+    ddp, state, opt = _attached(sock, job_id="pytest", sketch_rows=64,
+                                probe_interval=2)
     dist.barrier()
     if rank == 0:
         r = subprocess.run([os.environ["GIFTCTL"], "--address", control, "pin",
@@ -66,15 +73,7 @@ def test_pinned_layer_goes_gift():
 
 
 def _format_worker(rank, sock, control):
-    ddp = u.wrap(u.make_model())
-    state = gift.init(ddp, mode="gift", agent_socket=sock, job_id="pyfmt",
-                      format="mxfp4")
-    ddp.register_comm_hook(state, gift.comm_hook)
-    opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
-    deadline = time.monotonic() + 20
-    while not state.stats()["attachment"]["attached"]:
-        assert time.monotonic() < deadline, state.stats()["attachment"]
-        time.sleep(0.02)
+    ddp, state, opt = _attached(sock, job_id="pyfmt", format="mxfp4")
     for s in range(3):
         u.train_step(ddp, opt, rank, s)
         u.assert_same_on_all_ranks(ddp)
