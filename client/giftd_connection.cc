@@ -264,6 +264,7 @@ void GiftdConnection::Impl::TryAttach() {
     s.instance_newest = -1;
     s.counters = shm::LayerCounters{};
     s.counters.factor_version = -1;
+    s.counters.probe_version = -1;
   }
   totals = shm::StepCounters{};
   ++stats.attaches;

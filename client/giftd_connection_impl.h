@@ -87,7 +87,7 @@ struct GiftdConnection::Impl {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
   // ---- attachment_step.cc (training thread)
-  absl::Status ApplyPlan(AllReduceEngine* allreduce)
+  absl::Status ApplyPlan(AllReduceEngine* allreduce, VersionedFactors* factors)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   absl::Status TakeFactors(VersionedFactors* factors)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);

@@ -54,7 +54,8 @@ namespace gift::shm {
 
 inline constexpr uint64_t kMagic = 0x3130'4D48'5354'4947ULL;  // "GIFTSHM01"
 inline constexpr uint32_t kLayoutVersion =
-    3;  // bump on any change (2: audit counters and interval; 3: β auto)
+    4;  // bump on any change (2: audit counters and interval; 3: β auto;
+        // 4: probe and accepted factor versions)
 
 // Sketch oversampling p (DESIGN §2): k = r + p columns.
 inline constexpr int kOversample = 16;
@@ -204,7 +205,14 @@ struct LayerCounters {
   // Σ the GIFT-path round-trip RelL2 with the factor rebuilt for that β.
   int64_t beta_probes;
   double probe_beta_sum[kBetaGrid];
+  // The factor version the last probe used (-1: none yet). In a difference
+  // (rank_counters.h): kMixedProbeVersion when the probes in it may have
+  // used more than one version.
+  int64_t probe_version;
 };
+
+// LayerCounters::probe_version of a difference whose probes mixed versions.
+inline constexpr int64_t kMixedProbeVersion = -2;
 
 struct LayerEntry {
   char name[kNameBytes];
@@ -223,6 +231,8 @@ struct LayerEntry {
   // decaying gain): ranks close the layer's open window in the first step
   // whose agreed plan epoch carries a higher value than the window's.
   int64_t refresh_seq;
+  // The factor version the GIFT path may use (-1: none): probation.
+  int64_t accepted_version;
 
   RegionDesc region;       // LayerRegionLayout
   RegionDesc full_region;  // FullRegionLayout; kind kNone until needed
