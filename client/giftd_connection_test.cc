@@ -264,8 +264,9 @@ TEST(GiftdConnectionTest, FollowsDaemonThroughDeathAndRestart) {
 }
 
 // Probation (DESIGN §2): the layer "w", not pinned, enters the GIFT path on
-// its measured gain, and no rank ever whitens it with a factor version
-// that fewer than two probe steps had judged before that step.
+// its measured gain and stays through new factors, and no rank ever whitens
+// it with a factor version that fewer than two probe steps had judged
+// before that step.
 TEST(GiftdConnectionTest, AnAutoLayerUsesOnlyFactorsItsProbesJudged) {
   gift::testing::TempDir tmp("gift_probation");
   ASSERT_TRUE(tmp.ok());
@@ -277,6 +278,11 @@ TEST(GiftdConnectionTest, AnAutoLayerUsesOnlyFactorsItsProbesJudged) {
   EXPECT_TRUE(ranks.WaitFor([](const Record& r) {
     return r.path == LayerPath::kGift && r.version >= 1;
   })) << "the layer never took the GIFT path on its gain";
+  // Two factor switches on the path: each new version is judged first.
+  const int64_t first = ranks.records()[0].back().version;
+  EXPECT_TRUE(ranks.WaitFor([&](const Record& r) {
+    return r.path == LayerPath::kGift && r.version >= first + 2;
+  })) << "the layer did not stay on the GIFT path through new factors";
   ranks.Stop();
   giftd.reset();
   ASSERT_EQ(ranks.failures(), 0);

@@ -20,6 +20,31 @@
 // steps, maybe over several observations, and make one audit).
 // Its clock is the number of steps it has seen (SelectorSample::step).
 //
+// What the vulnerability means depends on the layer's wire format: upper and
+// lower are counted by the quantize kernel of that format. FP8 (per-tensor
+// scale): elements at ±fmax, and non-zero elements that flush to 0 or the
+// smallest subnormal — a measure of the tensor's dynamic range, which is
+// what whitening compresses. 4-bit (kernels/quantize_fp4.h: upper = codes
+// ±6, lower = non-zero elements coded ±0, both relative to the element's
+// 16/32-element block scale): a measure of the range inside a block. At 4
+// bits every block puts its largest element(s) at or near ±6 (upper >= ~1/16
+// for nvfp4) and many more small values flush to 0, so scores are 2–3
+// orders of magnitude higher (0.13–0.36 against 1e-4 at E4M3 on the
+// committed gradients, measured offline with a numpy model of the kernels'
+// codes and the damped rank-32 factor) and do not rank the layers that
+// gain: over the 8
+// committed MLP gradients (2 snapshots × 2 blocks × fc1/fc2), Spearman of the
+// score against the probe gain is −0.38 at nvfp4 (−1.0 within step 100),
+// −0.29 at mxfp4, against +0.81 for the same gradients' E4M3 per-tensor
+// score (which ranks them at 4 bits too: +0.81 nvfp4, +0.86 mxfp4, since the
+// gain is mostly a property of the layer: GIFT/Euclid RelL2 within 0.1
+// across formats). Policies therefore compare scores of one format only,
+// and for a 4-bit layer the score is a weak guide: the probes' measured gain
+// (the guard, with probation) is what decides whether it takes the GIFT
+// path. A tensor-relative 4-bit count (elements below the tensor amax ·
+// 2^-9 / 448, as the E4M3 rule) would restore the ranking; the kernels do
+// not count it yet.
+//
 // Decide() then applies, in order:
 //  1. pins: PIN_OUT layers are never candidates; PIN_IN layers always are,
 //     and are selected whatever their gain or audit;
