@@ -96,6 +96,11 @@ absl::StatusOr<std::unique_ptr<GiftdConnection>> GiftdConnection::Create(
                        "', not a 2-D layer of the plan"));
     }
   }
+  {
+    absl::MutexLock lock(&impl->mu);
+    impl->resume_gate_pending =
+        o.resume.plan_epoch > 0 || !o.resume.gift_layers.empty();
+  }
   Impl* p = impl.get();
   std::unique_ptr<GiftdConnection> a(new GiftdConnection(std::move(impl)));
   p->TryAttach();  // one synchronous try, so a running daemon is used at once

@@ -153,6 +153,15 @@ absl::Status GiftdConnection::BeforeStep(AllReduceEngine* allreduce,
                                          VersionedFactors* factors) {
   Impl& m = *impl_;
   absl::MutexLock lock(&m.mu);
+  if (m.resume_gate_pending && m.mapping == nullptr) {
+    // Restored from a checkpoint, not attached yet: the versions the
+    // restored state used (the same on every rank) until a plan says.
+    for (const auto& s : m.layers) {
+      const std::string& name = m.base.layers()[s.plan_index].name;
+      factors->SetAccepted(name, allreduce->GiftVersionInUse(name));
+    }
+  }
+  m.resume_gate_pending = false;
   if (m.mapping != nullptr) {
     absl::Status st = m.ApplyPlan(allreduce, factors);
     if (st.ok()) st = m.TakeFactors(factors);
