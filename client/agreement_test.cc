@@ -82,5 +82,46 @@ TEST(VersionedFactorsTest, KeepsTheTwoNewestVersions) {
               StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
+TEST(VersionedFactorsTest, AcceptedVersionsGateTheGiftPath) {
+  VersionedFactors f;
+  auto make = [](int64_t v) {
+    LayerFactor g;
+    g.version = v;
+    g.d_in = 2;
+    g.r = 1;
+    g.u = {1, 0};
+    g.c = {-0.5f};
+    g.c_inv = {1.0f};
+    return g;
+  };
+  ASSERT_OK(f.Put("x", make(1)));
+  ASSERT_OK(f.Put("x", make(2)));
+  EXPECT_THAT(f.Usable("x"), ElementsAre(1, 2));  // no daemon: no gate
+  f.SetAccepted("x", 1);
+  EXPECT_THAT(f.Usable("x"), ElementsAre(1));
+  // v3 and v4 arrive on probation: v1, the newest usable, stays held.
+  ASSERT_OK(f.Put("x", make(3)));
+  EXPECT_THAT(f.Held("x"), ElementsAre(1, 3));
+  ASSERT_OK(f.Put("x", make(4)));
+  EXPECT_THAT(f.Held("x"), ElementsAre(1, 4));
+  EXPECT_THAT(f.Usable("x"), ElementsAre(1));
+  EXPECT_EQ(f.Newest("x")->version, 4);  // what probes use
+  f.SetAccepted("x", 4);
+  EXPECT_THAT(f.Usable("x"), ElementsAre(1, 4));
+  ASSERT_OK(f.Put("x", make(5)));
+  EXPECT_THAT(f.Held("x"), ElementsAre(4, 5));
+  EXPECT_THAT(f.Usable("x"), ElementsAre(4));
+  // Off the GIFT path: nothing usable, and the old acceptances are gone.
+  f.SetAccepted("x", kNoVersion);
+  EXPECT_TRUE(f.Usable("x").empty());
+  f.SetAccepted("x", 5);
+  EXPECT_THAT(f.Usable("x"), ElementsAre(5));
+  // A version accepted before it arrives becomes usable when it does.
+  f.SetAccepted("x", 6);
+  EXPECT_THAT(f.Usable("x"), ElementsAre(5));
+  ASSERT_OK(f.Put("x", make(6)));
+  EXPECT_THAT(f.Usable("x"), ElementsAre(5, 6));
+}
+
 }  // namespace
 }  // namespace gift::client

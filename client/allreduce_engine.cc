@@ -373,7 +373,8 @@ absl::StatusOr<const EpochPlan*> AllReduceEngine::AgreeOnStep(
   for (size_t i = 0; i < any.layers().size(); ++i) {
     const BucketLayer& l = any.layers()[i];
     if (l.shape.size() != 2) continue;
-    for (int64_t v : factors.Held(l.name)) {
+    // Only versions the daemon accepted for the GIFT path (probation).
+    for (int64_t v : factors.Usable(l.name)) {
       if (factors.Find(l.name, v)->Validate(l.d_in()).ok()) {
         held[1 + i].push_back(v);
       }

@@ -289,6 +289,12 @@ class AllReduceEngine {
   int audit_interval() const { return audit_interval_; }
   // The epoch used by the last Run (the creation plan's before the first).
   int64_t current_epoch() const { return current_epoch_; }
+  // The factor version the layer's last GIFT-path step used (its owner
+  // residual's; kept by ExportState), kNoVersion when it was Euclidean.
+  int64_t GiftVersionInUse(const std::string& layer) const {
+    auto it = gift_.find(layer);
+    return it == gift_.end() ? kNoVersion : it->second.owner_version;
+  }
 
  private:
   // Per-layer GIFT state that lives across steps.

@@ -128,9 +128,9 @@ absl::Status AllReduceEngine::Probe(const Group& g, const float* data,
   const VersionedFactors& factors = *step_ctx_.factors;
   for (size_t j = 0; j < g.index.size(); ++j) {
     const BucketLayer& l = g.plan.layers()[j];
-    const int64_t v = step_ctx_.versions[g.index[j]];
-    const LayerFactor* f =
-        v != kNoVersion ? factors.Find(l.name, v) : factors.Newest(l.name);
+    // Probes judge the newest factor (probation, DESIGN §2), which the GIFT
+    // path uses only once the daemon accepts it (VersionedFactors::Usable).
+    const LayerFactor* f = factors.Newest(l.name);
     if (l.shape.size() != 2 || l.size() == 0 || f == nullptr ||
         !f->Validate(l.d_in()).ok()) {
       continue;
@@ -139,6 +139,7 @@ absl::Status AllReduceEngine::Probe(const Group& g, const float* data,
     RETURN_IF_ERROR(backend_->probe().Probe(data + l.offset, l, *f, &p));
     LayerTelemetry& lt = t->layers[j];
     lt.probed = true;
+    lt.probe_version = f->version;
     lt.probe_euclid_rel_l2 = p.euclid_rel_l2;
     lt.probe_gift_rel_l2 = p.gift_rel_l2;
     if (!f->beta_auto) continue;

@@ -101,6 +101,11 @@ absl::StatusOr<std::unique_ptr<GiftdConnection>> GiftdConnection::Create(
                        "', not a 2-D layer of the plan"));
     }
   }
+  {
+    absl::MutexLock lock(&impl->mu);
+    impl->resume_gate_pending =
+        o.resume.plan_epoch > 0 || !o.resume.gift_layers.empty();
+  }
   Impl* p = impl.get();
   std::unique_ptr<GiftdConnection> a(new GiftdConnection(std::move(impl)));
   p->TryAttach();  // one synchronous try, so a running daemon is used at once
@@ -270,6 +275,7 @@ void GiftdConnection::Impl::TryAttach() {
     s.instance_newest = -1;
     s.counters = shm::LayerCounters{};
     s.counters.factor_version = -1;
+    s.counters.probe_version = -1;
   }
   totals = shm::StepCounters{};
   ++stats.attaches;

@@ -87,7 +87,7 @@ struct GiftdConnection::Impl {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
   // ---- attachment_step.cc (training thread)
-  absl::Status ApplyPlan(AllReduceEngine* allreduce)
+  absl::Status ApplyPlan(AllReduceEngine* allreduce, VersionedFactors* factors)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   absl::Status TakeFactors(VersionedFactors* factors)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
@@ -133,6 +133,9 @@ struct GiftdConnection::Impl {
   int64_t step ABSL_GUARDED_BY(mu) = 0;      // steps completed
   // options.resume.gift_layers went to a daemon (they are sent once).
   bool resume_registered ABSL_GUARDED_BY(mu) = false;
+  // Probation: a resumed rank keeps the GIFT path on the versions its state
+  // was whitened with until its daemon's plan names the accepted ones.
+  bool resume_gate_pending ABSL_GUARDED_BY(mu) = false;
   int64_t staleness_limit ABSL_GUARDED_BY(mu);
   int heartbeat_ms ABSL_GUARDED_BY(mu) = 1000;
   shm::StepCounters totals ABSL_GUARDED_BY(mu){};

@@ -19,13 +19,21 @@ const shm::PlanView* GiftdConnection::Impl::AgreedPlan(int64_t epoch) const {
   return it == plans.end() ? nullptr : &it->second;
 }
 
-absl::Status GiftdConnection::Impl::ApplyPlan(AllReduceEngine* allreduce) {
+absl::Status GiftdConnection::Impl::ApplyPlan(AllReduceEngine* allreduce,
+                                              VersionedFactors* factors) {
   shm::PlanView plan;
   if (!shm::ReadPlan(mapping->block(), &plan) || plan.plan_epoch <= 0) {
     return absl::OkStatus();
   }
   if (plan.layers.size() != layers.size()) {
     return absl::InternalError("plan has a different number of layers");
+  }
+  // Probation: the factor versions the daemon accepted for the GIFT path,
+  // read every step (no new epoch brings them); the per-step agreement
+  // makes every rank use the same one, or none.
+  for (size_t j = 0; j < layers.size(); ++j) {
+    factors->SetAccepted(base.layers()[layers[j].plan_index].name,
+                         plan.layers[j].accepted_version);
   }
   staleness_limit = plan.staleness_limit;
   // The daemon's audit interval (giftctl set-audit-interval) overrides the
@@ -176,8 +184,17 @@ absl::Status GiftdConnection::BeforeStep(AllReduceEngine* allreduce,
                                          VersionedFactors* factors) {
   Impl& m = *impl_;
   absl::MutexLock lock(&m.mu);
+  if (m.resume_gate_pending && m.mapping == nullptr) {
+    // Restored from a checkpoint, not attached yet: the versions the
+    // restored state used (the same on every rank) until a plan says.
+    for (const auto& s : m.layers) {
+      const std::string& name = m.base.layers()[s.plan_index].name;
+      factors->SetAccepted(name, allreduce->GiftVersionInUse(name));
+    }
+  }
+  m.resume_gate_pending = false;
   if (m.mapping != nullptr) {
-    absl::Status st = m.ApplyPlan(allreduce);
+    absl::Status st = m.ApplyPlan(allreduce, factors);
     if (st.ok()) st = m.TakeFactors(factors);
     if (!st.ok()) m.Detach(std::string(st.message()));
   }
@@ -284,6 +301,7 @@ void GiftdConnection::Impl::WriteTelemetry(const StepTelemetry& t,
       ++c.probes;
       c.probe_euclid_sum += lt.probe_euclid_rel_l2;
       c.probe_gift_sum += lt.probe_gift_rel_l2;
+      c.probe_version = lt.probe_version;
       if (lt.beta_probed) {
         ++c.beta_probes;
         for (int b = 0; b < kBetaGrid; ++b) {

@@ -13,6 +13,7 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <random>
 
 #include "absl/strings/match.h"
@@ -39,6 +40,8 @@ struct Record {
   bool attached;
   int64_t attaches;
   bool full;  // the factor used is a `full` (dense) one
+  bool probed;
+  int64_t probe_version;
 };
 
 // Two Gloo ranks in threads training the layers "w" (GIFT-capable) and "b"
@@ -117,7 +120,8 @@ class TwoRanks {
       absl::MutexLock lock(&mu_);
       records_[comm.rank()].push_back(
           {t.layers[0].path, t.layers[0].factor_version, s.attached, s.attaches,
-           used != nullptr && used->kind == GiftTransform::kFull});
+           used != nullptr && used->kind == GiftTransform::kFull,
+           t.layers[0].probed, t.layers[0].probe_version});
       absl::SleepFor(absl::Milliseconds(2));
     }
   }
@@ -171,6 +175,50 @@ TEST(GiftdConnectionTest, FollowsDaemonThroughDeathAndRestart) {
   auto left = shm::ListPosixObjects(prefix + "-");
   ASSERT_OK(left);
   EXPECT_TRUE(left->empty());
+}
+
+// Probation (DESIGN §2): the layer "w", not pinned, enters the GIFT path on
+// its measured gain and stays through new factors, and no rank ever whitens
+// it with a factor version that fewer than two probe steps had judged
+// before that step.
+TEST(GiftdConnectionTest, AnAutoLayerUsesOnlyFactorsItsProbesJudged) {
+  gift::testing::TempDir tmp("gift_probation");
+  ASSERT_TRUE(tmp.ok());
+  const std::string socket = absl::StrCat(tmp.path(), "/agent.sock");
+  const std::string prefix = absl::StrCat("/gift-ptest", ::getpid());
+  // Factors every 20 steps: a version lives for ten probe steps.
+  auto giftd = std::make_unique<Giftd>(socket, prefix, 20);
+  TwoRanks ranks(socket);
+  EXPECT_TRUE(ranks.WaitFor([](const Record& r) {
+    return r.path == LayerPath::kGift && r.version >= 1;
+  })) << "the layer never took the GIFT path on its gain";
+  // Two factor switches on the path: each new version is judged first.
+  const int64_t first = ranks.records()[0].back().version;
+  EXPECT_TRUE(ranks.WaitFor([&](const Record& r) {
+    return r.path == LayerPath::kGift && r.version >= first + 2;
+  })) << "the layer did not stay on the GIFT path through new factors";
+  ranks.Stop();
+  giftd.reset();
+  ASSERT_EQ(ranks.failures(), 0);
+  const std::vector<std::vector<Record>> records = ranks.records();
+  const size_t n = std::min(records[0].size(), records[1].size());
+  std::map<int64_t, int> probes[2];  // by version, per rank, so far
+  int gift_steps = 0;
+  for (size_t i = 0; i < n; ++i) {
+    EXPECT_EQ(records[0][i].path, records[1][i].path) << "step " << i;
+    EXPECT_EQ(records[0][i].version, records[1][i].version) << "step " << i;
+    if (records[0][i].path == LayerPath::kGift) {
+      ++gift_steps;
+      const int64_t v = records[0][i].version;
+      EXPECT_GE(std::max(probes[0][v], probes[1][v]), 2)
+          << "step " << i << " whitens with v" << v
+          << " before two probe steps judged it";
+    }
+    for (int k = 0; k < 2; ++k) {
+      if (records[k][i].probed) ++probes[k][records[k][i].probe_version];
+    }
+  }
+  EXPECT_GT(gift_steps, 0);
 }
 
 // DESIGN §3: Ω is d_in × (r + p). The layer "w" (d_in 64) has room for

@@ -84,14 +84,16 @@ inline ConnectionOptions RankOptions(const std::string& socket,
 // interval 4, polling every 10 ms; stopped by the destructor.
 class Giftd {
  public:
-  Giftd(const std::string& socket, const std::string& prefix) {
+  // `refresh_interval`: steps between factor refreshes.
+  Giftd(const std::string& socket, const std::string& prefix,
+        int refresh_interval = 4) {
     daemon::DaemonConfig c;
     c.node = "test";
     c.shm_prefix = prefix;
     c.agent_socket = socket;
     c.control_address = "127.0.0.1:0";
     c.metrics_address = "";
-    c.refresh_interval = 4;
+    c.refresh_interval = refresh_interval;
     c.poll_interval_ms = 10;
     c.heartbeat_interval_ms = 50;
     c.rank_timeout_ms = 3000;

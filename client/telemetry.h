@@ -45,6 +45,7 @@ struct LayerTelemetry {
   bool probed = false;
   double probe_euclid_rel_l2 = 0;
   double probe_gift_rel_l2 = 0;
+  int64_t probe_version = kNoVersion;  // the factor the probe used
   // β auto (a factor that carries its eigenvalues and LayerFactor::beta_auto):
   // the same GIFT round trip with the factor rebuilt for each β of
   // kBetaGridValues (LayerFactor::WithBeta).

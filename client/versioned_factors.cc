@@ -76,8 +76,51 @@ absl::Status VersionedFactors::Put(const std::string& layer,
   std::sort(slots.begin(), slots.end(), [](const auto& a, const auto& b) {
     return a->version < b->version;
   });
-  if (slots.size() > kKeep) slots.erase(slots.begin());
+  // Evict the oldest, but never the newest usable version.
+  const std::vector<int64_t> usable = Usable(layer);
+  while (slots.size() > kKeep) {
+    auto victim = slots.begin();
+    if (!usable.empty() && (*victim)->version == usable.back()) ++victim;
+    if (victim == slots.end() || slots.size() <= kKeep) break;
+    slots.erase(victim);
+  }
   return absl::OkStatus();
+}
+
+void VersionedFactors::SetAccepted(const std::string& layer, int64_t version) {
+  std::vector<int64_t>& a = accepted_[layer];
+  if (version < 0) {
+    a.clear();
+    return;
+  }
+  if (std::find(a.begin(), a.end(), version) == a.end()) {
+    a.push_back(version);
+    std::sort(a.begin(), a.end());
+  }
+  // Keep what is held, and the newest (it may arrive later).
+  const std::vector<int64_t> held = Held(layer);
+  std::vector<int64_t> kept;
+  for (int64_t v : a) {
+    if (v == a.back() || std::find(held.begin(), held.end(), v) != held.end()) {
+      kept.push_back(v);
+    }
+  }
+  while (kept.size() > kKeep + 1) kept.erase(kept.begin());
+  a = std::move(kept);
+}
+
+std::vector<int64_t> VersionedFactors::Usable(const std::string& layer) const {
+  std::vector<int64_t> held = Held(layer);
+  auto it = accepted_.find(layer);
+  if (it == accepted_.end()) return held;
+  std::vector<int64_t> out;
+  for (int64_t v : held) {
+    if (std::find(it->second.begin(), it->second.end(), v) !=
+        it->second.end()) {
+      out.push_back(v);
+    }
+  }
+  return out;
 }
 
 const LayerFactor* VersionedFactors::Find(const std::string& layer,
@@ -105,7 +148,7 @@ const LayerFactor* VersionedFactors::Newest(const std::string& layer) const {
 }
 
 void VersionedFactors::Drop(const std::string& layer) {
-  by_layer_.erase(layer);
+  by_layer_.erase(layer);  // the gate stays: the daemon's acceptances hold
 }
 
 }  // namespace gift::client

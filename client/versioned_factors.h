@@ -8,6 +8,13 @@
 // (the agreement then sends the layer down the Euclidean path on every rank
 // for that step).
 //
+// Probation (DESIGN §2): with a daemon, a layer's newest factor is for
+// probes until the daemon accepts it. SetAccepted records the versions the
+// daemon accepted; Usable (what the per-step agreement offers for the GIFT
+// path) is then the held versions among them. A layer never given one has
+// no such gate (a rank without a daemon). Put never evicts the newest
+// usable version, so a rank holds it while newer ones are on probation.
+//
 //   VersionedFactors factors;
 //   LayerFactor f = LayerFactor::LowRank(/*version=*/3, d_in, r, u, c, c_inv);
 //   RETURN_IF_ERROR(factors.Put("blocks.0.mlp.fc2", std::move(f)));
@@ -77,6 +84,14 @@ class VersionedFactors {
   std::vector<int64_t> Held(const std::string& layer) const;
   // The highest held version, or nullptr; valid as long as Find's.
   const LayerFactor* Newest(const std::string& layer) const;
+  // The daemon accepts `version` for the layer's GIFT path (kNoVersion:
+  // none; it also forgets the earlier acceptances, so the layer comes back
+  // only on a version accepted anew). Versions no longer held are
+  // forgotten.
+  void SetAccepted(const std::string& layer, int64_t version);
+  // The held versions the GIFT path may use, ascending: all held ones
+  // while the layer has no gate, else the held accepted ones.
+  std::vector<int64_t> Usable(const std::string& layer) const;
   // Forgets every version of the layer (a stale factor: the layer then goes
   // Euclidean until a new one arrives). Frees the factors: read what is
   // needed of them (the version) first.
@@ -85,6 +100,8 @@ class VersionedFactors {
  private:
   absl::flat_hash_map<std::string, std::vector<std::shared_ptr<LayerFactor>>>
       by_layer_;
+  // The gated layers' accepted versions, ascending (at most kKeep + 1).
+  absl::flat_hash_map<std::string, std::vector<int64_t>> accepted_;
 };
 
 }  // namespace gift::client

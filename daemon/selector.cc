@@ -107,7 +107,7 @@ double JobCalibration(
 // The window's scores of a row.
 void ScoreRow(const LayerState& st, LayerScore& sc) {
   sc.vulnerability = st.window.Vulnerability();
-  sc.gain = st.window.Gain();
+  sc.gain = st.window.VersionGain(st.factor_version, &sc.gain_probe_steps);
   sc.probe_gift_rel_l2 = st.window.ProbeGift();
   sc.beta_probes = st.window.sum.beta_probes;
   sc.beta_probe_samples = st.window.BetaProbeSamples();
@@ -162,6 +162,7 @@ Row MakeRow(const SelectorPolicy& p, const SelectorLayer& layer, size_t order,
   r.was_selected = st.selected;
   r.resumed = st.resumed;
   r.factor_version = st.factor_version;
+  r.was_accepted = st.accepted_version;
   r.best_gain = st.best_gain;
   r.early_refresh_version = st.early_refresh_version;
   if (auto it = settings.find(layer.name); it != settings.end()) {
@@ -182,6 +183,7 @@ Row MakeRow(const SelectorPolicy& p, const SelectorLayer& layer, size_t order,
 void CommitRow(const Row& r, LayerState& st) {
   st.candidate = r.score.candidate;
   st.selected = r.score.selected;
+  st.accepted_version = r.score.accepted_version;
   st.resumed = st.resumed && std::isnan(r.score.gain);
   st.early_refresh_version = r.early_refresh_version;
   st.settings = r.settings;
@@ -219,7 +221,8 @@ SelectionDecision LayerSelector::Decide(
   internal::ApplyPlanPace(p, clock, force_ || settings_changed,
                           &last_paced_step_, rows, &d);
   force_ = false;
-  for (const Row& r : rows) {
+  for (Row& r : rows) {
+    r.score.accepted_version = r.score.selected ? r.accepted : -1;
     CommitRow(r, *state_.at(r.layer->name));
     if (r.score.candidate) d.candidates.push_back(r.layer->name);
     if (r.score.selected) d.selected.push_back(r.layer->name);
@@ -229,6 +232,13 @@ SelectionDecision LayerSelector::Decide(
   last_candidates_ = d.candidates;
   last_selected_ = d.selected;
   return d;
+}
+
+int64_t MergeProbeVersion(int64_t probes_before, int64_t version_before,
+                          int64_t probes, int64_t version) {
+  if (probes <= 0) return version_before;
+  if (probes_before <= 0) return version;
+  return version_before == version ? version : kMixedProbeVersion;
 }
 
 int BetaIndex(double beta) {

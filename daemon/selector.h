@@ -10,11 +10,40 @@
 // of the last `window_steps` steps per layer and derives
 //   vulnerability = Σ(upper + lower) / Σ n        over the window,
 //   gain          = 1 − Σ gift_rel_l2 / Σ euclid  over the window's probes
-//                   (NaN while the window holds no probe);
+//                   made with the newest published factor version, judged
+//                   on >= kProbationProbes probe steps
+//                   (SelectorSample::probe_version; NaN while the window
+//                   holds none: probes of an older version, or of a sample
+//                   whose probes mixed versions, never judge the new one);
 // and, per layer, an audit window of its last `audit_window` audits (the
 // reports of one audit step reach the selector within kAuditMergeSteps
 // steps, maybe over several observations, and make one audit).
 // Its clock is the number of steps it has seen (SelectorSample::step).
+//
+// What the vulnerability means depends on the layer's wire format: upper and
+// lower are counted by the quantize kernel of that format. FP8 (per-tensor
+// scale): elements at ±fmax, and non-zero elements that flush to 0 or the
+// smallest subnormal — a measure of the tensor's dynamic range, which is
+// what whitening compresses. 4-bit (kernels/quantize_fp4.h: upper = codes
+// ±6, lower = non-zero elements coded ±0, both relative to the element's
+// 16/32-element block scale): a measure of the range inside a block. At 4
+// bits every block puts its largest element(s) at or near ±6 (upper >= ~1/16
+// for nvfp4) and many more small values flush to 0, so scores are 2–3
+// orders of magnitude higher (0.13–0.36 against 1e-4 at E4M3 on the
+// committed gradients, measured offline with a numpy model of the kernels'
+// codes and the damped rank-32 factor) and do not rank the layers that
+// gain: over the 8
+// committed MLP gradients (2 snapshots × 2 blocks × fc1/fc2), Spearman of the
+// score against the probe gain is −0.38 at nvfp4 (−1.0 within step 100),
+// −0.29 at mxfp4, against +0.81 for the same gradients' E4M3 per-tensor
+// score (which ranks them at 4 bits too: +0.81 nvfp4, +0.86 mxfp4, since the
+// gain is mostly a property of the layer: GIFT/Euclid RelL2 within 0.1
+// across formats). Policies therefore compare scores of one format only,
+// and for a 4-bit layer the score is a weak guide: the probes' measured gain
+// (the guard, with probation) is what decides whether it takes the GIFT
+// path. A tensor-relative 4-bit count (elements below the tensor amax ·
+// 2^-9 / 448, as the E4M3 rule) would restore the ranking; the kernels do
+// not count it yet.
 //
 // Decide() then applies, in order:
 //  1. pins: PIN_OUT layers are never candidates; PIN_IN layers always are,
@@ -27,10 +56,20 @@
 //     level) holds its place `gain_hold` times as firmly: top-k newcomers
 //     must beat gain_hold · (1 + hysteresis) times its score; under elbow
 //     and threshold it stays down to cut · (1 − hysteresis) / gain_hold;
-//  3. the measured-gain guard: a candidate is selected once its gain is
-//     >= min_gain and stays selected until its gain drops below
-//     min_gain · (1 − hysteresis); without a measured gain it is not
-//     selected (it still gets factors, so probes can measure it);
+//  3. the measured-gain guard with probation: a factor version is judged
+//     once the window holds kProbationProbes probes made with it. A
+//     candidate is selected once the newest version is judged with gain
+//     >= min_gain, and that version becomes its accepted version
+//     (LayerScore::accepted_version: the one factor every rank may use on
+//     the GIFT path; newer versions are used by probes only). A selected
+//     layer whose newest version is still on probation stays on the path
+//     with its accepted version; once judged, the new version is accepted
+//     when its gain is >= min_gain · (1 − hysteresis) (the stay level),
+//     else the layer leaves the GIFT path (it does not fall back to the
+//     older factor: no probe measures that one any more, and it only grows
+//     staler). Until a version is judged an unselected candidate is not
+//     selected (it still gets factors, so probes can measure it). Pinned-in
+//     and resumed layers accept the newest version without probation;
 //  4. the audit rule: a selected layer whose mean audited GIFT-path RelL2
 //     over its audit window (at least two GIFT audits, or one when
 //     audit_window is 1) exceeds its Euclidean reference times
@@ -64,6 +103,11 @@
 //     gain fell below −min_gain (whitening measurably hurts), and everything
 //     after SetPolicy or Resume. Pending moves ride along with those (one plan
 //     change either way). plan_interval_steps = 0 turns the pace off.
+// The plan pace holds the accepted version with the move: a held layer keeps
+// the version it had. Accepting a newer version for a layer that stays
+// selected is not a move: it is never held, and it is no plan change (the
+// daemon publishes accepted versions beside the plan and the ranks agree on
+// them per step, as on factor versions).
 // The decision changes (and the daemon emits a new plan epoch) only when the
 // candidate or selected set changes (or an early refresh is listed).
 //
@@ -127,6 +171,13 @@ struct SelectorSample {
   int64_t beta_probes = 0;
   std::array<double, kBetaGrid> probe_beta_sum{};
   int64_t factor_version = -1;  // newest version the daemon published
+  // The factor version every probe of this sample used (-1: no factor
+  // version is known; kMixedProbeVersion: the probes used different
+  // versions, so they judge none).
+  int64_t probe_version = -1;
+  // Probe steps among the probes: the most probes of any one rank (a rank
+  // probes a layer once per probe step; the ranks probe the same steps).
+  int64_t probe_steps = 0;
   // Audit steps (libgift's every-audit_interval FP32 allreduce of the same
   // local gradients beside the quantized one), summed over the ranks' audits
   // in this sample: how many, and the sum of the audited per-step RelL2 of
@@ -150,6 +201,20 @@ struct SelectorSample {
   int64_t step = -1;
 };
 
+// SelectorSample::probe_version of a sample whose probes mixed versions.
+inline constexpr int64_t kMixedProbeVersion = -2;
+
+// The probe_version of `probes_before` probes of `version_before` merged
+// with `probes` of `version`: the one version when both agree (or one side
+// has no probe), else kMixedProbeVersion.
+int64_t MergeProbeVersion(int64_t probes_before, int64_t version_before,
+                          int64_t probes, int64_t version);
+
+// Probe steps (SelectorSample::probe_steps) a factor version needs in the
+// window before the gain guard judges it (DESIGN §2 probation): one probe
+// step is too noisy to put a factor on the GIFT path.
+inline constexpr int64_t kProbationProbes = 2;
+
 // Reports of one audit step that reach the selector within this many steps
 // of each other are one audit (the ranks of a job step together, but the
 // daemon may poll them on either side of a step).
@@ -158,6 +223,12 @@ inline constexpr int64_t kAuditMergeSteps = 2;
 struct LayerScore {
   double vulnerability = 0;  // 0 with no data
   double gain = 0;           // NaN while unmeasured
+  // Probe steps the gain was measured on (all with the newest factor
+  // version).
+  int64_t gain_probe_steps = 0;
+  // The factor version the GIFT path may use: -1 unless selected (and while
+  // a selected layer has no version yet). Probes use the newest version.
+  int64_t accepted_version = -1;
   bool candidate = false;
   bool selected = false;
   std::string reason;  // e.g. "selected: gain 0.31 >= 0.05"

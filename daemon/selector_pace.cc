@@ -38,6 +38,7 @@ void HoldMove(Row& r, int64_t next) {
   if (say_bar) absl::StrAppend(&r.score.reason, "; ", BarReason(r));
   r.score.candidate = r.was_candidate;
   r.score.selected = r.was_selected;
+  r.accepted = r.was_accepted;  // the version goes with the held move
   r.score.held = true;
 }
 

@@ -164,9 +164,11 @@ void ApplyCandidates(const SelectorPolicy& policy, std::vector<Row>& rows) {
       r.score.reason = "pinned out";
     } else if (r.settings.pin == PinState::kIn) {
       r.score.candidate = r.score.selected = true;
+      r.accepted = r.factor_version;  // the operator's: no probation
       r.score.reason = "selected: pinned in";
     } else if (r.resumed && !r.has_telemetry) {
       r.score.candidate = r.score.selected = true;
+      r.accepted = r.factor_version;
       r.score.reason = "selected: resumed from a checkpoint, no telemetry yet";
     } else if (!(r.score.vulnerability > 0)) {
       r.score.reason = r.has_telemetry
@@ -204,34 +206,75 @@ std::string BarReason(const Row& r) {
   return out;
 }
 
-void ApplyGainGuard(const SelectorPolicy& policy, std::vector<Row>& rows) {
+namespace {
+
+// "factor v3 on probation (1 of 2 probe steps, gain 0.2)".
+std::string Probation(const Row& r) {
+  std::string out = absl::StrCat("factor v", r.factor_version,
+                                 " on probation (", r.score.gain_probe_steps,
+                                 " of ", kProbationProbes, " probe steps");
+  if (!std::isnan(r.score.gain)) {
+    absl::StrAppend(&out, ", gain ", Num(r.score.gain));
+  }
+  return absl::StrCat(out, ")");
+}
+
+// The guard's verdict on an unpinned, unbarred candidate; sets selected and
+// the accepted version.
+std::string GuardVerdict(const SelectorPolicy& policy, Row& r) {
   const double stay = policy.min_gain * (1 - policy.hysteresis);
+  const double entry =
+      policy.min_gain * (r.reentry ? 1 + policy.hysteresis : 1);
+  const double g = r.score.gain;
+  const bool judged =
+      r.score.gain_probe_steps >= kProbationProbes && !std::isnan(g);
+  const std::string on = r.factor_version >= 0
+                             ? absl::StrCat(" on factor v", r.factor_version)
+                             : "";
+  if (!judged && r.resumed) {
+    r.score.selected = true;
+    r.accepted = r.was_accepted >= 0 ? r.was_accepted : r.factor_version;
+    return "selected: resumed from a checkpoint, no gain measured yet";
+  }
+  if (!judged && r.was_selected && r.was_accepted >= 0) {
+    r.score.selected = true;
+    r.accepted = r.was_accepted;
+    return absl::StrCat("selected on factor v", r.was_accepted, "; ",
+                        Probation(r));
+  }
+  if (!judged) {
+    return r.score.gain_probe_steps == 0
+               ? absl::StrCat("candidate, not selected: no gain measured yet",
+                              on)
+               : absl::StrCat("candidate, not selected: ", Probation(r));
+  }
+  if (g >= entry) {
+    r.score.selected = true;
+    r.accepted = r.factor_version;
+    return absl::StrCat("selected: gain ", Num(g), " >= ", Num(entry),
+                        r.reentry ? " (back after an audit removal)" : "", on,
+                        " (", r.score.gain_probe_steps, " probe steps)");
+  }
+  if (r.was_selected && g >= stay) {
+    r.score.selected = true;
+    r.accepted = r.factor_version;
+    return absl::StrCat("selected: gain ", Num(g), " >= ", Num(stay),
+                        " (hysteresis)", on);
+  }
+  return absl::StrCat("candidate, not selected: gain ", Num(g), " < ",
+                      Num(r.was_selected ? stay : entry), on,
+                      r.was_selected ? " (left the GIFT path)" : "");
+}
+
+}  // namespace
+
+void ApplyGainGuard(const SelectorPolicy& policy, std::vector<Row>& rows) {
   for (Row& r : rows) {
     if (!r.score.candidate || r.settings.pin == PinState::kIn) continue;
     if (r.resumed && !r.has_telemetry) continue;  // ApplyCandidates said why
-    const double entry =
-        policy.min_gain * (r.reentry ? 1 + policy.hysteresis : 1);
-    const double g = r.score.gain;
-    std::string verdict;
-    if (r.barred) {
-      verdict = absl::StrCat("candidate, not selected: ", BarReason(r));
-    } else if (std::isnan(g) && r.resumed) {
-      r.score.selected = true;
-      verdict = "selected: resumed from a checkpoint, no gain measured yet";
-    } else if (std::isnan(g)) {
-      verdict = "candidate, not selected: no gain measured yet";
-    } else if (g >= entry) {
-      r.score.selected = true;
-      verdict = absl::StrCat("selected: gain ", Num(g), " >= ", Num(entry),
-                             r.reentry ? " (back after an audit removal)" : "");
-    } else if (r.was_selected && g >= stay) {
-      r.score.selected = true;
-      verdict = absl::StrCat("selected: gain ", Num(g), " >= ", Num(stay),
-                             " (hysteresis)");
-    } else {
-      verdict = absl::StrCat("candidate, not selected: gain ", Num(g), " < ",
-                             Num(r.was_selected ? stay : entry));
-    }
+    const std::string verdict =
+        r.barred ? absl::StrCat("candidate, not selected: ", BarReason(r))
+                 : GuardVerdict(policy, r);
     // Keep the policy's part: it says why the layer is a candidate.
     r.score.reason = absl::StrCat(verdict, "; ", r.policy_reason);
   }

@@ -40,6 +40,8 @@ struct Row {
   bool settings_changed = false;
   bool gaining = false;  // was selected with a gain >= the stay level
   int64_t factor_version = -1;
+  int64_t was_accepted = -1;  // the accepted version at the last Decide
+  int64_t accepted = -1;      // the one the guard accepts (while selected)
   double best_gain = std::numeric_limits<double>::quiet_NaN();
   int64_t early_refresh_version = -1;
   std::string policy_reason;  // what the vulnerability policy said

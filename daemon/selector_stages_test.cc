@@ -1,6 +1,8 @@
 // The decision stages (selector_stages.h) through LayerSelector: the audit
-// rule (stage 4: conviction, reference, calibration, bar and back-off) and
-// gain_hold (stage 2). The other stages' tests are in selector_test.cc.
+// rule (stage 4: conviction, reference, calibration, bar and back-off),
+// gain_hold (stage 2) and the gain guard's probation (stage 3: probes per
+// factor version, the accepted version). The other stages' tests are in
+// selector_test.cc.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -247,8 +249,8 @@ TEST_F(SelectorTest, GainHoldKeepsGainingLayersInTheTopK) {
   p.hysteresis = 0.1;
   p.gain_hold = 2;
   Make(p, 2);
-  ASSERT_OK(selector_->Observe("l0", Sample(0.1, 50, 1, 0.5)));
-  ASSERT_OK(selector_->Observe("l1", Sample(0.05, 50, 1, 0.5)));
+  ASSERT_OK(selector_->Observe("l0", Sample(0.1, 50, kProbationProbes, 0.5)));
+  ASSERT_OK(selector_->Observe("l1", Sample(0.05, 50, kProbationProbes, 0.5)));
   SelectionDecision d = Decide();
   ASSERT_THAT(d.selected, ElementsAre("l0"));
   // Selected at the last Decide with a gain above the guard: gaining.
@@ -290,6 +292,150 @@ TEST_F(SelectorTest, GainHoldUnderAThreshold) {
               HasSubstr("(gaining: stays down to 0.045)"));
   Feed({0.04});
   EXPECT_FALSE(Decide().scores["l0"].candidate);
+}
+
+// Probation (stage 3): one layer, top-1, no pace; min_gain 0.05, stay 0.045.
+class ProbationTest : public SelectorTest {
+ protected:
+  void SetUp() override {
+    SelectorPolicy p = Classic();
+    p.top_k = 1;
+    p.window_steps = 50;
+    Make(p, 1);
+  }
+  // `steps` steps, newest published factor `version`, `probes` probes made
+  // with `probe_version` gaining `gain`.
+  SelectionDecision Observe(int64_t version, int64_t probes,
+                            int64_t probe_version, double gain,
+                            int64_t steps = 50) {
+    SelectorSample s = Sample(0.2, steps, probes, gain, version);
+    s.probe_version = probe_version;
+    EXPECT_OK(selector_->Observe("l0", s));
+    return Decide();
+  }
+};
+
+TEST_F(ProbationTest, GainOfAnOlderVersionDoesNotSelectTheNewOne) {
+  // v1's probes gained (and were never judged into the path: they arrive
+  // with v2 already published): v2 itself has no probe.
+  SelectionDecision d = Observe(2, 5, 1, 0.5);
+  EXPECT_THAT(d.selected, IsEmpty());
+  EXPECT_EQ(d.scores["l0"].gain_probe_steps, 0);
+  EXPECT_TRUE(std::isnan(d.scores["l0"].gain));
+  EXPECT_EQ(d.scores["l0"].accepted_version, -1);
+  EXPECT_THAT(d.scores["l0"].reason,
+              HasSubstr("candidate, not selected: no gain measured yet on "
+                        "factor v2"));
+}
+
+TEST_F(ProbationTest, OneProbeOfTheVersionDoesNotSelect) {
+  SelectionDecision d = Observe(2, 1, 2, 0.5);
+  EXPECT_THAT(d.selected, IsEmpty());
+  EXPECT_EQ(d.scores["l0"].gain_probe_steps, 1);
+  EXPECT_THAT(d.scores["l0"].reason,
+              HasSubstr("candidate, not selected: factor v2 on probation (1 "
+                        "of 2 probe steps, gain 0.5)"));
+  // Four ranks' probes of one more step: the second probe step.
+  SelectorSample s = Sample(0.2, 1, 4, 0.5, 2);
+  s.probe_steps = 1;
+  ASSERT_OK(selector_->Observe("l0", s));
+  d = Decide();
+  EXPECT_THAT(d.selected, ElementsAre("l0"));
+  EXPECT_EQ(d.scores["l0"].gain_probe_steps, 2);
+  // Probes whose versions mixed count for no version.
+  Make(selector_->policy(), 1);
+  Observe(2, 1, 2, 0.5, 1);
+  d = Observe(2, 3, kMixedProbeVersion, 0.5, 1);
+  EXPECT_THAT(d.selected, IsEmpty());
+  EXPECT_EQ(d.scores["l0"].gain_probe_steps, 1);
+  // Many ranks' probes of one step are one probe step.
+  Make(selector_->policy(), 1);
+  s = Sample(0.2, 1, 4, 0.5, 2);
+  s.probe_steps = 1;
+  ASSERT_OK(selector_->Observe("l0", s));
+  d = Decide();
+  EXPECT_THAT(d.selected, IsEmpty());
+  EXPECT_EQ(d.scores["l0"].gain_probe_steps, 1);
+}
+
+TEST_F(ProbationTest, TwoGainingProbesOfTheVersionSelectAndAcceptIt) {
+  Observe(2, 1, 2, 0.5, 10);
+  SelectionDecision d = Observe(2, 1, 2, 0.3, 10);
+  EXPECT_THAT(d.selected, ElementsAre("l0"));
+  EXPECT_EQ(d.scores["l0"].gain_probe_steps, 2);
+  EXPECT_NEAR(d.scores["l0"].gain, 0.4, 1e-12);
+  EXPECT_EQ(d.scores["l0"].accepted_version, 2);
+  EXPECT_THAT(
+      d.scores["l0"].reason,
+      HasSubstr("selected: gain 0.4 >= 0.05 on factor v2 (2 probe steps)"));
+  // Two probes that do not gain: not selected.
+  Make(selector_->policy(), 1);
+  Observe(2, 1, 2, 0.5, 10);
+  d = Observe(2, 1, 2, -0.6, 10);  // together: gain -0.05
+  EXPECT_THAT(d.selected, IsEmpty());
+}
+
+TEST_F(ProbationTest, ANewFactorOfASelectedLayerIsOnProbationThenAccepted) {
+  ASSERT_EQ(Observe(2, 2, 2, 0.5).scores["l0"].accepted_version, 2);
+  // v3 published: the path keeps v2 until v3 is judged.
+  SelectionDecision d = Observe(3, 0, -1, 0, 10);
+  EXPECT_THAT(d.selected, ElementsAre("l0"));
+  EXPECT_EQ(d.scores["l0"].accepted_version, 2);
+  d = Observe(3, 1, 3, 0.3, 10);
+  EXPECT_EQ(d.scores["l0"].accepted_version, 2);
+  EXPECT_THAT(d.scores["l0"].reason,
+              HasSubstr("selected on factor v2; factor v3 on probation (1 of "
+                        "2 probe steps, gain 0.3)"));
+  EXPECT_FALSE(d.changed);
+  d = Observe(3, 1, 3, 0.3, 10);
+  EXPECT_THAT(d.selected, ElementsAre("l0"));
+  EXPECT_EQ(d.scores["l0"].accepted_version, 3);
+  EXPECT_FALSE(d.changed);  // a new accepted version is no plan change
+}
+
+TEST_F(ProbationTest, ASelectedLayerWhoseNewFactorDoesNotGainLeaves) {
+  ASSERT_EQ(Observe(2, 2, 2, 0.5).scores["l0"].accepted_version, 2);
+  Observe(3, 1, 3, 0.01, 10);  // v3 on probation: still on v2
+  SelectionDecision d = Observe(3, 1, 3, 0.01, 10);
+  EXPECT_THAT(d.selected, IsEmpty());
+  EXPECT_TRUE(d.changed);
+  EXPECT_EQ(d.scores["l0"].accepted_version, -1);
+  EXPECT_THAT(d.scores["l0"].reason,
+              HasSubstr("candidate, not selected: gain 0.01 < 0.045 on "
+                        "factor v3 (left the GIFT path)"));
+  // It comes back only on a version judged to gain.
+  d = Observe(4, 1, 4, 0.5, 10);
+  EXPECT_THAT(d.selected, IsEmpty());
+  d = Observe(4, 1, 4, 0.5, 10);
+  EXPECT_THAT(d.selected, ElementsAre("l0"));
+  EXPECT_EQ(d.scores["l0"].accepted_version, 4);
+}
+
+TEST_F(ProbationTest, APacedLeaveKeepsTheAcceptedVersion) {
+  SelectorPolicy p = selector_->policy();
+  p.warmup_steps = 0;
+  p.plan_interval_steps = 1000;
+  Make(p, 1);
+  ASSERT_EQ(Observe(2, 2, 2, 0.5).scores["l0"].accepted_version, 2);
+  SelectionDecision d = Observe(3, 2, 3, 0.01);  // leaves, but paced
+  EXPECT_THAT(d.selected, ElementsAre("l0"));
+  EXPECT_TRUE(d.scores["l0"].held);
+  EXPECT_EQ(d.scores["l0"].accepted_version, 2);
+}
+
+TEST_F(ProbationTest, PinnedInLayersAcceptTheNewestVersion) {
+  settings_["l0"].pin = PinState::kIn;
+  SelectionDecision d = Observe(5, 0, -1, 0);
+  EXPECT_THAT(d.selected, ElementsAre("l0"));
+  EXPECT_EQ(d.scores["l0"].accepted_version, 5);
+}
+
+TEST_F(ProbationTest, ABadProbeVersionIsRejected) {
+  SelectorSample s = Sample(0.2, 10, 1, 0.5, 2);
+  s.probe_version = -3;
+  EXPECT_THAT(selector_->Observe("l0", s).message(),
+              HasSubstr("probe version -3"));
+  EXPECT_THAT(Decide().scores["l0"].gain_probe_steps, 0);
 }
 
 }  // namespace

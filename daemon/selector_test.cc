@@ -345,7 +345,8 @@ TEST_F(SelectorTest, EarlyRefreshOncePerFactorVersion) {
   p.window_steps = 10;
   Make(p, 1);
   auto feed = [&](double gain, int64_t version) {
-    ASSERT_OK(selector_->Observe("l0", Sample(0.2, 10, 1, gain, version)));
+    ASSERT_OK(selector_->Observe(
+        "l0", Sample(0.2, 10, kProbationProbes, gain, version)));
   };
   feed(0.4, 1);
   SelectionDecision d = Decide();
@@ -369,10 +370,12 @@ TEST_F(SelectorTest, NoEarlyRefreshWhileGainHolds) {
   SelectorPolicy p = Classic();
   p.window_steps = 10;
   Make(p, 1);
-  ASSERT_OK(selector_->Observe("l0", Sample(0.2, 10, 1, 0.4, 1)));
+  ASSERT_OK(
+      selector_->Observe("l0", Sample(0.2, 10, kProbationProbes, 0.4, 1)));
   Decide();
   // Below half the best but above the guard's entry level.
-  ASSERT_OK(selector_->Observe("l0", Sample(0.2, 10, 1, 0.1, 1)));
+  ASSERT_OK(
+      selector_->Observe("l0", Sample(0.2, 10, kProbationProbes, 0.1, 1)));
   SelectionDecision d = Decide();
   EXPECT_THAT(d.early_refresh, IsEmpty());
   EXPECT_THAT(d.selected, ElementsAre("l0"));

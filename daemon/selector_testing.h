@@ -36,6 +36,8 @@ inline SelectorSample Sample(double v, int64_t steps = 10, int64_t probes = 0,
   s.probe_euclid_sum = 0.05 * probes;
   s.probe_gift_sum = 0.05 * probes * (1 - gain);
   s.factor_version = version;
+  s.probe_version = version;  // probes of the newest version
+  s.probe_steps = probes;     // by one rank
   return s;
 }
 
@@ -59,11 +61,12 @@ class SelectorTest : public ::testing::Test {
   }
   static std::string Name(int i) { return "l" + std::to_string(i); }
   // Feeds one window (window_steps in one sample) of scores, all with a
-  // measured gain of `gain`.
+  // gain of `gain` measured on kProbationProbes probes.
   void Feed(const std::vector<double>& scores, double gain = 0.5) {
     const int w = selector_->policy().window_steps;
     for (size_t i = 0; i < scores.size(); ++i) {
-      ASSERT_OK(selector_->Observe(Name(i), Sample(scores[i], w, 1, gain)));
+      ASSERT_OK(selector_->Observe(
+          Name(i), Sample(scores[i], w, kProbationProbes, gain)));
     }
   }
   SelectionDecision Decide() { return selector_->Decide(settings_); }

@@ -26,6 +26,16 @@ absl::Status ValidateProbes(const std::string& layer, const SelectorSample& s) {
                      s.steps, ", n ", s.n, ", upper ", s.upper, ", lower ",
                      s.lower, ", probes ", s.probes, ")"));
   }
+  if (s.probe_steps < 0 || s.probe_steps > s.probes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("selector: layer ", layer, " reports ", s.probe_steps,
+                     " probe steps in ", s.probes, " probes"));
+  }
+  if (s.probe_version < kMixedProbeVersion) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("selector: layer ", layer, " reports probe version ",
+                     s.probe_version, " (-1: none, -2: mixed)"));
+  }
   if (s.step < -1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "selector: layer ", layer, " reports step ", s.step, " (-1: unknown)"));
@@ -117,6 +127,21 @@ double SampleWindow::Gain() const {
   return 1.0 - sum.probe_gift_sum / sum.probe_euclid_sum;
 }
 
+double SampleWindow::VersionGain(int64_t version, int64_t* probe_steps) const {
+  double euclid = 0, gift = 0;
+  *probe_steps = 0;
+  int64_t probes = 0;
+  for (const SelectorSample& s : samples) {
+    if (s.probes <= 0 || s.probe_version != version) continue;
+    probes += s.probes;
+    *probe_steps += s.probe_steps;
+    euclid += s.probe_euclid_sum;
+    gift += s.probe_gift_sum;
+  }
+  if (probes <= 0 || !(euclid > 0)) return kNaN;
+  return 1.0 - gift / euclid;
+}
+
 double SampleWindow::ProbeEuclid() const {
   return sum.probes > 0 ? sum.probe_euclid_sum / sum.probes : kNaN;
 }
@@ -176,7 +201,8 @@ void LayerState::Add(const SelectorSample& s, const SelectorPolicy& policy) {
     best_gain = kNaN;  // best is tracked per factor version
   }
   window.Add(s, policy.window_steps);
-  const double gain = window.Gain();
+  int64_t probes = 0;
+  const double gain = window.VersionGain(factor_version, &probes);
   if (!std::isnan(gain) && !(gain <= best_gain)) best_gain = gain;
   if (__builtin_add_overflow(steps_seen, s.steps, &steps_seen)) {
     steps_seen = std::numeric_limits<int64_t>::max();

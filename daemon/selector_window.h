@@ -49,6 +49,9 @@ struct SampleWindow {
   double Vulnerability() const;
   // 1 − Σ gift / Σ euclid over the window's probes; NaN without probes.
   double Gain() const;
+  // The same over the probes of samples whose probe_version is `version`;
+  // `probe_steps` gets their probe steps.
+  double VersionGain(int64_t version, int64_t* probe_steps) const;
   // Mean Euclidean round-trip RelL2 of the probes (NaN without probes).
   double ProbeEuclid() const;
   // The same of the GIFT path, and of each β of the grid.
@@ -88,6 +91,7 @@ struct LayerState {
   int64_t steps_seen = 0;
   int64_t factor_version = -1;
   double best_gain = kNaN;             // since factor_version was published
+  int64_t accepted_version = -1;       // at the last Decide (selected only)
   int64_t early_refresh_version = -1;  // version already listed
   bool candidate = false;              // at the last Decide (hysteresis memory)
   bool selected = false;

@@ -54,8 +54,9 @@ namespace gift::shm {
 
 inline constexpr uint64_t kMagic = 0x3130'4D48'5354'4947ULL;  // "GIFTSHM01"
 // Bump on any change (2: audit counters and interval; 3: β auto; 4: the plan's
-// format is a kernels::WireFormat code, 0..3, no longer 0/1 FP8 only).
-inline constexpr uint32_t kLayoutVersion = 4;
+// format is a kernels::WireFormat code, 0..3, no longer 0/1 FP8 only; 5: probe
+// and accepted factor versions).
+inline constexpr uint32_t kLayoutVersion = 5;
 
 // Sketch oversampling p (DESIGN §2): k = r + p columns.
 inline constexpr int kOversample = 16;
@@ -205,7 +206,14 @@ struct LayerCounters {
   // Σ the GIFT-path round-trip RelL2 with the factor rebuilt for that β.
   int64_t beta_probes;
   double probe_beta_sum[kBetaGrid];
+  // The factor version the last probe used (-1: none yet). In a difference
+  // (rank_counters.h): kMixedProbeVersion when the probes in it may have
+  // used more than one version.
+  int64_t probe_version;
 };
+
+// LayerCounters::probe_version of a difference whose probes mixed versions.
+inline constexpr int64_t kMixedProbeVersion = -2;
 
 struct LayerEntry {
   char name[kNameBytes];
@@ -224,6 +232,8 @@ struct LayerEntry {
   // decaying gain): ranks close the layer's open window in the first step
   // whose agreed plan epoch carries a higher value than the window's.
   int64_t refresh_seq;
+  // The factor version the GIFT path may use (-1: none): probation.
+  int64_t accepted_version;
 
   RegionDesc region;       // LayerRegionLayout
   RegionDesc full_region;  // FullRegionLayout; kind kNone until needed

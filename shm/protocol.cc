@@ -241,6 +241,8 @@ void InitControlBlock(void* block, const std::string& daemon_instance,
     e->window_consumed.store(-1, std::memory_order_relaxed);
     for (SketchMeta& m : e->sketch_meta) m.window = -1;
     e->tele.factor_version = -1;
+    e->tele.probe_version = -1;
+    e->accepted_version = -1;
   }
   // The magic last: a block with it is complete.
   std::atomic_thread_fence(std::memory_order_release);
@@ -295,6 +297,7 @@ void PublishPlan(void* block, const PlanView& plan) {
     e->candidate = l.candidate;
     e->rank = l.rank;
     e->refresh_seq = l.refresh_seq;
+    e->accepted_version = l.accepted_version;
   }
   SeqlockWriteEnd(&h->plan_lock);
 }
@@ -314,8 +317,9 @@ bool ReadPlan(const void* block, PlanView* plan) {
     copy.audit_interval = h->audit_interval;
     for (uint32_t i = 0; i < copy.layers.size(); ++i) {
       const LayerEntry* e = Entry(b, i);
-      copy.layers[i] = {e->path,      e->transform, e->format,
-                        e->candidate, e->rank,      e->refresh_seq};
+      copy.layers[i] = {
+          e->path, e->transform,   e->format,          e->candidate,
+          e->rank, e->refresh_seq, e->accepted_version};
     }
   });
   if (ok) *plan = std::move(copy);

@@ -84,6 +84,10 @@ struct PlanView {
     uint8_t candidate = 0;
     int32_t rank = 0;
     int64_t refresh_seq = 0;
+    // The factor version the GIFT path may use (-1: none; newer versions
+    // are for probes until the daemon accepts them). Untrusted: a rank that
+    // does not hold it keeps the layer Euclidean, on every rank alike.
+    int64_t accepted_version = -1;
   };
   std::vector<Layer> layers;  // n_layers entries
 };

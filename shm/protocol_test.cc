@@ -141,9 +141,10 @@ TEST_F(ProtocolTest, PlanRoundTrip) {
   EXPECT_TRUE(ReadPlan(block_->data(), &plan));
   EXPECT_EQ(plan.plan_epoch, 0);
   ASSERT_EQ(plan.layers.size(), 3u);
+  EXPECT_EQ(plan.layers[0].accepted_version, -1);  // none accepted yet
 
   PlanView p{7, 50, 10, 200, 0x1234567890ULL, 512, /*audit_interval=*/0, {}};
-  p.layers = {{1, 2, 0, 1, 32, 4}, {0, 0, 1, 0, 16, 0}, {}};
+  p.layers = {{1, 2, 0, 1, 32, 4, 9}, {0, 0, 1, 0, 16, 0}, {}};
   PublishPlan(block_->data(), p);
   ASSERT_TRUE(ReadPlan(block_->data(), &plan));
   EXPECT_EQ(plan.plan_epoch, 7);
@@ -158,8 +159,10 @@ TEST_F(ProtocolTest, PlanRoundTrip) {
   EXPECT_EQ(plan.layers[0].candidate, 1);
   EXPECT_EQ(plan.layers[0].rank, 32);
   EXPECT_EQ(plan.layers[0].refresh_seq, 4);
+  EXPECT_EQ(plan.layers[0].accepted_version, 9);
   EXPECT_EQ(plan.layers[1].format, 1);
   EXPECT_EQ(plan.layers[1].rank, 16);
+  EXPECT_EQ(plan.layers[1].accepted_version, -1);
 
   // A writer caught mid-update: the reader keeps its old plan.
   SeqlockWriteBegin(&Header(block_->data())->plan_lock);

@@ -108,6 +108,14 @@ absl::StatusOr<LayerCounters> CountersSince(const LayerCounters& was,
                         now.probe_beta_sum[b], &d.probe_beta_sum[b]));
   }
   d.factor_version = now.factor_version;
+  if (now.probe_version < -1) {
+    return absl::DataLossError(
+        absl::StrCat("probe_version is ", now.probe_version, " (-1: none)"));
+  }
+  d.probe_version =
+      d.probes > 0 && was.probes > 0 && was.probe_version != now.probe_version
+          ? kMixedProbeVersion
+          : now.probe_version;
   return d;
 }
 

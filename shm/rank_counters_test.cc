@@ -54,6 +54,26 @@ TEST(RankCountersTest, DifferencesOfGoodSamples) {
   ASSERT_OK(CountersSince(LayerCounters{}, Layer(0)));
 }
 
+TEST(RankCountersTest, ProbesSinceTheVersionMovedMayMixVersions) {
+  LayerCounters was = Layer(8), now = Layer(16);  // 2 probes each
+  was.probe_version = now.probe_version = 4;
+  auto d = CountersSince(was, now);
+  ASSERT_OK(d);
+  EXPECT_EQ(d->probe_version, 4);
+  now.probe_version = 5;  // some of the new probes may be of v4
+  d = CountersSince(was, now);
+  ASSERT_OK(d);
+  EXPECT_EQ(d->probe_version, kMixedProbeVersion);
+  was.probes = 0;  // no probe before: all of them are of v5
+  was.probe_version = -1;
+  d = CountersSince(was, now);
+  ASSERT_OK(d);
+  EXPECT_EQ(d->probe_version, 5);
+  now.probe_version = -3;
+  EXPECT_THAT(CountersSince(was, now), StatusIs(absl::StatusCode::kDataLoss,
+                                                HasSubstr("probe_version")));
+}
+
 TEST(RankCountersTest, MalformedOrDecreasingSamplesAreDataLoss) {
   const LayerCounters was = Layer(10);
   auto bad = [&](auto edit, const char* field) {

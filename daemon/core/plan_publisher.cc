@@ -31,6 +31,7 @@ void PlanPublisher::PublishTo(RankSession& s) {
     p.candidate = l.candidate ? 1 : 0;
     p.rank = std::min<int32_t>(l.r_cap, planner.RankOf(l.settings));
     p.refresh_seq = l.refresh_seq;
+    p.accepted_version = l.selected ? l.accepted_version : -1;
     plan.layers.push_back(p);
   }
   shm::PublishPlan(s.block(), plan);
@@ -62,7 +63,11 @@ bool PlanPublisher::ApplySelection(bool publish) {
   for (const std::string& why : d.beta_changes) {
     Log(LogLevel::kInfo, "%s", why);
   }
-  if (d.changed && publish) NewEpoch(absl::StrJoin(d.moves, ", "));
+  if (d.changed && publish) {
+    NewEpoch(absl::StrJoin(d.moves, ", "));
+  } else if (d.accepted_changed && publish) {
+    PublishToAll();  // the ranks agree on it per step: no new epoch
+  }
   return d.changed;
 }
 

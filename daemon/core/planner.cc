@@ -57,6 +57,15 @@ Planner::Selection Planner::ApplySelection(
     }
     l.candidate = cand;
     l.selected = sel;
+    if (l.score.accepted_version != l.accepted_version) {
+      l.accepted_version = l.score.accepted_version;
+      out.accepted_changed = true;
+      if (peered_ && sel) {
+        out.moves.push_back(absl::StrFormat("%s accepts factor v%d", l.name,
+                                            l.accepted_version));
+        out.changed = true;
+      }
+    }
     // β auto: the β of the layer's next factor, from the probes' β grid
     // (a factor switch applies it on every rank at once; the plan carries
     // it to the other nodes' owners).
@@ -112,6 +121,7 @@ v1::PeerPlan Planner::BuildPlan(
     // follower's plan view is exactly the leader's.
     *x->mutable_settings() = l->settings;
     x->set_refresh_seq(l->refresh_seq);
+    x->set_accepted_version(l->accepted_version);
   }
   return p;
 }
@@ -187,6 +197,12 @@ void Planner::ApplyPlan(const v1::PeerPlan& plan, int* world_size,
       l->selected = x.selected();
       l->settings = x.settings();
       l->refresh_seq = x.refresh_seq();
+      // An older leader's plan has none: the layer's path stays Euclidean
+      // until an accepted version arrives.
+      l->accepted_version =
+          x.has_accepted_version() && x.accepted_version() >= 0
+              ? x.accepted_version()
+              : -1;
     }
   }
 }

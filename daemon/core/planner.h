@@ -41,6 +41,10 @@ struct PlanLayer {
   v1::LayerSettings settings;  // effective (pin, transform, r, β, format)
   bool candidate = false, selected = false;
   int64_t refresh_seq = 0;
+  // The factor version the GIFT path may use (LayerScore::accepted_version;
+  // -1: none). Published beside the plan, not a new epoch (but carried to
+  // the other nodes by one).
+  int64_t accepted_version = -1;
   LayerScore score;  // the selector's last decision
 };
 
@@ -91,6 +95,9 @@ class Planner {
     std::vector<std::string> moves;
     // One line per β auto change (for the log), in layer order.
     std::vector<std::string> beta_changes;
+    // An accepted factor version changed (publish it; with peers `changed`
+    // is set too, so that the other nodes get it with the next epoch).
+    bool accepted_changed = false;
   };
   // The selector's decision into the layers: scores, candidate and
   // selected, β auto (the β of a layer's next factor, from the probes' β

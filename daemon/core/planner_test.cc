@@ -36,17 +36,18 @@ PlannerOptions Options(bool peered = false) {
   return o;
 }
 
-// `steps` steps of vulnerability 0.2 with one probe measuring `gain`.
+// `steps` steps of vulnerability 0.2 with two probe steps of factor
+// `version` measuring `gain` (enough to judge it: kProbationProbes).
 SelectorSample Sample(double gain, int64_t version = -1) {
   SelectorSample s;
   s.steps = 10;
   s.n = 1000000;
   s.upper = 50000;
   s.lower = 150000;
-  s.probes = 1;
-  s.probe_euclid_sum = 0.05;
-  s.probe_gift_sum = 0.05 * (1 - gain);
-  s.factor_version = version;
+  s.probes = s.probe_steps = 2;
+  s.probe_euclid_sum = 2 * 0.05;
+  s.probe_gift_sum = 2 * 0.05 * (1 - gain);
+  s.factor_version = s.probe_version = version;
   return s;
 }
 
@@ -266,6 +267,27 @@ TEST_F(PlannerTest, TheSelectorsDecisionSetsCandidateAndSelected) {
   EXPECT_TRUE(layers_[1].selected);
 }
 
+// Probation: the accepted version goes into the layer without a new epoch
+// (PeeredPlannerTest: with one, so that followers get it).
+TEST_F(PlannerTest, AnAcceptedVersionIsPublishedWithoutANewEpoch) {
+  ASSERT_OK(planner_.selector().Observe("fc1", Sample(0.4, 1)));
+  Planner::Selection s = planner_.ApplySelection(Layers());
+  EXPECT_TRUE(s.changed);
+  EXPECT_TRUE(s.accepted_changed);
+  EXPECT_EQ(layers_[0].accepted_version, 1);
+  EXPECT_EQ(layers_[1].accepted_version, -1);
+  ASSERT_OK(planner_.selector().Observe("fc1", Sample(0.4, 2)));
+  s = planner_.ApplySelection(Layers());
+  EXPECT_FALSE(s.changed);
+  EXPECT_TRUE(s.accepted_changed);
+  EXPECT_EQ(layers_[0].accepted_version, 2);
+  EXPECT_EQ(
+      planner_.BuildPlan("job", 2, ConstLayers()).layers(0).accepted_version(),
+      2);
+  s = planner_.ApplySelection(Layers());
+  EXPECT_FALSE(s.accepted_changed);
+}
+
 TEST_F(PlannerTest, EarlyRefreshBumpsRefreshSeq) {
   ASSERT_OK(planner_.selector().Observe("fc1", Sample(0.4, 1)));
   Planner::Selection s = planner_.ApplySelection(Layers());
@@ -346,6 +368,27 @@ TEST_F(PeeredPlannerTest, BetaAutoChangesThePlanWithPeers) {
   EXPECT_TRUE(s.changed);  // the other nodes' owners need it
   ASSERT_EQ(s.beta_changes.size(), 1u);
   EXPECT_THAT(s.moves, ElementsAre(s.beta_changes[0]));
+}
+
+TEST_F(PeeredPlannerTest, AnAcceptedVersionChangesThePlanWithPeers) {
+  ASSERT_OK(planner_.selector().Observe("fc1", Sample(0.4, 1)));
+  planner_.ApplySelection(Layers());
+  ASSERT_OK(planner_.selector().Observe("fc1", Sample(0.4, 2)));
+  Planner::Selection s = planner_.ApplySelection(Layers());
+  EXPECT_TRUE(s.changed);  // the other nodes publish the leader's
+  EXPECT_THAT(s.moves, ElementsAre("fc1 accepts factor v2"));
+  // A follower takes it from the plan; a plan without one means none.
+  v1::PeerPlan p = planner_.BuildPlan("job", 2, ConstLayers());
+  Planner follower(Options(true));
+  std::vector<PlanLayer> theirs(2);
+  theirs[0].name = "fc1";
+  theirs[1].name = "fc2";
+  int world = 2;
+  follower.ApplyPlan(p, &world, {&theirs[0], &theirs[1]});
+  EXPECT_EQ(theirs[0].accepted_version, 2);
+  p.mutable_layers(0)->clear_accepted_version();
+  follower.ApplyPlan(p, &world, {&theirs[0], &theirs[1]});
+  EXPECT_EQ(theirs[0].accepted_version, -1);
 }
 
 TEST_F(PlannerTest, AJoiningFollowersNewerPlanIsTakenOver) {

@@ -42,7 +42,15 @@ void AddSample(const v1::LayerSample& s, SelectorSample* to, double* err_sq,
   to->n += s.n();
   to->upper += s.upper();
   to->lower += s.lower();
+  // A follower's probes without a version judge none.
+  to->probe_version = MergeProbeVersion(
+      to->probes, to->probe_version, s.probes(),
+      s.has_probe_version() && s.probe_version() >= 0 ? s.probe_version()
+                                                      : kMixedProbeVersion);
   to->probes += s.probes();
+  // The nodes' ranks probe the same steps.
+  to->probe_steps = std::max(
+      to->probe_steps, std::clamp<int64_t>(s.probe_steps(), 0, s.probes()));
   to->probe_euclid_sum += s.probe_euclid_sum();
   to->probe_gift_sum += s.probe_gift_sum();
   *err_sq += s.err_sq();
@@ -68,7 +76,13 @@ void MergeSample(const v1::LayerSample& s, v1::LayerSample* to) {
   to->set_n(to->n() + s.n());
   to->set_upper(to->upper() + s.upper());
   to->set_lower(to->lower() + s.lower());
+  if (s.probes() > 0) {
+    to->set_probe_version(MergeProbeVersion(
+        to->probes(), to->probe_version(), s.probes(),
+        s.has_probe_version() ? s.probe_version() : kMixedProbeVersion));
+  }
   to->set_probes(to->probes() + s.probes());
+  to->set_probe_steps(std::max(to->probe_steps(), s.probe_steps()));
   to->set_probe_euclid_sum(to->probe_euclid_sum() + s.probe_euclid_sum());
   to->set_probe_gift_sum(to->probe_gift_sum() + s.probe_gift_sum());
   to->set_err_sq(to->err_sq() + s.err_sq());
@@ -181,7 +195,11 @@ void Telemetry::TakeLayerSample(RankSession& s, int i, SelectorSample* x,
   AddSat(&x->n, d->n);
   AddSat(&x->upper, d->upper);
   AddSat(&x->lower, d->lower);
+  x->probe_version = MergeProbeVersion(
+      x->probes, x->probe_version, d->probes,
+      d->probe_version < 0 ? kMixedProbeVersion : d->probe_version);
   AddSat(&x->probes, d->probes);
+  x->probe_steps = std::max(x->probe_steps, d->probes);  // one per step
   x->probe_euclid_sum += d->probe_euclid_sum;
   x->probe_gift_sum += d->probe_gift_sum;
   AddSat(&x->beta_probes, d->beta_probes);
@@ -350,6 +368,8 @@ void Telemetry::SendReport(const std::vector<SelectorSample>& samples,
     x->set_upper(s.upper);
     x->set_lower(s.lower);
     x->set_probes(s.probes);
+    if (s.probes > 0) x->set_probe_version(s.probe_version);
+    x->set_probe_steps(s.probe_steps);
     x->set_probe_euclid_sum(s.probe_euclid_sum);
     x->set_probe_gift_sum(s.probe_gift_sum);
     x->set_err_sq(err[i]);
