@@ -1,26 +1,35 @@
 #!/usr/bin/env python3
-"""`make demo`: the tiny Llama on 4 CPU ranks, three ways, same model,
+"""`make demo`: the tiny Llama on 4 CPU ranks, four ways, same model,
 batches and seeds:
 
   1. FP32 PyTorch DDP (the reference),
-  2. Euclidean FP8 (train_tiny_llama.py --mode euclid: libgift's FP8
-     allreduce, no whitening, no giftd),
-  3. GIFT (--mode gift beside a giftd: FP8, with the layers giftd selects
-     whitened).
+  2. Euclidean FP8 (train_tiny_llama.py --mode euclid --format e4m3: libgift's
+     FP8 allreduce, no whitening, no error feedback, no giftd): what plain
+     FP8 gives,
+  3. Euclidean --format (default nvfp4) with error feedback: plain 4-bit
+     communication at its best, the fair baseline of
+  4. GIFT at --format (--mode gift beside a giftd: the layers giftd selects
+     whitened, error feedback in whitened coordinates).
 
-The first two do not depend on giftd: each is run once and cached under
+The headline is what a user decides on: held-out loss against FP32, bytes,
+and whether GIFT's gap to FP32 is smaller than plain 4-bit's, read against
+the seed noise of the README's multi-seed format study (docs/format_study.json;
+one seed each here). The per-layer audit compares runs 3 and 4 (the same
+format and the same error-feedback setting).
+
+The first three do not depend on giftd: each is run once and cached under
 --out, keyed by every setting and file that changes it (the example's code;
-for the Euclidean run also the built `gift` package). The FP8 runs audit
-every --audit-interval steps (an FP32 allreduce of the same local gradients
-beside the FP8 one: RelL2 of the applied gradient against it) and measure
-their drift over windows of --window steps and every span of them
-(train_tiny_llama.py --drift-window).
+for the Euclidean runs also the built `gift` package). The quantized runs
+audit every --audit-interval steps (an FP32 allreduce of the same local
+gradients beside the quantized one: RelL2 of the applied gradient against
+it) and measure their drift over windows of --window steps and every span of
+them (train_tiny_llama.py --drift-window).
 giftd is started with its default configuration except the audit interval
 (other ports when the default ones are taken) and is polled (giftctl
 layers) while the GIFT run trains, so that the reasons it gives — an audit
 removal among them — are seen when they happen.
 
-It prints the summary — loss of the three runs, bytes vs FP32, per layer GIFT
+It prints the summary — loss of the four runs, bytes vs FP32, per layer GIFT
 protected the audited error of Euclidean vs GIFT (per step, drift, worst
 window) against the targets, the whole model, which layers giftd protected
 and why, what the audit removed, the audit's cost — and writes a PNG figure
@@ -54,10 +63,25 @@ DEFAULT_CONTROL = "127.0.0.1:50151"
 DEFAULT_METRICS = "127.0.0.1:9464"
 LABELS = {"ddp": "FP32 DDP (reference)", "euclid": "Euclidean FP8",
           "gift": "GIFT"}
-# The issue's targets, on every layer that stays on the GIFT path: audited
-# per-step RelL2 <= 0.8x and drift <= 0.5x the Euclidean figure; and no
-# protected layer worse than Euclidean over any window.
-TARGET_REL, TARGET_DRIFT, TARGET_WINDOW = 0.8, 0.5, 1.0
+FORMATS = ("nvfp4", "mxfp4", "e4m3")
+# The committed multi-seed format study (bench/python/format_study.py),
+# quoted for the seed noise.
+STUDY = os.path.join(os.path.dirname(HERE), "docs", "format_study.json")
+# The issues' targets, on every layer that stays on the GIFT path: audited
+# per-step RelL2 <= 0.8x (FP8) or 0.65x (4 bits) and drift <= 0.5x the
+# Euclidean figure at the same error-feedback setting; and no protected
+# layer worse than Euclidean over any window.
+TARGET_REL = {"e4m3": 0.8, "nvfp4": 0.65, "mxfp4": 0.65}
+TARGET_DRIFT, TARGET_WINDOW = 0.5, 1.0
+
+
+def run_labels(fmt):
+    """The four runs: name -> (mode, label)."""
+    f = fmt.upper() if fmt != "e4m3" else "FP8 (E4M3)"
+    return {"reference": ("ddp", "FP32 DDP (reference)"),
+            "euclid8": ("euclid", "Euclidean FP8"),
+            "euclid": ("euclid", f"Euclidean {f} + EF"),
+            "gift": ("gift", f"GIFT {f}")}
 # giftd's reason for a layer the audit rule took off the GIFT path (then
 # barred from it for a while); "the audit objects" (a pinned layer) is not
 # a removal.
@@ -70,6 +94,11 @@ def parse_args():
     p.add_argument("--out", default=None, help="default: BUILD/demo")
     p.add_argument("--nproc", type=int, default=4)
     p.add_argument("--steps", type=int, default=250)
+    p.add_argument("--format", choices=FORMATS, default="nvfp4",
+                   help="wire format of runs 3 and 4 (default nvfp4)")
+    p.add_argument("--ffn", type=int, default=352,
+                   help="MLP width (default 352: a multiple of 32, so "
+                   "every layer takes every 4-bit format)")
     p.add_argument("--audit-interval", type=int, default=10,
                    help="steps between audit steps in the FP8 runs "
                    "(default 10: 24 audits in 250 steps)")
@@ -244,14 +273,18 @@ def run_key(args, mode, extra, package=None):
             if os.path.isfile(f) and name.endswith((".py", ".so")):
                 h.update(name.encode())
                 h.update(open(f, "rb").read())
-    return h.hexdigest()[:16]
+    key = h.hexdigest()[:16]
+    if mode == "ddp" and extra:  # a reference with arguments: them too
+        key = hashlib.sha256(
+            json.dumps([key, list(extra)]).encode()).hexdigest()[:16]
+    return key
 
 
-def cached_run(args, mode, env, extra, package=None, n=0, unkeyed=()):
-    """Runs `mode` unless a run of the same key is cached; (log, summary).
-    `unkeyed`: more arguments that do not change the run."""
+def cached_run(args, name, env, extra, package=None, n=0, unkeyed=()):
+    """Runs `name` (run_labels) unless a run of the same key is cached;
+    (log, summary). `unkeyed`: more arguments that do not change the run."""
+    mode, label = run_labels(args.format)[name]
     key = run_key(args, mode, extra, package)
-    name = {"ddp": "reference", "euclid": "euclid"}[mode]
     log = os.path.join(args.out, f"{name}-{key}.jsonl")
     summary = os.path.join(args.out, f"{name}-{key}.json")
     if args.report_only and not os.path.exists(summary):
@@ -260,22 +293,22 @@ def cached_run(args, mode, env, extra, package=None, n=0, unkeyed=()):
         found = sorted(glob.glob(os.path.join(args.out, f"{name}-*.json")),
                        key=os.path.getmtime)
         if not found:
-            sys.exit(f"demo: --report-only: no cached {LABELS[mode]} run "
+            sys.exit(f"demo: --report-only: no cached {label} run "
                      f"in {args.out}")
         summary = found[-1]
         log = summary[:-len(".json")] + ".jsonl"
-        print(f"demo: [{n}/3] {LABELS[mode]} run from {summary} (not this "
+        print(f"demo: [{n}/4] {label} run from {summary} (not this "
               "code's key: it changed since)", flush=True)
         return log, summary
     if args.fresh_reference or not os.path.exists(summary):
-        print(f"demo: [{n}/3] {LABELS[mode]} run ({args.nproc} ranks, "
+        print(f"demo: [{n}/4] {label} run ({args.nproc} ranks, "
               f"{args.steps} steps; cached in {summary})", flush=True)
         run_training(args, mode, log + ".tmp", summary + ".tmp", env,
-                     [*extra, *unkeyed])
+                     [*extra, *unkeyed, "--label", label])
         os.replace(log + ".tmp", log)
         os.replace(summary + ".tmp", summary)
     else:
-        print(f"demo: [{n}/3] {LABELS[mode]} run from {summary} "
+        print(f"demo: [{n}/4] {label} run from {summary} "
               "(--fresh-reference reruns it)", flush=True)
     return log, summary
 
@@ -525,7 +558,7 @@ def analyse(args, ref, eu, gi, rs, es, gs, daemon_layers, changes):
             ("drift", r["stays"] and math.isfinite(r["drift_ratio"])),
             ("window", bool(windows_seen))) if ok]
         r["miss"] = [k for k, bad in (
-            ("rel", r["rel_ratio"] > TARGET_REL),
+            ("rel", r["rel_ratio"] > args.target_rel),
             ("drift", r["drift_ratio"] > TARGET_DRIFT),
             ("window", any(x > TARGET_WINDOW for x in windows_seen)))
             if bad and k in r["judged"]]
@@ -585,6 +618,76 @@ def bytes_line(s):
     return sent / g["steps"], sent / g["bytes_fp32_equivalent"]
 
 
+def study_quote(fmt):
+    """What the committed multi-seed study says of this format: its
+    setting, FP32's seed sd, and per run its paired Δ vs FP32 (mean, sd,
+    outside the noise); None when there is no study file."""
+    try:
+        with open(STUDY) as f:
+            st = json.load(f)
+    except (OSError, ValueError):
+        return None
+    c = st.get("configs", {})
+    out = {"setting": st.get("setting", ""),
+           "seeds": st.get("settings", {}).get("seeds", []),
+           "fp32_sd": (c.get("fp32", {}).get("val_loss") or [None, None])[1]}
+    for key, conf in (("euclid8", "euclid-e4m3-ef-off"),
+                      ("euclid", f"euclid-{fmt}-ef-on"), ("gift", f"gift-{fmt}")):
+        if conf in c:
+            out[key] = c[conf]["diff_vs_fp32"]
+    return out
+
+
+def headline(args, every):
+    """The decision's figures: per run the held-out loss, its gap to FP32
+    and the bytes; whether GIFT's gap is smaller than plain 4-bit's with
+    error feedback; the study's noise band."""
+    ref = every["ddp"][1]["val_loss"]
+    runs = {m: {"val_loss": s["val_loss"], "gap": s["val_loss"] - ref,
+                "bytes_vs_fp32": 1.0 if m == "ddp" else bytes_line(s)[1]}
+            for m, (_, s) in every.items()}
+    g, e = runs["gift"]["gap"], runs["euclid"]["gap"]
+    return {"runs": runs, "gift_gap_smaller": abs(g) < abs(e),
+            "gap_ratio": ratio(abs(g), abs(e)),
+            "study": study_quote(args.format)}
+
+
+def print_headline(args, head):
+    labels = run_labels(args.format)
+    names = (("ddp", labels["reference"][1]), ("euclid8", "Euclidean FP8"),
+             ("euclid", labels["euclid"][1]), ("gift", labels["gift"][1]))
+    r = head["runs"]
+    print("  held-out loss (one seed each), its gap to FP32, bytes vs FP32:")
+    for key, label in names:
+        x = r[key]
+        gap = "" if key == "ddp" else f"{x['gap']:+.4f}"
+        print(f"    {label:28} {x['val_loss']:.4f} {gap:>8}   "
+              f"{100 * x['bytes_vs_fp32']:5.1f}%")
+    g, e = r["gift"]["gap"], r["euclid"]["gap"]
+    fmt_name = args.format.upper()
+    print(f"  GIFT {fmt_name}'s gap to FP32 {g:+.4f} is "
+          f"{'smaller' if head['gift_gap_smaller'] else 'not smaller'} than "
+          f"Euclidean {fmt_name} + EF's {e:+.4f} in this run, at "
+          f"{100 * r['gift']['bytes_vs_fp32']:.1f}% of FP32's bytes.")
+    st = head["study"]
+    if st is None:
+        print(f"  (no study file {STUDY}: one seed says nothing about a "
+              "difference; run bench/python/format_study.py)")
+        return
+    band = st.get("fp32_sd")
+    print(f"  But one seed decides nothing: in the README's study "
+          f"({len(st['seeds'])} seeds per configuration, paired by seed; "
+          f"{st['setting'] or 'see docs/format_study.md'}) FP32's held-out "
+          f"loss alone varies by ±{fmt(band)} (sd) between seeds.")
+    for key, label in names[1:]:
+        d = st.get(key)
+        if d:
+            verdict = ("outside the seed noise" if d["significant"]
+                       else "inside the seed noise")
+            print(f"    {label:28} study Δ vs FP32 {d['mean']:+.4f} ± "
+                  f"{d['sd']:.4f}  ({verdict})")
+
+
 def window_miss(r):
     """'name 1.24x RelL2 in steps 50-99 (entered the GIFT path there)'."""
     out = []
@@ -597,31 +700,27 @@ def window_miss(r):
     return f"{r['name']} " + ", ".join(out)
 
 
-def print_summary(args, runs, rows, model, rm, cost, daemon, out_png):
+def print_summary(args, runs, plain8, rows, model, rm, cost, daemon, head,
+                  out_png):
     (ref, rs), (eu, es), (gi, gs) = runs
     k = max(1, args.steps // 10)
-    last = [mean([r["loss"] for r in log[-k:]]) for log, _ in runs]
-    val = [s["val_loss"] for _, s in runs]
+    last = [mean([r["loss"] for r in log[-k:]])
+            for log, _ in (runs[0], plain8, runs[1], runs[2])]
     cfg = gs["config"]
     fp32 = gs["gift"]["bytes_fp32_equivalent"] / gs["gift"]["steps"]
-    (eb, er), (gb, gr) = bytes_line(es), bytes_line(gs)
     audit_bytes = gs["gift"]["bytes_audit"] / gs["gift"]["steps"]
+    labels = run_labels(args.format)
     print()
     print(f"== GIFT demo: tiny Llama ({gs['parameters'] / 1e6:.2f} M "
-          f"parameters, {cfg['layers']} blocks, d={cfg['dim']}) on "
-          f"{args.nproc} CPU ranks, {args.steps} steps, same batches and "
-          "seeds ==")
-    print(f"  training loss, mean of the last {k} steps:  FP32 DDP "
-          f"{last[0]:.4f}   Euclidean FP8 {last[1]:.4f} "
-          f"({100 * (last[1] - last[0]) / last[0]:+.2f}%)   GIFT "
-          f"{last[2]:.4f} ({100 * (last[2] - last[0]) / last[0]:+.2f}%)")
-    print(f"  held-out loss at the end:                FP32 DDP "
-          f"{val[0]:.4f}   Euclidean FP8 {val[1]:.4f} "
-          f"({100 * (val[1] - val[0]) / val[0]:+.2f}%)   GIFT "
-          f"{val[2]:.4f} ({100 * (val[2] - val[0]) / val[0]:+.2f}%)")
-    print(f"  gradient bytes sent per rank per step:   FP32 "
-          f"{fp32 / 1e6:.2f} MB   Euclidean FP8 {eb / 1e6:.2f} MB "
-          f"({100 * er:.1f}%)   GIFT {gb / 1e6:.2f} MB ({100 * gr:.1f}%)")
+          f"parameters, {cfg['layers']} blocks, d={cfg['dim']}, ffn "
+          f"{args.ffn}) on {args.nproc} CPU ranks, {args.steps} steps, same "
+          "batches and seeds ==")
+    print_headline(args, head)
+    print(f"  training loss, mean of the last {k} steps: " + "   ".join(
+        f"{label} {x:.4f}" for label, x in zip(
+            (labels[n][1] for n in ("reference", "euclid8", "euclid", "gift")),
+            last)))
+    print(f"  FP32 sends {fp32 / 1e6:.2f} MB per rank per step")
     what = ("the gradients and their running sums"
             if cost["bytes_per_audit"] > 1.5 * fp32 else "the gradients")
     print(f"  + the audit (measurement only): {audit_bytes / 1e6:.2f} MB per "
@@ -642,15 +741,17 @@ def print_summary(args, runs, rows, model, rm, cost, daemon, out_png):
     print()
     w = args.window
     print(f"  Audited error of the {len(rows)} layers GIFT protected (on the "
-          "GIFT path at some step), Euclidean run vs GIFT run; * misses a "
+          f"GIFT path at some step), {labels['euclid'][1]} vs "
+          f"{labels['gift'][1]} (same format, both with error feedback); * "
+          "misses a "
           "target")
     for line in textwrap.wrap(
             "RelL2 per step: mean of the audits with the layer on the GIFT "
             "path, the Euclidean run's at the same steps (target <= "
-            f"{TARGET_REL}x). Worst: the largest GIFT/Euclidean ratio of a "
+            f"{args.target_rel}x). Worst: the largest GIFT/Euclidean ratio of a "
             f"{w}-step window's audits on the GIFT path (target <= "
             f"{TARGET_WINDOW:.0f}x; e = the window the layer entered the GIFT "
-            "path in). Probe: GIFT/Euclidean local FP8 round trip on probe "
+            "path in). Probe: GIFT/Euclidean local round trip on probe "
             "steps (one rank's gradient, no error feedback).", 98):
         print("    " + line)
     print(f"  {'layer':18} {'steps on GIFT':>13} {'audits':>6}  "
@@ -662,7 +763,7 @@ def print_summary(args, runs, rows, model, rm, cost, daemon, out_png):
         e = "e" if r["worst_rel_window_entry"] else " "
         print(f"  {r['name']:18} {r['gift_steps']:>13} {r['audits']:>6}  "
               f"{fmt(r['euclid']):>7} {fmt(r['gift']):>7} "
-              f"{fmt_ratio(r['rel_ratio'], TARGET_REL if r['stays'] else 9e9):>6}"
+              f"{fmt_ratio(r['rel_ratio'], args.target_rel if r['stays'] else 9e9):>6}"
               f"  {fmt_ratio(r['worst_rel'], TARGET_WINDOW):>5}{e}  "
               f"{fmt(r['probe_ratio'], '.2f'):>5}{tag}")
     print()
@@ -722,7 +823,7 @@ def print_summary(args, runs, rows, model, rm, cost, daemon, out_png):
             print(out)
         print(f"  targets on the {len(stay)} layers on the GIFT path at the "
               "end of the run:")
-        verdict("rel", f"per-step RelL2 <= {TARGET_REL}x Euclidean", stay)
+        verdict("rel", f"per-step RelL2 <= {args.target_rel}x Euclidean", stay)
         verdict("drift", f"drift over the GIFT span <= {TARGET_DRIFT}x "
                 "Euclidean", stay)
         print(f"  and on all {len(rows)} protected layers:")
@@ -773,21 +874,23 @@ def smooth(ys, k=9):
     return out
 
 
-def write_figure(path, runs, rows, windows, args):
+def write_figure(path, runs, plain8, rows, windows, args):
     import matplotlib  # noqa: PLC0415
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # noqa: PLC0415
     (ref, _), (eu, es), (gi, gs) = runs
     fig, ax = plt.subplots(2, 2, figsize=(15, 9))
     ax = ax.ravel()
+    labels = run_labels(args.format)
     for log, label, color in ((ref, "FP32 DDP", "black"),
-                              (eu, "Euclidean FP8", "tab:blue"),
-                              (gi, "GIFT (FP8)", "tab:red")):
+                              (plain8[0], "Euclidean FP8", "tab:grey"),
+                              (eu, labels["euclid"][1], "tab:blue"),
+                              (gi, labels["gift"][1], "tab:red")):
         xs = [r["step"] for r in log]
         ax[0].plot(xs, [r["loss"] for r in log], color=color, alpha=0.15)
         ax[0].plot(xs, smooth([r["loss"] for r in log]), color=color,
                    label=label)
-    ax[0].set(title="training loss (the three runs)", xlabel="step",
+    ax[0].set(title="training loss (the four runs)", xlabel="step",
               ylabel="cross-entropy")
     ax[0].legend()
     shown = sorted(rows, key=lambda r: -r["gift_steps"])[:8]
@@ -820,8 +923,8 @@ def write_figure(path, runs, rows, windows, args):
     ax[1].title.set_fontsize(9)
     ax[1].legend(fontsize=7)
     ax[2].axhline(1, color="grey", lw=0.5)
-    ax[2].axhline(TARGET_REL, color="tab:green", lw=0.8, ls=":",
-                  label=f"target {TARGET_REL}")
+    ax[2].axhline(args.target_rel, color="tab:green", lw=0.8, ls=":",
+                  label=f"target {args.target_rel}")
     ax[2].set(title="audited RelL2, GIFT / Euclidean (steps on the GIFT "
               "path)", xlabel="step", ylim=(0, None))
     ax[2].legend(fontsize=7)
@@ -845,34 +948,43 @@ def jsonable(x):
 
 
 def train_all(args, env, pkg):
-    """The three runs (the first two cached); their files and giftd's
+    """The four runs (the first three cached); their files and giftd's
     state at the end."""
-    fp8 = ["--audit-interval", str(args.audit_interval),
-           "--drift-window", str(args.window)]
+    model = ["--ffn", str(args.ffn)]
+    quantized = model + ["--audit-interval", str(args.audit_interval),
+                         "--drift-window", str(args.window)]
     run_dir = tempfile.mkdtemp(prefix="gift-demo-")
     daemon = poller = None
     try:
-        ref = cached_run(args, "ddp", env, (), n=1)
+        ref = cached_run(args, "reference", env, model, n=1)
         # No giftd: a socket nobody serves (not a daemon of someone else's).
+        none = ["--agent-socket", os.path.join(run_dir, "none.sock")]
+        e8 = cached_run(
+            args, "euclid8", env,
+            quantized + ["--format", "e4m3", "--error-feedback", "off"],
+            package=os.path.join(pkg, "gift"), n=2, unkeyed=none)
         eu = cached_run(
-            args, "euclid", env, fp8, package=os.path.join(pkg, "gift"), n=2,
-            unkeyed=["--agent-socket", os.path.join(run_dir, "none.sock")])
+            args, "euclid", env,
+            quantized + ["--format", args.format, "--error-feedback", "on"],
+            package=os.path.join(pkg, "gift"), n=3, unkeyed=none)
         if args.report_only:
-            return ref, eu
+            return ref, e8, eu
         daemon = Giftd(args.giftd_path, args.ctl, run_dir,
                        [f"--audit-interval={args.audit_interval}",
                         "--beta=auto"])
         moved = (f" (default {' and '.join(daemon.moved)} busy: moved)"
                  if daemon.moved else "")
-        print(f"demo: [3/3] GIFT run beside giftd (default configuration, "
-              f"audit interval {args.audit_interval}, beta auto): control "
+        print(f"demo: [4/4] GIFT {args.format} run beside giftd (default "
+              f"configuration, audit interval {args.audit_interval}, beta "
+              f"auto): control "
               f"{daemon.control}, metrics http://{daemon.metrics}/metrics"
               f"{moved}", flush=True)
         poller = LayerPoller(daemon)
         log, summary = gift_files(args)
         run_training(args, "gift", log, summary, env,
-                     fp8 + ["--agent-socket", daemon.socket, "--job-id",
-                            "tiny-llama-demo"])
+                     quantized + ["--format", args.format, "--agent-socket",
+                                  daemon.socket, "--job-id", "tiny-llama-demo",
+                                  "--label", run_labels(args.format)["gift"][1]])
         poller.stop()
         state = {"control": daemon.control, "metrics": daemon.metrics,
                  "status": daemon.giftctl("status"),
@@ -892,7 +1004,7 @@ def train_all(args, env, pkg):
             f.write(json.dumps(c) + "\n")
     with open(os.path.join(args.out, "giftd_state.json"), "w") as f:
         json.dump(state, f, indent=1)
-    return ref, eu
+    return ref, e8, eu
 
 
 def gift_files(args):
@@ -914,8 +1026,10 @@ def main():
     env = dict(os.environ, OMP_NUM_THREADS="1",
                PYTHONPATH=os.pathsep.join(
                    [pkg, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+    args.target_rel = TARGET_REL[args.format]
     started = time.monotonic()
-    (ref_log, ref_sum), (eu_log, eu_sum) = train_all(args, env, pkg)
+    (ref_log, ref_sum), (e8_log, e8_sum), (eu_log, eu_sum) = train_all(
+        args, env, pkg)
     gift_log, gift_sum = gift_files(args)
     with open(os.path.join(args.out, "giftd_state.json")) as f:
         state = json.load(f)
@@ -927,10 +1041,11 @@ def main():
     runs = [(read_log(p), json.load(open(s))) for p, s in
             ((ref_log, ref_sum), (eu_log, eu_sum), (gift_log, gift_sum))]
     (ref, rs), (eu, es), (gi, gs) = runs
+    plain8 = (read_log(e8_log), json.load(open(e8_sum)))
     rows, model, rm, cost, windows = analyse(args, ref, eu, gi, rs, es, gs,
                                              state["layers"], changes)
     png = os.path.join(args.out, "gift_demo.png")
-    write_figure(png, runs, rows, windows, args)
+    write_figure(png, runs, plain8, rows, windows, args)
     status = state["status"]
     daemon_info = {"refreshes": int(status.get("refreshes", 0)),
                    "plan_epoch": int(status.get("plan_epoch", 0)),
@@ -938,21 +1053,24 @@ def main():
                    "rank": status.get("rank", 0),
                    "audit_interval": status.get("audit_interval",
                                                 args.audit_interval)}
+    every = {"ddp": runs[0], "euclid8": plain8, "euclid": runs[1],
+             "gift": runs[2]}
+    head = headline(args, every)
     with open(os.path.join(args.out, "demo_report.json"), "w") as f:
         json.dump(jsonable({
-            "steps": args.steps, "nproc": args.nproc,
+            "steps": args.steps, "nproc": args.nproc, "format": args.format,
+            "ffn": args.ffn, "headline": head,
             "audit_interval": args.audit_interval, "window": args.window,
             "loss_last": {m: mean([r["loss"] for r in log[-25:]])
-                          for m, (log, _) in zip(("ddp", "euclid", "gift"),
-                                                 runs)},
-            "val_loss": {m: s["val_loss"] for m, (_, s) in
-                         zip(("ddp", "euclid", "gift"), runs)},
-            "bytes_vs_fp32": {"euclid": bytes_line(es)[1],
-                              "gift": bytes_line(gs)[1]},
+                          for m, (log, _) in every.items()},
+            "val_loss": {m: s["val_loss"] for m, (_, s) in every.items()},
+            "bytes_vs_fp32": {m: bytes_line(s)[1] for m, (_, s) in
+                              every.items() if m != "ddp"},
             "layers": rows, "model": model, "removals": rm, "cost": cost,
             "daemon": daemon_info, "poll_errors": state["poll_errors"]}), f,
             indent=1)
-    print_summary(args, runs, rows, model, rm, cost, daemon_info, png)
+    print_summary(args, runs, plain8, rows, model, rm, cost, daemon_info,
+                  head, png)
     print(f"  giftd served {state['scraped']} gift_* metric samples at the "
           f"end; demo took {time.monotonic() - started:.0f} s")
 

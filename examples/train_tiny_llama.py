@@ -46,7 +46,7 @@ import torch.multiprocessing as mp
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from tiny_llama import Config, Corpus, TinyLlama  # noqa: E402
+from tiny_llama import CORPUS_DIR, Config, Corpus, TinyLlama  # noqa: E402
 
 MODES = ("ddp", "fp32", "bf16", "euclid", "gift")
 
@@ -67,6 +67,10 @@ def parse_args(argv=None):
                    "of 8 (344 at dim 128: the w2 layers' d_in then takes "
                    "no 4-bit format, which needs a multiple of 16 / 32)")
     p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--corpus", default=CORPUS_DIR,
+                   help="directory whose files are the training text (every "
+                   "regular file, concatenated in name order; the last 5%% "
+                   "is held out); default %(default)s")
     p.add_argument("--warmup", type=int, default=20)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1,
@@ -267,7 +271,8 @@ class Trainer:
         torch.set_num_threads(args.threads)
         self.args, self.rank, self.world = args, rank, world
         self.cfg = model_config(args)
-        self.corpus = Corpus(self.cfg.seq_len, seed=args.seed)
+        self.corpus = Corpus(self.cfg.seq_len, directory=args.corpus,
+                             seed=args.seed)
         self.model = TinyLlama(self.cfg, seed=args.seed)
         self.ddp = DDP(self.model)
         self.gift = None

@@ -82,6 +82,9 @@ def parse_args(argv=None):
     p.add_argument("--batch", type=int, default=8, help="sequences per rank")
     p.add_argument("--seq-len", type=int, default=64)
     p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--corpus", default="",
+                   help="training text directory (train_tiny_llama.py "
+                   "--corpus); default the example's license texts")
     p.add_argument("--eval-rows", type=int, default=512)
     p.add_argument("--audit-interval", type=int, default=10)
     p.add_argument("--window", type=int, default=50, help="drift window")
@@ -113,6 +116,8 @@ def train_args(args, config, seed):
          "--batch", str(args.batch), "--seq-len", str(args.seq_len), "--lr",
          str(args.lr), "--eval-rows", str(args.eval_rows), "--eval-every",
          "0", "--progress", "none"]
+    if args.corpus:
+        a += ["--corpus", os.path.realpath(args.corpus)]
     if config == "fp32":
         return "ddp", a
     kind, fmt = config.split("-")[:2]
@@ -140,10 +145,7 @@ def cache_key(args, config, seed):
     keyed = list(extra)
     if mode == "gift":
         keyed.append(file_hash(args.giftd_path))
-    key = demo.run_key(args, mode, keyed, package)
-    if mode == "ddp":  # demo.run_key leaves the reference's arguments out
-        key = hashlib.sha256(json.dumps([key, keyed]).encode()).hexdigest()
-    return key[:16]
+    return demo.run_key(args, mode, keyed, package)
 
 
 def run_one(args, config, seed, env, n, total):
@@ -330,7 +332,9 @@ def markdown(args, table):
         f"of {args.seq_len}, {args.steps} steps, seeds "
         f"{','.join(map(str, args.seeds))}; held-out loss on "
         f"{args.eval_rows} fixed rows; audits every {args.audit_interval} "
-        f"steps, drift over the whole run ({args.window}-step windows).",
+        f"steps, drift over the whole run ({args.window}-step windows); "
+        f"corpus {args.corpus or 'the license texts (default)'}; lr "
+        f"{args.lr}.",
         "", f"Rule: {RULE}.", "",
         "| configuration | held-out loss | Δ vs FP32 (paired) | outside "
         "noise | bytes/step | vs FP32 | RelL2 model | RelL2 protected | "
@@ -404,7 +408,8 @@ def report(args, runs):
         json.dump(demo.jsonable({
             "settings": {k: v for k, v in vars(args).items()
                          if k not in ("pkg",)},
-            "rule": RULE, "configs": table}), f, indent=1)
+            "setting": md.split("\n", 1)[0], "rule": RULE,
+            "configs": table}), f, indent=1)
     png = write_figure(base + ".png", table)
     print(md)
     print(f"study: wrote {base}.md, {base}.json" +
