@@ -52,25 +52,25 @@
 //
 // Telemetry (QuantizeStats, over finite elements, sums in double): err_sq,
 // x_sq, xhat_x of the codes sent, as for FP8. The boundary hits are
-// tensor-relative: counted against the segment's amax, as one scale for the
-// whole call would see them, not against each element's own block scale.
-// Each finite x_i gets a second code t_i from the coder of the block that
-// holds the segment's finite amax a (the largest block scale):
+// tensor-relative: counted against the segment's finite amax a, as one
+// scale for the whole call would see them, not against each element's own
+// block scale. Each finite x_i gets a second code t_i from the coder of the
+// block that holds a (the largest block scale of the call):
 //   nvfp4: t_i = e2m1((x_i / s_t) / e4m3val(c_a)), c_a = e4m3((a / s_t) / 6)
-//          as above (448 unless s_t is subnormal), so |x_i| <= a / 24 gives
-//          ±0 and |x_i| > 5a / 6 gives ±6;
-//   mxfp4: t_i = e2m1(x_i · 2^(127 − e_a)), e_a = max(EncodeE8M0(a) − 2, 0),
-//          the shared exponent a block holding a gets (mxfp4 has no tensor
-//          scale), so |x_i| <= 2^(⌊log2 a⌋ − 4) gives ±0;
-// upper = elements with t_i = ±6, lower = non-zero elements with t_i = ±0
-// (a = 0: no hits). In the block holding a, t_i is the code sent. Why not
-// the codes sent: a block scale follows its own block, so block-relative
-// hits measure the range inside blocks (about the same in every layer) and
-// rank layers by the gain of GIFT's whitening no better than chance
-// (Spearman −0.36 nvfp4, −0.31 mxfp4 on the 8 committed MLP gradients);
-// the tensor-relative count measures the tensor's heavy tails, as the
-// per-tensor E4M3 count does (+0.81 nvfp4, +0.79 mxfp4; measured by
-// tools/fidelity/hit_score_rank_test.cc).
+//          (e4m3val(c_a) = 448 unless s_t is subnormal), so t_i = ±0 for
+//          |x_i| <= a / 24 and ±6 for |x_i| > 5a / 6;
+//   mxfp4: t_i = e2m1(x_i · 2^(127 − e_a)), e_a = max(EncodeE8M0(a) − 2, 0)
+//          (mxfp4 has no tensor scale: the amax block's shared exponent),
+//          so t_i = ±0 for |x_i| <= 2^(⌊log2 a⌋ − 4);
+// upper = elements with t_i = ±6, lower = non-zero elements with t_i = ±0;
+// no hits when a = 0. In the block holding a, t_i is the code sent. Why not
+// the codes sent: each block scale follows its own block, so block-relative
+// hits measure the range inside blocks and did not rank layers by GIFT's
+// gain (Spearman −0.36 nvfp4, −0.36 mxfp4 on the 8 committed MLP
+// gradients), while the tensor-relative count measures the tensor's heavy
+// tails and does (+0.81, +0.79; +0.90, +0.86 summed over the workers'
+// local gradients as the selector sees them): tools/fidelity/
+// hit_score_rank_test.cc. A call's count is over its segment only.
 //
 // Error feedback: when `residual` is non-null, residual[i] = x_i − x̂_i (0
 // for non-finite x_i); `residual` may alias `x`. Whitening is a separate,
