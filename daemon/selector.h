@@ -3,7 +3,8 @@
 //
 // Input, per layer and per observation (the daemon calls Observe about every
 // 100 ms with what its local ranks reported since the last call, summed over
-// the ranks): steps advanced, quantized elements, FP8 boundary hits, the
+// the ranks): steps advanced, quantized elements, boundary hits in the
+// layer's wire format (4-bit: tensor-relative, kernels/quantize_fp4.h), the
 // probe results (sums of the local Euclidean and GIFT round-trip RelL2 over
 // probe steps) and the audit results (RelL2 of the gradient actually
 // applied against an FP32 allreduce, by path). The selector keeps a window
@@ -18,6 +19,10 @@
 // and, per layer, an audit window of its last `audit_window` audits (the
 // reports of one audit step reach the selector within kAuditMergeSteps
 // steps, maybe over several observations, and make one audit).
+// Vulnerabilities of different formats are not on one scale (on the
+// committed gradients 4-bit scores are 0.26–0.75, E4M3's 6e-5–6e-4): with
+// layers of both formats in one job, top-k and the elbow rank the 4-bit
+// layers first and the threshold means a different thing per format.
 // Its clock is the number of steps it has seen (SelectorSample::step).
 //
 // What the vulnerability means depends on the layer's wire format: upper and
