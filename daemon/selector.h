@@ -3,7 +3,8 @@
 //
 // Input, per layer and per observation (the daemon calls Observe about every
 // 100 ms with what its local ranks reported since the last call, summed over
-// the ranks): steps advanced, quantized elements, FP8 boundary hits, the
+// the ranks): steps advanced, quantized elements, boundary hits in the
+// layer's wire format (4-bit: tensor-relative, kernels/quantize_fp4.h), the
 // probe results (sums of the local Euclidean and GIFT round-trip RelL2 over
 // probe steps) and the audit results (RelL2 of the gradient actually
 // applied against an FP32 allreduce, by path). The selector keeps a window
@@ -21,29 +22,28 @@
 // Its clock is the number of steps it has seen (SelectorSample::step).
 //
 // What the vulnerability means depends on the layer's wire format: upper and
-// lower are counted by the quantize kernel of that format. FP8 (per-tensor
-// scale): elements at ±fmax, and non-zero elements that flush to 0 or the
-// smallest subnormal — a measure of the tensor's dynamic range, which is
-// what whitening compresses. 4-bit (kernels/quantize_fp4.h: upper = codes
-// ±6, lower = non-zero elements coded ±0, both relative to the element's
-// 16/32-element block scale): a measure of the range inside a block. At 4
-// bits every block puts its largest element(s) at or near ±6 (upper >= ~1/16
-// for nvfp4) and many more small values flush to 0, so scores are 2–3
-// orders of magnitude higher (0.13–0.36 against 1e-4 at E4M3 on the
-// committed gradients, measured offline with a numpy model of the kernels'
-// codes and the damped rank-32 factor) and do not rank the layers that
-// gain: over the 8
-// committed MLP gradients (2 snapshots × 2 blocks × fc1/fc2), Spearman of the
-// score against the probe gain is −0.38 at nvfp4 (−1.0 within step 100),
-// −0.29 at mxfp4, against +0.81 for the same gradients' E4M3 per-tensor
-// score (which ranks them at 4 bits too: +0.81 nvfp4, +0.86 mxfp4, since the
-// gain is mostly a property of the layer: GIFT/Euclid RelL2 within 0.1
-// across formats). Policies therefore compare scores of one format only,
-// and for a 4-bit layer the score is a weak guide: the probes' measured gain
-// (the guard, with probation) is what decides whether it takes the GIFT
-// path. A tensor-relative 4-bit count (elements below the tensor amax ·
-// 2^-9 / 448, as the E4M3 rule) would restore the ranking; the kernels do
-// not count it yet.
+// lower are counted by the quantize kernel of that format, per quantize
+// call (a segment of the layer). FP8 (per-tensor scale): elements at ±fmax,
+// and non-zero elements that flush to 0 or the smallest subnormal — a
+// measure of the tensor's dynamic range, which is what whitening
+// compresses. 4-bit (kernels/quantize_fp4.h, "Telemetry"): tensor-relative,
+// with the scale of the block that holds the segment's amax a — elements
+// that would code to ±6 (nvfp4 |x| > 5a/6) or, non-zero, to ±0 (nvfp4
+// |x| <= a/24; mxfp4 |x| <= 2^(⌊log2 a⌋ − 4)): the tensor's heavy tails
+// again. Over the 8 committed MLP gradients (2 snapshots × 2 blocks ×
+// fc1/fc2; tools/fidelity/hit_score_rank_test.cc) the Spearman correlation
+// of this score, summed over the 4 workers' gradients, with GIFT's one-step
+// gain at the format is +0.90 nvfp4, +0.86 mxfp4 (+0.79, +0.62 with each
+// gradient in 4 segments); the earlier block-relative count (codes relative
+// to each element's own block scale, a measure of the range inside blocks)
+// gave −0.31, −0.36. The E4M3 count there hits 1–6 elements per gradient and
+// ranks the gains only weakly (+0.00 to +0.31). Scores of different formats
+// are not on one scale (4-bit 0.26–0.75, E4M3 6e-5–6e-4 on that data) and
+// the selector does not know a layer's format: with layers of both formats
+// in one job, top-k and the elbow rank the 4-bit layers first, and the
+// threshold means a different thing per format. Either way the probes'
+// measured gain (the guard, with probation) decides whether a candidate
+// takes the GIFT path.
 //
 // Decide() then applies, in order:
 //  1. pins: PIN_OUT layers are never candidates; PIN_IN layers always are,

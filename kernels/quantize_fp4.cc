@@ -2,8 +2,9 @@
 // (integer max over the magnitude bits, which orders non-negative floats
 // like their values) and the non-finite count, the block's scale code, then
 // one pass that encodes, packs two codes per byte, writes the residual and
-// adds the telemetry (double sums in element order). Plain scalar loops: the
-// reference for the CUDA kernels, not tuned.
+// adds the telemetry (double sums in element order; the boundary hits
+// through a second coder, that of the block holding the segment's amax). Plain
+// scalar loops: the reference for the CUDA kernels, not tuned.
 #include "kernels/quantize_fp4.h"
 
 #include <algorithm>
@@ -72,9 +73,11 @@ uint8_t BlockScaleCode(Fp4Format f, float amax, float s_t) {
                                 : Mxfp4ScaleCode(amax);
 }
 
-// Encodes elements [0, m) of one block into packed bytes at `codes`.
-void EncodeBlock(const BlockCoder& c, const float* x, int64_t m, uint8_t* codes,
-                 float* residual, QuantizeStats* st) {
+// Encodes elements [0, m) of one block into packed bytes at `codes`; the
+// boundary hits are those of `hits`, the coder of the segment's amax block.
+void EncodeBlock(const BlockCoder& c, const BlockCoder& hits, const float* x,
+                 int64_t m, uint8_t* codes, float* residual,
+                 QuantizeStats* st) {
   double e = 0, xx = 0, hx = 0;
   for (int64_t i = 0; i < m; ++i) {
     const float xv = x[i];  // read before residual (may alias x) is written
@@ -88,8 +91,9 @@ void EncodeBlock(const BlockCoder& c, const float* x, int64_t m, uint8_t* codes,
     const float h = c.Decode(q);
     if (residual) residual[i] = finite ? xv - h : 0.0f;
     if (!finite) continue;
-    st->upper += (q & 7) == kE2M1MaxCode;
-    st->lower += (q & 7) == 0 && xv != 0;
+    const uint8_t t = hits.Encode(xv) & 7;
+    st->upper += t == kE2M1MaxCode;
+    st->lower += t == 0 && xv != 0;
     const double xd = xv, hd = h, d = hd - xd;
     e += d * d;
     xx += xd * xd;
@@ -190,8 +194,12 @@ absl::Status QuantizeFp4(const float* x, int64_t n, Fp4Format f, uint8_t* codes,
     return s;
   }
   const bool nv = f == Fp4Format::kNvfp4;
-  const float s_t = nv ? Nvfp4TensorScale(FiniteAmax(x, n).amax) : 1.0f;
+  // The segment's finite amax: nvfp4's tensor scale, and the scale of the
+  // boundary hits (mxfp4 needs it for those only).
+  const float amax = nv || stats != nullptr ? FiniteAmax(x, n).amax : 0.0f;
+  const float s_t = nv ? Nvfp4TensorScale(amax) : 1.0f;
   if (tensor_scale != nullptr) *tensor_scale = s_t;
+  const BlockCoder hits = BlockCoder::For(f, BlockScaleCode(f, amax, s_t), s_t);
   QuantizeStats st;
   st.n = n;
   const int64_t block = Fp4BlockSize(f);
@@ -199,7 +207,7 @@ absl::Status QuantizeFp4(const float* x, int64_t n, Fp4Format f, uint8_t* codes,
     const int64_t m = std::min(block, n - lo);
     const BlockAmax am = FiniteAmax(x + lo, m);
     const uint8_t code = BlockScaleCode(f, am.amax, s_t);
-    EncodeBlock(BlockCoder::For(f, code, s_t), x + lo, m, codes + lo / 2,
+    EncodeBlock(BlockCoder::For(f, code, s_t), hits, x + lo, m, codes + lo / 2,
                 residual ? residual + lo : nullptr, &st);
     st.nonfinite += am.nonfinite;
     block_scales[b] = am.nonfinite == 0 ? code : nv ? kNvfp4NaNScale : kE8M0NaN;

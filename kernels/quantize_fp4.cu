@@ -4,16 +4,19 @@
 // __fmul_rn, __fsub_rn, __fadd_rn), E2M1/E8M0 through the same inline
 // coders of fp4.h, E4M3 through fp8_device.cuh (bit-identical to fp8.h).
 //
-// Quantize: nvfp4 first reduces the segment's finite amax into a 32-bit
-// word that lives in the tensor-scale slot (|x| bits order like the
-// values; atomicMax per warp); then one thread per block of 16 / 32
-// elements computes the block's amax, scale, packed codes (whole bytes: a
-// block never shares a byte), residuals and telemetry; a last one-thread
-// kernel turns the word into s_t (or writes 1 for mxfp4). Dequantize and
-// accumulate: one thread per code byte (two elements), sums kept in
-// registers over up to kMaxSources sources per launch. Statistics are
-// reduced per CTA and added with one atomic per field and CTA. Not tuned:
-// one thread per block reads 64 / 128 contiguous bytes.
+// Quantize: first the segment's finite amax is reduced into a 32-bit word
+// (|x| bits order like the values; atomicMax per warp), for nvfp4's tensor
+// scale and for the tensor-relative boundary hits of both formats. The
+// word lives in the tensor-scale slot, or, for mxfp4 called without one,
+// in the first 4 bytes of stats->n (no amax is needed without either).
+// Then one thread per block of 16 / 32 elements computes the block's amax,
+// scale, packed codes (whole bytes: a block never shares a byte),
+// residuals and telemetry (FlushStats without n); a last one-thread kernel
+// turns the word into s_t (or writes 1 for mxfp4) and writes stats->n.
+// Dequantize and accumulate: one thread per code byte (two elements), sums
+// kept in registers over up to kMaxSources sources per launch. Statistics
+// are reduced per CTA and added with one atomic per field and CTA. Not
+// tuned: one thread per block reads 64 / 128 contiguous bytes.
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
@@ -105,15 +108,20 @@ __global__ void __launch_bounds__(kThreads)
   if (threadIdx.x % 32 == 0 && amax != 0) atomicMax(word, amax);
 }
 
-// One thread per block. tensor_word: nvfp4's amax word (unused for mxfp4).
+// One thread per block. amax_word: the segment's amax (nullable for mxfp4
+// without stats).
 template <Fp4Format F>
 __global__ void __launch_bounds__(kThreads)
-    EncodeKernel(const float* x, int64_t n, const uint32_t* tensor_word,
+    EncodeKernel(const float* x, int64_t n, const uint32_t* amax_word,
                  uint8_t* codes, uint8_t* block_scales, float* residual,
                  QuantizeStats* stats) {
   constexpr int64_t kBlock = Fp4BlockSize(F);
   const int64_t nblocks = (n + kBlock - 1) / kBlock;
-  const float s_t = F == Fp4Format::kNvfp4 ? TensorScale(*tensor_word) : 1.0f;
+  const uint32_t amax_bits = amax_word != nullptr ? *amax_word : 0u;
+  const float s_t = F == Fp4Format::kNvfp4 ? TensorScale(amax_bits) : 1.0f;
+  // The boundary hits' coder: that of the segment's amax block.
+  const Coder<F> hits =
+      Coder<F>::For(ScaleCode<F>(__uint_as_float(amax_bits), s_t), s_t);
   LocalStats st{};
   for (int64_t b = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; b < nblocks;
        b += int64_t{gridDim.x} * blockDim.x) {
@@ -143,8 +151,9 @@ __global__ void __launch_bounds__(kThreads)
       float r = 0.0f;
       if (a < 0x7F800000u) {
         const float h = c.Decode(q);
-        st.upper += (q & 7) == kE2M1MaxCode;
-        st.lower += ((q & 7) == 0) & (a != 0u);
+        const uint8_t t = hits.Encode(xv) & 7;
+        st.upper += t == kE2M1MaxCode;
+        st.lower += (t == 0) & (a != 0u);
         const double xd = xv, hd = h, d = hd - xd;
         st.err_sq += d * d;
         st.x_sq += xd * xd;
@@ -159,12 +168,18 @@ __global__ void __launch_bounds__(kThreads)
     block_scales[b] =
         !flag ? code : (F == Fp4Format::kNvfp4 ? kNvfp4NaNScale : kE8M0NaN);
   }
-  if (stats) FlushStats<kThreads>(st, n, stats);
+  // n is written by FinalizeKernel: stats->n may hold the amax word.
+  if (stats) FlushStats<kThreads>(st, n, stats, /*add_n=*/false);
 }
 
-// tensor_scale holds nvfp4's amax word; becomes s_t (mxfp4: 1).
-__global__ void FinalizeTensorScaleKernel(float* tensor_scale, bool nv) {
-  tensor_scale[0] = nv ? TensorScale(__float_as_uint(tensor_scale[0])) : 1.0f;
+// tensor_scale (nullable) holds the amax word; becomes s_t (mxfp4: 1).
+// stats->n (nullable) gets n, replacing the amax word if it was there.
+__global__ void FinalizeKernel(float* tensor_scale, bool nv,
+                               QuantizeStats* stats, int64_t n) {
+  if (tensor_scale) {
+    tensor_scale[0] = nv ? TensorScale(__float_as_uint(tensor_scale[0])) : 1.0f;
+  }
+  if (stats) stats->n = n;
 }
 
 template <Fp4Format F>
@@ -220,10 +235,18 @@ absl::Status LaunchQuantize(gpu::Context& ctx, const float* x, int64_t n,
                             QuantizeStats* stats) {
   const auto stream = static_cast<cudaStream_t>(ctx.stream());
   constexpr bool kNv = F == Fp4Format::kNvfp4;
-  auto* word = reinterpret_cast<uint32_t*>(tensor_scale);
-  if (kNv) {
-    GIFT_CUDA_RETURN_IF_ERROR(
-        cudaMemsetAsync(word, 0, sizeof(uint32_t), stream));
+  // The amax word (nvfp4, and mxfp4 with stats): the tensor-scale slot,
+  // zeroed here, else the first 4 bytes of stats->n (zeroed by the caller).
+  uint32_t* word = nullptr;
+  if (kNv || stats != nullptr) {
+    word = tensor_scale != nullptr ? reinterpret_cast<uint32_t*>(tensor_scale)
+                                   : reinterpret_cast<uint32_t*>(stats);
+  }
+  if (word != nullptr) {
+    if (tensor_scale != nullptr) {
+      GIFT_CUDA_RETURN_IF_ERROR(
+          cudaMemsetAsync(word, 0, sizeof(uint32_t), stream));
+    }
     if (n > 0) {
       const int grid = device::GridFor(n, kThreads, ctx.device());
       AmaxKernel<<<grid, kThreads, 0, stream>>>(x, n, word);
@@ -237,8 +260,8 @@ absl::Status LaunchQuantize(gpu::Context& ctx, const float* x, int64_t n,
         x, n, word, codes, block_scales, residual, stats);
     GIFT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   }
-  if (tensor_scale != nullptr) {
-    FinalizeTensorScaleKernel<<<1, 1, 0, stream>>>(tensor_scale, kNv);
+  if (tensor_scale != nullptr || stats != nullptr) {
+    FinalizeKernel<<<1, 1, 0, stream>>>(tensor_scale, kNv, stats, n);
     GIFT_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   }
   return absl::OkStatus();

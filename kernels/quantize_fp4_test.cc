@@ -92,6 +92,24 @@ Result Naive(const std::vector<float>& x, Fp4Format f) {
     r.tensor = amax / 2688.0f;
     if (r.tensor == 0) r.tensor = std::numeric_limits<float>::denorm_min();
   }
+  // A block's scale code, and the code of v in a block of that code.
+  auto scale_code = [&](float am) -> uint8_t {
+    if (f == kNv) {
+      return am == 0 ? 0
+                     : std::max<uint8_t>(1, EncodeFp8(am / r.tensor / 6.0f,
+                                                      Fp8Format::kE4M3));
+    }
+    return am == 0 ? 127 : std::max(std::ilogb(am) + 127 - 2, 0);
+  };
+  auto scale_of = [&](uint8_t code) {
+    return f == kNv ? DecodeFp8(code, Fp8Format::kE4M3)
+                    : std::ldexp(1.0f, code - 127);
+  };
+  auto encode = [&](float v, uint8_t code) {
+    return f == kNv ? EncodeE2M1(v / r.tensor / (code ? scale_of(code) : 1.0f))
+                    : EncodeE2M1(v / scale_of(code));
+  };
+  const uint8_t amax_code = scale_code(amax);  // the boundary hits' scale
   for (int64_t lo = 0; lo < n; lo += bs) {
     const int64_t hi = std::min(n, lo + bs);
     float am = 0;
@@ -100,22 +118,11 @@ Result Naive(const std::vector<float>& x, Fp4Format f) {
       if (std::isfinite(x[i])) am = std::max(am, std::fabs(x[i]));
       bad |= !std::isfinite(x[i]);
     }
-    uint8_t code;
-    float scale;
-    if (f == kNv) {
-      code = am == 0 ? 0
-                     : std::max<uint8_t>(1, EncodeFp8(am / r.tensor / 6.0f,
-                                                      Fp8Format::kE4M3));
-      scale = DecodeFp8(code, Fp8Format::kE4M3);
-    } else {
-      code = am == 0 ? 127 : std::max(std::ilogb(am) + 127 - 2, 0);
-      scale = std::ldexp(1.0f, code - 127);
-    }
+    const uint8_t code = scale_code(am);
+    const float scale = scale_of(code);
     r.scales[lo / bs] = bad ? (f == kNv ? 0x7F : 0xFF) : code;
     for (int64_t i = lo; i < hi; ++i) {
-      const uint8_t q =
-          f == kNv ? EncodeE2M1(x[i] / r.tensor / (code ? scale : 1.0f))
-                   : EncodeE2M1(x[i] / scale);
+      const uint8_t q = encode(x[i], code);
       const float h =
           f == kNv ? DecodeE2M1(q) * scale * r.tensor : DecodeE2M1(q) * scale;
       r.codes[i / 2] |= q << (4 * (i % 2));
@@ -124,8 +131,9 @@ Result Naive(const std::vector<float>& x, Fp4Format f) {
         continue;
       }
       r.residual[i] = x[i] - h;
-      r.stats.upper += (q & 7) == 7;
-      r.stats.lower += (q & 7) == 0 && x[i] != 0;
+      const uint8_t t = encode(x[i], amax_code) & 7;
+      r.stats.upper += t == 7;
+      r.stats.lower += t == 0 && x[i] != 0;
       r.stats.err_sq += (double(h) - x[i]) * (double(h) - x[i]);
       r.stats.x_sq += double(x[i]) * x[i];
       r.stats.xhat_x += double(h) * x[i];
@@ -202,9 +210,11 @@ TEST(QuantizeFp4Test, Nvfp4HandComputed) {
   EXPECT_EQ(r.Code(19), 0x4);
   EXPECT_EQ(r.codes[0], 0x10);  // low nibble = element 0
   EXPECT_EQ(r.codes[1], 0xA2);
-  // upper: 5.1, -6 (block 0), 2688 (block 1); lower: 0.25, 0.1.
-  EXPECT_EQ(r.stats.upper, 3);
-  EXPECT_EQ(r.stats.lower, 2);
+  // Tensor-relative hits (the amax block's scale 448): upper 2688 only
+  // (5.1 and -6 are ±6 in their own block, not against the tensor); lower:
+  // the 14 non-zero elements of block 0, all <= 2688 / 24 = 112.
+  EXPECT_EQ(r.stats.upper, 1);
+  EXPECT_EQ(r.stats.lower, 14);
   EXPECT_EQ(r.stats.n, 20);
   const auto xh = Dequant(r, 20, kNv);
   EXPECT_EQ(xh[1], 0.5f);
@@ -237,8 +247,10 @@ TEST(QuantizeFp4Test, Mxfp4HandComputed) {
   EXPECT_EQ(r.Code(32), 0x7);
   EXPECT_EQ(r.Code(33), 0x9);
   EXPECT_EQ(r.Code(34), 0x0);
-  EXPECT_EQ(r.stats.upper, 1);
-  EXPECT_EQ(r.stats.lower, 2);
+  // Tensor-relative hits (X = 1 of the amax block): no upper (0.7 is ±6 in
+  // its own block only, 5 ties to 4); lower 0.2, -0.07, 0.03 (<= 2^-2).
+  EXPECT_EQ(r.stats.upper, 0);
+  EXPECT_EQ(r.stats.lower, 3);
   const auto xh = Dequant(r, 40, kMx);
   EXPECT_EQ(xh[32], 0.75f);
   EXPECT_EQ(xh[33], -0.0625f);
@@ -330,8 +342,9 @@ TEST(QuantizeFp4Test, Nvfp4BlockScaleUnderflow) {
     EXPECT_NE(r.Code(i) & 7, 7) << i;
     nonzero += xh[i] != 0;
   }
-  EXPECT_GT(nonzero, 8);        // most of the block survives
-  EXPECT_EQ(r.stats.upper, 1);  // only 2688
+  EXPECT_GT(nonzero, 8);         // most of the block survives
+  EXPECT_EQ(r.stats.upper, 1);   // only 2688
+  EXPECT_EQ(r.stats.lower, 16);  // block 1, far below 2688 / 24
 }
 
 // Whole tensors in the float subnormal range, and blocks far below it.
@@ -434,14 +447,18 @@ TEST(QuantizeFp4Test, StatsAgreeWithRecomputation) {
     const auto x = Gaussian(3001, 5);
     const Result r = RunQuantize(x, f);
     const auto xh = Dequant(r, x.size(), f);
-    double e = 0, xx = 0, hx = 0;
+    double e = 0, xx = 0, hx = 0, amax = 0;
+    for (float v : x) amax = std::max(amax, std::fabs(double(v)));
+    // The amax block's scale: a / 6 (nvfp4), 2^(floor(log2 a) - 2) (mxfp4).
+    const double scale =
+        f == kNv ? amax / 6 : std::ldexp(1.0, std::ilogb(amax) - 2);
     int64_t upper = 0, lower = 0;
     for (size_t i = 0; i < x.size(); ++i) {
       e += (double(xh[i]) - x[i]) * (double(xh[i]) - x[i]);
       xx += double(x[i]) * x[i];
       hx += double(xh[i]) * x[i];
-      upper += (r.Code(i) & 7) == 7;
-      lower += xh[i] == 0 && x[i] != 0;
+      upper += std::fabs(x[i]) / scale > 5;
+      lower += x[i] != 0 && std::fabs(x[i]) / scale <= 0.25;
     }
     EXPECT_NEAR(r.stats.err_sq, e, 1e-12 * e);
     EXPECT_NEAR(r.stats.x_sq, xx, 1e-12 * xx);

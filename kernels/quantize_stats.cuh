@@ -29,9 +29,11 @@ __device__ __forceinline__ T WarpSum(T v) {
 }
 
 // CTA-wide reduction of every thread's stats into *out (all threads call;
-// blockDim.x <= kThreads, a multiple of 32). Block 0 also adds n.
+// blockDim.x <= kThreads, a multiple of 32). Block 0 also adds n unless
+// add_n is false (then the caller writes out->n itself, after the launch).
 template <int kThreads>
-__device__ void FlushStats(LocalStats st, int64_t n, QuantizeStats* out) {
+__device__ void FlushStats(LocalStats st, int64_t n, QuantizeStats* out,
+                           bool add_n = true) {
   __shared__ LocalStats warps[kThreads / 32];
   st.upper = WarpSum(st.upper);
   st.lower = WarpSum(st.lower);
@@ -53,7 +55,7 @@ __device__ void FlushStats(LocalStats st, int64_t n, QuantizeStats* out) {
     t.xhat_x += warps[w].xhat_x;
   }
   auto* counters = reinterpret_cast<unsigned long long*>(out);
-  if (blockIdx.x == 0) {
+  if (add_n && blockIdx.x == 0) {
     atomicAdd(&counters[0], static_cast<unsigned long long>(n));
   }
   atomicAdd(&counters[1], t.upper);

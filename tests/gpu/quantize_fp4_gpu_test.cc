@@ -1,7 +1,9 @@
 // CUDA QuantizeFp4 / DequantizeFp4 / DequantizeAccumulateFp4 against the CPU
 // reference (label gpu; every test skips without a device): codes, scales,
-// residuals, dequantized values and sums bit for bit, counters exact, double
-// sums within 1e-9 relative.
+// residuals, dequantized values and sums bit for bit, counters exact (the
+// tensor-relative boundary hits too, also for mxfp4 without a tensor-scale
+// slot, where the segment amax lives in stats->n), double sums within 1e-9
+// relative.
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -31,19 +33,21 @@ constexpr Fp4Format kFormats[] = {Fp4Format::kNvfp4, Fp4Format::kMxfp4};
 
 enum class Residual { kNone, kSeparate, kInPlace };
 
+// tensor_slot false: mxfp4 only, no tensor_scale pointer on either side.
 void Compare(gpu::Context& ctx, const std::vector<float>& x, Fp4Format f,
-             Residual mode) {
-  SCOPED_TRACE(::testing::Message() << Fp4FormatName(f) << " n=" << x.size()
-                                    << " mode=" << int(mode));
+             Residual mode, bool tensor_slot = true) {
+  SCOPED_TRACE(::testing::Message()
+               << Fp4FormatName(f) << " n=" << x.size() << " mode=" << int(mode)
+               << " tensor_slot=" << tensor_slot);
   const int64_t n = x.size(), nb = Fp4NumBlocks(n, f),
                 bytes = Fp4PackedBytes(n);
   std::vector<uint8_t> codes(bytes), scales(nb);
   std::vector<float> residual(x);
   float s_t = -1;
   QuantizeStats want;
-  ASSERT_OK(QuantizeFp4(x.data(), n, f, codes.data(), scales.data(), &s_t,
-                        mode == Residual::kNone ? nullptr : residual.data(),
-                        &want));
+  ASSERT_OK(QuantizeFp4(
+      x.data(), n, f, codes.data(), scales.data(), tensor_slot ? &s_t : nullptr,
+      mode == Residual::kNone ? nullptr : residual.data(), &want));
 
   auto dx = ToDevice(x);
   gpu::DeviceBuffer<uint8_t> dq, ds;
@@ -62,8 +66,9 @@ void Compare(gpu::Context& ctx, const std::vector<float>& x, Fp4Format f,
   float* dres = mode == Residual::kNone       ? nullptr
                 : mode == Residual::kSeparate ? dr.get()
                                               : dx.get();
-  ASSERT_OK(cuda::QuantizeFp4(ctx, dx.get(), n, f, dq.get(), ds.get(), dt.get(),
-                              dres, dst.get()));
+  ASSERT_OK(cuda::QuantizeFp4(ctx, dx.get(), n, f, dq.get(), ds.get(),
+                              tensor_slot ? dt.get() : nullptr, dres,
+                              dst.get()));
   ASSERT_OK(ctx.Synchronize());
   EXPECT_EQ(ToHost(dq, bytes + 1)[bytes], 0xEE);  // nothing past the end
   const auto got_q = ToHost(dq, bytes);
@@ -74,7 +79,7 @@ void Compare(gpu::Context& ctx, const std::vector<float>& x, Fp4Format f,
   for (int64_t b = 0; b < nb; ++b) {
     ASSERT_EQ(got_s[b], scales[b]) << "scale " << b;
   }
-  EXPECT_TRUE(SameBits(ToHost(dt, 1)[0], s_t));
+  if (tensor_slot) EXPECT_TRUE(SameBits(ToHost(dt, 1)[0], s_t));
   if (mode != Residual::kNone) {
     const auto got_r =
         ToHost(mode == Residual::kSeparate ? dr : dx, static_cast<size_t>(n));
@@ -120,6 +125,24 @@ TEST(QuantizeFp4GpuTest, NonFiniteZeroSubnormalAndUnderflow) {
       for (auto& v : y) v *= unit;
       Compare(*ctx, y, f, Residual::kInPlace);
     }
+  }
+}
+
+// Heavy tails across the tensor (scales 2^0 .. 2^-20 per 32 elements), so
+// the tensor-relative hits are many and differ from the block-relative ones.
+TEST(QuantizeFp4GpuTest, TensorRelativeHitsMatchCpu) {
+  if (!gpu::Available()) GTEST_SKIP() << "no GPU";
+  auto ctx = MakeContext();
+  ASSERT_NE(ctx, nullptr);
+  for (int64_t n : {1, 47, 4099, (1 << 20) + 3}) {
+    auto x = RandomData(n, uint32_t(n) + 3);
+    for (int64_t i = 0; i < n; ++i)
+      x[i] = std::ldexp(x[i], -int((i / 32) % 21));
+    if (n > 40) x[40] = kNaN;
+    for (Fp4Format f : kFormats) Compare(*ctx, x, f, Residual::kSeparate);
+    Compare(*ctx, x, Fp4Format::kMxfp4, Residual::kNone, /*tensor_slot=*/false);
+    Compare(*ctx, x, Fp4Format::kMxfp4, Residual::kInPlace,
+            /*tensor_slot=*/false);
   }
 }
 
