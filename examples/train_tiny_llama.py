@@ -72,6 +72,10 @@ def parse_args(argv=None):
                    "regular file, concatenated in name order; the last 5%% "
                    "is held out); default %(default)s")
     p.add_argument("--warmup", type=int, default=20)
+    p.add_argument("--schedule", choices=("constant", "cosine"),
+                   default="constant",
+                   help="lr after the warmup: constant, or cosine decay to "
+                   "a tenth of --lr at the last step")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1,
                    help="torch threads per rank (default 1)")
@@ -261,7 +265,10 @@ def format_options(args):
 
 
 def lr_at(args, step):
-    return args.lr * min(1.0, (step + 1) / max(1, args.warmup))
+    if step < args.warmup or args.schedule == "constant":
+        return args.lr * min(1.0, (step + 1) / max(1, args.warmup))
+    t = (step - args.warmup) / max(1, args.steps - 1 - args.warmup)
+    return args.lr * (0.1 + 0.45 * (1 + math.cos(math.pi * min(1.0, t))))
 
 
 class Trainer:

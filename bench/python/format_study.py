@@ -82,6 +82,8 @@ def parse_args(argv=None):
     p.add_argument("--batch", type=int, default=8, help="sequences per rank")
     p.add_argument("--seq-len", type=int, default=64)
     p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--schedule", choices=("constant", "cosine"),
+                   default="constant", help="train_tiny_llama.py --schedule")
     p.add_argument("--corpus", default="",
                    help="training text directory (train_tiny_llama.py "
                    "--corpus); default the example's license texts")
@@ -118,6 +120,8 @@ def train_args(args, config, seed):
          "0", "--progress", "none"]
     if args.corpus:
         a += ["--corpus", os.path.realpath(args.corpus)]
+    if args.schedule != "constant":
+        a += ["--schedule", args.schedule]
     if config == "fp32":
         return "ddp", a
     kind, fmt = config.split("-")[:2]
@@ -334,7 +338,7 @@ def markdown(args, table):
         f"{args.eval_rows} fixed rows; audits every {args.audit_interval} "
         f"steps, drift over the whole run ({args.window}-step windows); "
         f"corpus {args.corpus or 'the license texts (default)'}; lr "
-        f"{args.lr}.",
+        f"{args.lr} ({args.schedule}).",
         "", f"Rule: {RULE}.", "",
         "| configuration | held-out loss | Δ vs FP32 (paired) | outside "
         "noise | bytes/step | vs FP32 | RelL2 model | RelL2 protected | "
