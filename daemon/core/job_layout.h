@@ -97,6 +97,11 @@ class JobLayout {
   kernels::WireFormat format() const { return format_; }
   // The config's default format (`format`, validated when loaded).
   kernels::WireFormat ConfigFormat() const;
+  // A follower takes the leader's job format `format` (REQUIRES: valid()),
+  // with or without layers: later ranks are checked against it and the
+  // layers' format notes follow it (each layer's own format comes with the
+  // leader's plan). Logs a change.
+  void TakeFormat(kernels::WireFormat format);
   // The Planner sets it from a leader's plan (while still 0).
   int* mutable_world_size() { return &world_size_; }
 
@@ -144,6 +149,7 @@ class JobLayout {
   absl::StatusOr<JobLayer*> Find(const std::string& name);
   // Null for an unknown layer.
   JobLayer* FindOrNull(const std::string& name);
+  const JobLayer* FindOrNull(const std::string& name) const;
 
   // The layers' plan state, for the Planner.
   std::vector<PlanLayer*> PlanLayers();
