@@ -235,6 +235,24 @@ TEST_F(DaemonPeerFormatTest, APlanWithABadFormatIsRefusedAndChangesNothing) {
   EXPECT_EQ(Plan(1).layers[kFc2].format, kNvfp4);
 }
 
+// A plan held before the follower had layers could not be checked against
+// their shapes: one that does not fit is not applied to them.
+TEST_F(DaemonPeerFormatTest, AHeldPlanThatDoesNotFitTheNewLayersIsNotApplied) {
+  v1::PeerPlan plan = daemons_[1]->JoinState().plan();
+  plan.set_plan_epoch(plan.plan_epoch() + 1);
+  v1::PeerLayerPlan* fc1 = plan.add_layers();
+  fc1->set_name("fc1");
+  fc1->mutable_settings()->set_format(v1::WIRE_FORMAT_MXFP4);  // d_in 24
+  fc1->mutable_settings()->set_pin(v1::PIN_OUT);
+  ASSERT_OK(daemons_[1]->OnPlan(plan));  // no layers to check yet
+  Register(1, Ask(1, 2, v1::WIRE_FORMAT_UNSPECIFIED));
+  const v1::ListLayersResponse l = Layers(1);
+  ASSERT_EQ(l.layers_size(), 2);
+  EXPECT_EQ(l.layers(kFc1).settings().format(), v1::WIRE_FORMAT_E4M3);
+  EXPECT_EQ(l.layers(kFc1).settings().pin(), v1::PIN_AUTO);
+  EXPECT_EQ(Plan(0).layers[kFc1].format, kE4m3);
+}
+
 // A join whose job format or plan is bad is refused by the leader before it
 // adopts anything.
 TEST_F(DaemonPeerFormatTest, AJoinWithABadFormatIsRefusedAndChangesNothing) {

@@ -103,6 +103,33 @@ absl::Status JobLayout::CheckFormat(int rank, v1::WireFormat asked) const {
       kernels::WireFormatName(format_)));
 }
 
+absl::Status JobLayout::CheckPlanFormats(const v1::PeerPlan& plan,
+                                         const std::string& from) const {
+  if (plan.format() != v1::WIRE_FORMAT_UNSPECIFIED) {
+    if (absl::Status st = FromProto(plan.format()).status(); !st.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("plan epoch %d from %s: job format: %s",
+                          plan.plan_epoch(), from, st.message()));
+    }
+  }
+  for (const v1::PeerLayerPlan& x : plan.layers()) {
+    if (x.settings().format() == v1::WIRE_FORMAT_UNSPECIFIED) continue;
+    absl::StatusOr<kernels::WireFormat> f = FromProto(x.settings().format());
+    absl::Status st = f.status();
+    const JobLayer* l = FindOrNull(x.name());
+    if (st.ok() && l != nullptr) {
+      st = kernels::CheckFormatFitsShape(*f, l->d_out, l->d_in,
+                                         /*two_d=*/true);
+    }
+    if (!st.ok()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "plan epoch %d from %s: layer '%s': %s", plan.plan_epoch(), from,
+          Clip(x.name()), st.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status JobLayout::Adopt(
     const std::string& job_id, int world_size, const LayerShapes& layers,
     absl::FunctionRef<absl::Status(const JobLayer&)> each) {

@@ -133,6 +133,12 @@ class JobLayout {
   // RegisterRequest's; UNSPECIFIED takes the job's): INVALID_ARGUMENT for an
   // unknown value, FAILED_PRECONDITION when it differs from the job's.
   absl::Status CheckFormat(int rank, v1::WireFormat asked) const;
+  // A peer's plan's formats: INVALID_ARGUMENT when the job format (if set)
+  // or a layer's (if set; unset keeps the layer's own) is no wire format,
+  // or a layer of this job cannot take its format
+  // (kernels::CheckFormatFitsShape). `from` names the sender.
+  absl::Status CheckPlanFormats(const v1::PeerPlan& plan,
+                                const std::string& from) const;
   // Becomes job `job_id` of `world_size` ranks with one layer per shape and
   // the config's defaults, `format` (REQUIRES: valid()) the job's default
   // format (ConfigFormat() without it): a layer whose shape cannot take it

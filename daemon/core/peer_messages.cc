@@ -19,33 +19,6 @@ absl::Status CheckJoinLayout(const v1::JoinRequest& r) {
                       r.layout_version(), shm::kLayoutVersion));
 }
 
-absl::Status CheckPlanFormats(const v1::PeerPlan& plan, const JobLayout& layout,
-                              const std::string& from) {
-  if (plan.format() != v1::WIRE_FORMAT_UNSPECIFIED) {
-    if (absl::Status st = FromProto(plan.format()).status(); !st.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("plan epoch %d from %s: job format: %s",
-                          plan.plan_epoch(), from, st.message()));
-    }
-  }
-  for (const v1::PeerLayerPlan& x : plan.layers()) {
-    if (x.settings().format() == v1::WIRE_FORMAT_UNSPECIFIED) continue;
-    absl::StatusOr<kernels::WireFormat> f = FromProto(x.settings().format());
-    absl::Status st = f.status();
-    const JobLayer* l = layout.FindOrNull(x.name());
-    if (st.ok() && l != nullptr) {
-      st = kernels::CheckFormatFitsShape(*f, l->d_out, l->d_in,
-                                         /*two_d=*/true);
-    }
-    if (!st.ok()) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "plan epoch %d from %s: layer '%s': %s", plan.plan_epoch(), from,
-          Clip(x.name()), st.message()));
-    }
-  }
-  return absl::OkStatus();
-}
-
 absl::Status PeerMessages::CheckTerm(int64_t term, const char* kind) {
   absl::Status st = p_.peers->CheckTerm(term, kind);
   if (!st.ok()) {
@@ -70,7 +43,7 @@ absl::StatusOr<v1::PeerPlan> PeerMessages::Join(const v1::JoinRequest& r) {
   }
   // Every check before anything changes.
   if (r.has_plan()) {
-    RETURN_IF_ERROR(CheckPlanFormats(r.plan(), layout, r.self().node()));
+    RETURN_IF_ERROR(layout.CheckPlanFormats(r.plan(), r.self().node()));
   }
   kernels::WireFormat format = layout.ConfigFormat();
   if (!r.layers().empty() && r.format() != v1::WIRE_FORMAT_UNSPECIFIED) {
@@ -147,7 +120,7 @@ absl::Status PeerMessages::Plan(const v1::PeerPlan& plan, PeerLink* link) {
     return absl::FailedPreconditionError("this giftd is the job's leader");
   }
   // Refused before anything changes (the term included).
-  RETURN_IF_ERROR(CheckPlanFormats(plan, *p_.layout, "the leader"));
+  RETURN_IF_ERROR(p_.layout->CheckPlanFormats(plan, "the leader"));
   RETURN_IF_ERROR(CheckTerm(plan.term(), "plan"));
   // A late or repeated plan is ignored (a newer term's may repeat an epoch).
   if (!p_.planner->HoldLeaderPlan(plan)) return absl::OkStatus();

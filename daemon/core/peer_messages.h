@@ -8,7 +8,7 @@
 // the leader's term; one of an older term is refused and counted
 // (CheckTerm). The leader decides the job's wire format: its plan carries
 // it and each layer's; a follower checks a peer's formats before anything
-// changes (CheckPlanFormats), and takes them.
+// changes (JobLayout::CheckPlanFormats), and takes them.
 //
 //   PeerMessages peer({core, &plans, &telemetry, &registrar, &gauges});
 //   ASSIGN_OR_RETURN(v1::PeerPlan plan, peer.Join(request));
@@ -39,13 +39,6 @@ namespace gift::daemon {
 
 // FAILED_PRECONDITION for a join of another shared-memory layout version.
 absl::Status CheckJoinLayout(const v1::JoinRequest& r);
-
-// A peer's plan's formats: INVALID_ARGUMENT when the job format (if set) or
-// a layer's (if set; unset keeps the layer's own) is no wire format, or a
-// layer of `layout` cannot take its format (kernels::CheckFormatFitsShape).
-// `from` names the sender in the message.
-absl::Status CheckPlanFormats(const v1::PeerPlan& plan, const JobLayout& layout,
-                              const std::string& from);
 
 class PeerMessages {
  public:

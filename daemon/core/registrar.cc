@@ -85,8 +85,19 @@ absl::Status Registrar::AdoptJob(const v1::RegisterRequest& r) {
     RETURN_IF_ERROR(
         AdoptLayers(r.job_id(), r.world_size(), r.layers(),
                     LeaderDecidedFormat() ? p_.layout->format() : format));
-    p_.planner->ApplyHeldPlan(p_.layout->mutable_world_size(),
-                              p_.layout->PlanLayers());
+    // The held plan was checked against no layers: a layer format its
+    // shape cannot take keeps it from these (logged; the next plan heals).
+    absl::Status fits =
+        p_.planner->have_plan()
+            ? p_.layout->CheckPlanFormats(p_.planner->last_plan(), "the leader")
+            : absl::OkStatus();
+    if (fits.ok()) {
+      p_.planner->ApplyHeldPlan(p_.layout->mutable_world_size(),
+                                p_.layout->PlanLayers());
+    } else {
+      LOG_ERROR("the held plan is not applied to the new layers: %s",
+                fits.message());
+    }
     p_.factors->InstallPending();
     // The leader's job (and format) is a new epoch on every node: a
     // follower's ranks that came first hold only epochs before it, so no
