@@ -99,9 +99,10 @@ absl::Status Registrar::AdoptJob(const v1::RegisterRequest& r) {
                 fits.message());
     }
     p_.factors->InstallPending();
-    // The leader's job (and format) is a new epoch on every node: a
-    // follower's ranks that came first hold only epochs before it, so no
-    // epoch maps to two nodes' different formats.
+    // The leader's job (and format) is a new epoch on every node: the
+    // ranks of a follower that came first (with their own ask) move to the
+    // leader's formats with it, and the leader's ranks never hold an epoch
+    // decided before the job's format.
     if (!p_.peers->IsFollower()) {
       p_.plans->NewEpoch(absl::StrFormat(
           "job %s: %d layers, format %s", Clip(p_.layout->job_id()),
