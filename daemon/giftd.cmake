@@ -50,4 +50,6 @@ if(GIFT_BUILD_TESTS)
     LIBS gift_daemon gift_linalg Eigen3::Eigen)
   gift_add_test(daemon_peer_test SOURCES core/daemon_peer_test.cc
     LIBS gift_daemon gift_fake_peer_link)
+  gift_add_test(daemon_peer_format_test SOURCES core/daemon_peer_format_test.cc
+    LIBS gift_daemon gift_fake_peer_link)
 endif()

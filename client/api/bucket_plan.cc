@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/api/internal.h"
 #include "client/epoch_plan.h"
+#include "kernels/wire_format.h"
 
 namespace gift {
 namespace {
@@ -23,7 +24,7 @@ Status CheckPublicLayer(const LayerSpec& l) {
   const int transform = static_cast<int>(l.transform);
   const int format = static_cast<int>(l.format);
   if (path < 0 || path > 1 || transform < 0 || transform > 1 || format < 0 ||
-      format > 1) {
+      format > static_cast<int>(WireFormat::kMxfp4)) {
     return api::InvalidArgument(absl::StrCat(who, "unknown enum value (path ",
                                              path, ", transform ", transform,
                                              ", format ", format, ")"));
@@ -38,6 +39,15 @@ Status CheckPublicLayer(const LayerSpec& l) {
           absl::StrCat(who, "the element count of the shape overflows"));
     }
     n *= d;
+  }
+  // A 4-bit layer's blocks run along its rows (kernels/wire_format.h).
+  if (l.shape.size() == 2) {
+    absl::Status fits = kernels::CheckFormatFitsShape(
+        kernels::WireFormat::FromCode(format), l.shape[0], l.shape[1],
+        /*two_d=*/true);
+    if (!fits.ok()) {
+      return api::InvalidArgument(absl::StrCat(who, fits.message()));
+    }
   }
   return Status();
 }

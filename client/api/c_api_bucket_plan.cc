@@ -18,6 +18,12 @@ using gift::capi::Invalid;
 using gift::capi::NewOrNull;
 using gift::capi::Null;
 
+// The C values are the C++ ones (both stable).
+static_assert(GIFT_FORMAT_E4M3 == static_cast<int>(gift::WireFormat::kE4M3));
+static_assert(GIFT_FORMAT_E5M2 == static_cast<int>(gift::WireFormat::kE5M2));
+static_assert(GIFT_FORMAT_NVFP4 == static_cast<int>(gift::WireFormat::kNvfp4));
+static_assert(GIFT_FORMAT_MXFP4 == static_cast<int>(gift::WireFormat::kMxfp4));
+
 namespace {
 
 gift::LayerSpec* FindLayer(gift_plan_builder_t* b, const char* name) {
@@ -114,19 +120,20 @@ gift_status_t gift_plan_builder_set_path(gift_plan_builder_t* builder,
 
 gift_status_t gift_plan_builder_set_format(gift_plan_builder_t* builder,
                                            const char* layer,
-                                           gift_fp8_format_t format,
+                                           gift_wire_format_t format,
                                            int64_t block_size) {
   return Guard(__func__, [&] {
     gift::LayerSpec* l = nullptr;
     if (Status s = LayerOf(builder, layer, &l); !s.ok()) return s;
     const int f = static_cast<int>(format);
-    if (f != GIFT_FP8_E4M3 && f != GIFT_FP8_E5M2) {
-      return Invalid("unknown FP8 format " + std::to_string(f));
+    if (f < GIFT_FORMAT_E4M3 || f > GIFT_FORMAT_MXFP4) {
+      return Invalid("unknown wire format " + std::to_string(f) +
+                     " (GIFT_FORMAT_E4M3, _E5M2, _NVFP4 or _MXFP4)");
     }
     if (block_size < 0) {
       return Invalid("negative block size " + std::to_string(block_size));
     }
-    l->format = static_cast<gift::Fp8Format>(f);
+    l->format = static_cast<gift::WireFormat>(f);
     l->block_size = block_size;
     return Status();
   });
@@ -182,4 +189,20 @@ size_t gift_plan_num_layers(const gift_plan_t* plan) {
 
 uint64_t gift_plan_fingerprint(const gift_plan_t* plan) {
   return plan != nullptr ? plan->plan.fingerprint() : 0;
+}
+
+gift_status_t gift_plan_layer_format(const gift_plan_t* plan, const char* layer,
+                                     gift_wire_format_t* out) {
+  return Guard(__func__, [&] {
+    if (plan == nullptr) return Null("plan");
+    if (layer == nullptr) return Null("layer");
+    if (out == nullptr) return Null("out");
+    const int i = plan->plan.FindLayer(layer);
+    if (i < 0) {
+      return Status(StatusCode::kNotFound,
+                    std::string("the plan has no layer '") + layer + "'");
+    }
+    *out = static_cast<gift_wire_format_t>(plan->plan.layers()[i].format);
+    return Status();
+  });
 }

@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "client/api/internal.h"
 #include "kernels/cpu_baseline.h"
+#include "kernels/wire_format.h"
 
 namespace gift {
 
@@ -95,6 +96,17 @@ Status CheckCpu() {
   return *cpu;
 }
 
+// The public format values are the kernels' wire-format codes (and the C
+// API's gift_wire_format_t): stable.
+static_assert(static_cast<int>(WireFormat::kE4M3) ==
+              kernels::WireFormat::kE4M3Code);
+static_assert(static_cast<int>(WireFormat::kE5M2) ==
+              kernels::WireFormat::kE5M2Code);
+static_assert(static_cast<int>(WireFormat::kNvfp4) ==
+              kernels::WireFormat::kNvfp4Code);
+static_assert(static_cast<int>(WireFormat::kMxfp4) ==
+              kernels::WireFormat::kMxfp4Code);
+
 client::BucketLayer ToInternal(const LayerSpec& layer) {
   client::BucketLayer l;
   l.name = layer.name;
@@ -102,7 +114,8 @@ client::BucketLayer ToInternal(const LayerSpec& layer) {
   l.offset = layer.offset;
   l.path = static_cast<client::LayerPath>(layer.path);
   l.transform = static_cast<client::GiftTransform>(layer.transform);
-  l.format = static_cast<kernels::Fp8Format>(layer.format);
+  // The public values are the wire-format codes (CheckPublicLayer).
+  l.format = kernels::WireFormat::FromCode(static_cast<int>(layer.format));
   l.block_size = layer.block_size;
   return l;
 }
@@ -114,9 +127,7 @@ LayerSpec FromInternal(const client::BucketLayer& layer) {
   l.offset = layer.offset;
   l.path = static_cast<LayerPath>(layer.path);
   l.transform = static_cast<GiftTransform>(layer.transform);
-  // The public plan carries FP8 formats only so far; a 4-bit layer (from a
-  // daemon plan) keeps its wire-format code (issue 27 point 4).
-  l.format = static_cast<Fp8Format>(layer.format.code());
+  l.format = static_cast<WireFormat>(layer.format.code());
   l.block_size = layer.block_size;
   return l;
 }

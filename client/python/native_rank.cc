@@ -1,6 +1,7 @@
 #include "client/python/native_rank.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -14,7 +15,10 @@
 namespace gift::client::python {
 namespace {
 
-absl::Status CheckOptions(const NativeRankOptions& o) {
+// The options checked; returns options.format parsed (nullopt when unset),
+// the one parse of it.
+absl::StatusOr<std::optional<kernels::WireFormat>> CheckOptions(
+    const NativeRankOptions& o) {
   if (o.mode != "fp32" && o.mode != "bf16" && o.mode != "euclid" &&
       o.mode != "gift") {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -33,11 +37,14 @@ absl::Status CheckOptions(const NativeRankOptions& o) {
         "gift: timeout_seconds must be > 0, probe_interval and "
         "audit_interval >= 0");
   }
-  absl::StatusOr<kernels::WireFormat> format =
-      kernels::ParseWireFormat(o.format.empty() ? "e4m3" : o.format);
-  if (!format.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("gift: ", format.status().message()));
+  std::optional<kernels::WireFormat> format;
+  if (!o.format.empty()) {
+    absl::StatusOr<kernels::WireFormat> f = kernels::ParseWireFormat(o.format);
+    if (!f.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("gift: ", f.status().message()));
+    }
+    format = *f;
   }
   absl::StatusOr<EuclidFeedback> feedback =
       ParseEuclidFeedback(o.error_feedback);
@@ -51,7 +58,7 @@ absl::Status CheckOptions(const NativeRankOptions& o) {
         "gift: format and error_feedback are for modes euclid and gift, not ",
         o.mode));
   }
-  return absl::OkStatus();
+  return format;
 }
 
 // Every layer in `format` where its shape can take it; the names of the
@@ -75,18 +82,18 @@ void ApplyFormat(kernels::WireFormat format, std::vector<BucketLayer>* layers,
 absl::StatusOr<std::unique_ptr<NativeRank>> NativeRank::Create(
     const NativeRankOptions& options, std::vector<BucketLayer> layers,
     int64_t total_elements) {
-  RETURN_IF_ERROR(CheckOptions(options));
+  ASSIGN_OR_RETURN(const std::optional<kernels::WireFormat> format,
+                   CheckOptions(options));
   std::vector<std::string> fallbacks;
   if (options.mode == "euclid" || options.mode == "gift") {
-    ApplyFormat(*kernels::ParseWireFormat(
-                    options.format.empty() ? "e4m3" : options.format),
-                &layers, &fallbacks);
+    ApplyFormat(format.value_or(kernels::Fp8Format::kE4M3), &layers,
+                &fallbacks);
   }
   ASSIGN_OR_RETURN(
       EpochPlan base,
       EpochPlan::Create(/*epoch=*/0, total_elements, std::move(layers)));
   std::unique_ptr<NativeRank> s(
-      new NativeRank(options, std::move(base), std::move(fallbacks)));
+      new NativeRank(options, format, std::move(base), std::move(fallbacks)));
   RETURN_IF_ERROR(s->Connect());
   return s;
 }
@@ -149,7 +156,7 @@ ConnectionOptions NativeRank::AttachmentOptionsFor() const {
   t.device_memory = device_memory();
   t.device = o.device;
   // The job's default format, when gift.init asked for one; else giftd's.
-  if (!o.format.empty()) t.format = *kernels::ParseWireFormat(o.format);
+  t.format = format_;
   return t;
 }
 

@@ -38,6 +38,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -136,6 +137,9 @@ class NativeRank {
   ~NativeRank();
 
   const NativeRankOptions& options() const { return options_; }
+  // options().format as parsed when the options were checked (nullopt:
+  // unset).
+  const std::optional<kernels::WireFormat>& format() const { return format_; }
   const EpochPlan& base_plan() const { return base_; }
   // The layers that kept e4m3 because their shape cannot take
   // options().format (layer order).
@@ -198,9 +202,11 @@ class NativeRank {
       std::vector<std::pair<std::string, LayerFactor>> factors);
 
  private:
-  NativeRank(const NativeRankOptions& options, EpochPlan base,
+  NativeRank(const NativeRankOptions& options,
+             std::optional<kernels::WireFormat> format, EpochPlan base,
              std::vector<std::string> format_fallbacks)
       : options_(WithoutStore(options)),
+        format_(format),
         job_store_(options.store),
         base_(std::move(base)),
         format_fallbacks_(std::move(format_fallbacks)) {}
@@ -212,6 +218,7 @@ class NativeRank {
   ConnectionOptions AttachmentOptionsFor() const;
 
   const NativeRankOptions options_;
+  const std::optional<kernels::WireFormat> format_;  // options_.format
   std::shared_ptr<Store> job_store_;  // options.store, until connected
   const EpochPlan base_;
   const std::vector<std::string> format_fallbacks_;

@@ -65,6 +65,29 @@ kernels::WireFormat JobLayout::ConfigFormat() const {
       .value_or(kernels::Fp8Format::kE4M3);
 }
 
+namespace {
+
+// Adopt's note for a layer whose shape cannot take the job's `format`; ""
+// when it can.
+std::string FormatNote(const JobLayer& l, kernels::WireFormat format) {
+  // The layers are 2-D weights: a 4-bit format needs whole blocks per row.
+  absl::Status fits =
+      kernels::CheckFormatFitsShape(format, l.d_out, l.d_in, /*two_d=*/true);
+  if (fits.ok()) return "";
+  return absl::StrFormat("e4m3, not the job's %s: %s",
+                         kernels::WireFormatName(format), fits.message());
+}
+
+}  // namespace
+
+void JobLayout::TakeFormat(kernels::WireFormat format) {
+  if (format == format_) return;
+  LOG_INFO("job %s: the leader's format %s replaces %s", Clip(job_id_),
+           kernels::WireFormatName(format), kernels::WireFormatName(format_));
+  format_ = format;
+  for (JobLayer& l : layers_) l.format_note = FormatNote(l, format);
+}
+
 absl::Status JobLayout::CheckFormat(int rank, v1::WireFormat asked) const {
   if (asked == v1::WIRE_FORMAT_UNSPECIFIED) return absl::OkStatus();
   absl::StatusOr<kernels::WireFormat> f = FromProto(asked);
@@ -78,6 +101,33 @@ absl::Status JobLayout::CheckFormat(int rank, v1::WireFormat asked) const {
       "the same format, or none)",
       rank, kernels::WireFormatName(*f), Clip(job_id_),
       kernels::WireFormatName(format_)));
+}
+
+absl::Status JobLayout::CheckPlanFormats(const v1::PeerPlan& plan,
+                                         const std::string& from) const {
+  if (plan.format() != v1::WIRE_FORMAT_UNSPECIFIED) {
+    if (absl::Status st = FromProto(plan.format()).status(); !st.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("plan epoch %d from %s: job format: %s",
+                          plan.plan_epoch(), from, st.message()));
+    }
+  }
+  for (const v1::PeerLayerPlan& x : plan.layers()) {
+    if (x.settings().format() == v1::WIRE_FORMAT_UNSPECIFIED) continue;
+    absl::StatusOr<kernels::WireFormat> f = FromProto(x.settings().format());
+    absl::Status st = f.status();
+    const JobLayer* l = FindOrNull(x.name());
+    if (st.ok() && l != nullptr) {
+      st = kernels::CheckFormatFitsShape(*f, l->d_out, l->d_in,
+                                         /*two_d=*/true);
+    }
+    if (!st.ok()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "plan epoch %d from %s: layer '%s': %s", plan.plan_epoch(), from,
+          Clip(x.name()), st.message()));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status JobLayout::Adopt(
@@ -106,18 +156,11 @@ absl::Status JobLayout::Adopt(
     // A layer wider than full_max_d_in stays low-rank whatever the default.
     l.settings.set_transform(DefaultFull(l.d_in) ? v1::TRANSFORM_FULL
                                                  : v1::TRANSFORM_LOWRANK);
-    kernels::WireFormat f = format;
-    // The layers are 2-D weights: a 4-bit format needs whole blocks per row.
-    if (absl::Status fits =
-            kernels::CheckFormatFitsShape(f, l.d_out, l.d_in, /*two_d=*/true);
-        !fits.ok()) {
-      f = kernels::Fp8Format::kE4M3;
-      l.format_note =
-          absl::StrFormat("e4m3, not the job's %s: %s",
-                          kernels::WireFormatName(format), fits.message());
+    l.format_note = FormatNote(l, format);
+    if (!l.format_note.empty())
       LOG_INFO("layer %s: %s", Clip(l.name), l.format_note);
-    }
-    l.settings.set_format(ToProto(f));
+    l.settings.set_format(
+        ToProto(l.format_note.empty() ? format : kernels::Fp8Format::kE4M3));
     // beta: auto is the default policy of the low-rank layers.
     l.settings.set_beta_auto(config_.beta_auto &&
                              l.settings.transform() != v1::TRANSFORM_FULL);
@@ -142,6 +185,13 @@ absl::StatusOr<JobLayer*> JobLayout::Find(const std::string& name) {
 
 JobLayer* JobLayout::FindOrNull(const std::string& name) {
   for (JobLayer& l : layers_) {
+    if (l.name == name) return &l;
+  }
+  return nullptr;
+}
+
+const JobLayer* JobLayout::FindOrNull(const std::string& name) const {
+  for (const JobLayer& l : layers_) {
     if (l.name == name) return &l;
   }
   return nullptr;

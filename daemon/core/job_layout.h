@@ -97,6 +97,11 @@ class JobLayout {
   kernels::WireFormat format() const { return format_; }
   // The config's default format (`format`, validated when loaded).
   kernels::WireFormat ConfigFormat() const;
+  // A follower takes the leader's job format `format` (REQUIRES: valid()),
+  // with or without layers: later ranks are checked against it and the
+  // layers' format notes follow it (each layer's own format comes with the
+  // leader's plan). Logs a change.
+  void TakeFormat(kernels::WireFormat format);
   // The Planner sets it from a leader's plan (while still 0).
   int* mutable_world_size() { return &world_size_; }
 
@@ -128,6 +133,12 @@ class JobLayout {
   // RegisterRequest's; UNSPECIFIED takes the job's): INVALID_ARGUMENT for an
   // unknown value, FAILED_PRECONDITION when it differs from the job's.
   absl::Status CheckFormat(int rank, v1::WireFormat asked) const;
+  // A peer's plan's formats: INVALID_ARGUMENT when the job format (if set)
+  // or a layer's (if set; unset keeps the layer's own) is no wire format,
+  // or a layer of this job cannot take its format
+  // (kernels::CheckFormatFitsShape). `from` names the sender.
+  absl::Status CheckPlanFormats(const v1::PeerPlan& plan,
+                                const std::string& from) const;
   // Becomes job `job_id` of `world_size` ranks with one layer per shape and
   // the config's defaults, `format` (REQUIRES: valid()) the job's default
   // format (ConfigFormat() without it): a layer whose shape cannot take it
@@ -144,6 +155,7 @@ class JobLayout {
   absl::StatusOr<JobLayer*> Find(const std::string& name);
   // Null for an unknown layer.
   JobLayer* FindOrNull(const std::string& name);
+  const JobLayer* FindOrNull(const std::string& name) const;
 
   // The layers' plan state, for the Planner.
   std::vector<PlanLayer*> PlanLayers();

@@ -11,6 +11,7 @@ namespace gift::daemon {
 namespace {
 
 using ::gift::testing::StatusIs;
+using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
@@ -130,6 +131,65 @@ TEST(JobLayoutTest, ChecksARanksFormatAgainstTheJobs) {
   EXPECT_THAT(layout.CheckFormat(1, static_cast<v1::WireFormat>(9)),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("unknown wire format value 9")));
+}
+
+// A follower takes the leader's job format: later asks are checked against
+// it and the notes follow it; the layers' own formats come with the plan.
+TEST(JobLayoutTest, TakesTheLeadersFormatWithItsNotes) {
+  DaemonConfig c;
+  JobLayout layout(c);
+  ASSERT_OK(layout.Adopt("J", 2, Shapes({{"fc1", 48}, {"fc2", 64}}),
+                         kernels::Fp4Format::kNvfp4, Keep));
+  EXPECT_EQ(layout.layers()[0].format_note, "");
+  layout.TakeFormat(kernels::Fp4Format::kMxfp4);
+  EXPECT_EQ(layout.format(), kernels::Fp4Format::kMxfp4);
+  EXPECT_THAT(layout.layers()[0].format_note, HasSubstr("not the job's mxfp4"));
+  EXPECT_EQ(layout.layers()[1].format_note, "");
+  EXPECT_EQ(layout.layers()[0].settings.format(), v1::WIRE_FORMAT_NVFP4);
+  EXPECT_THAT(layout.CheckFormat(1, v1::WIRE_FORMAT_NVFP4),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("job J runs mxfp4")));
+  EXPECT_OK(layout.CheckFormat(1, v1::WIRE_FORMAT_MXFP4));
+  // Without layers too (a follower before its first rank).
+  JobLayout empty(c);
+  empty.TakeFormat(kernels::Fp8Format::kE5M2);
+  EXPECT_EQ(empty.format(), kernels::Fp8Format::kE5M2);
+}
+
+// A peer's plan: every format a wire format, every layer's fitting its
+// shape; unset keeps the layer's; layers this job lacks are not checked.
+TEST(JobLayoutTest, ChecksAPeersPlanFormats) {
+  DaemonConfig c;
+  JobLayout layout(c);
+  ASSERT_OK(layout.Adopt("J", 2, Shapes({{"fc1", 48}, {"fc2", 40}}), Keep));
+  v1::PeerPlan plan;
+  plan.set_plan_epoch(3);
+  plan.set_format(v1::WIRE_FORMAT_NVFP4);
+  v1::PeerLayerPlan* fc1 = plan.add_layers();
+  fc1->set_name("fc1");
+  fc1->mutable_settings()->set_format(v1::WIRE_FORMAT_NVFP4);
+  v1::PeerLayerPlan* fc2 = plan.add_layers();
+  fc2->set_name("fc2");  // unset
+  v1::PeerLayerPlan* other = plan.add_layers();
+  other->set_name("other");
+  other->mutable_settings()->set_format(v1::WIRE_FORMAT_MXFP4);
+  EXPECT_OK(layout.CheckPlanFormats(plan, "n0"));
+
+  fc2->mutable_settings()->set_format(v1::WIRE_FORMAT_NVFP4);  // 40 % 16
+  EXPECT_THAT(layout.CheckPlanFormats(plan, "n0"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("plan epoch 3 from n0: layer 'fc2'"),
+                             HasSubstr("multiple of 16"))));
+  fc2->mutable_settings()->set_format(static_cast<v1::WireFormat>(5));
+  EXPECT_THAT(layout.CheckPlanFormats(plan, "n0"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("unknown wire format value 5")));
+  fc2->mutable_settings()->set_format(v1::WIRE_FORMAT_E5M2);
+  plan.set_format(static_cast<v1::WireFormat>(-1));
+  EXPECT_THAT(layout.CheckPlanFormats(plan, "n0"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("job format"),
+                             HasSubstr("unknown wire format value -1"))));
 }
 
 TEST(JobLayoutTest, FindsLayersByName) {

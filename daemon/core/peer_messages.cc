@@ -7,6 +7,7 @@
 #include "daemon/core/request_limits.h"
 #include "daemon/limits.h"
 #include "daemon/log.h"
+#include "proto/wire_format_proto.h"
 #include "shm/protocol.h"
 
 namespace gift::daemon {
@@ -40,6 +41,19 @@ absl::StatusOr<v1::PeerPlan> PeerMessages::Join(const v1::JoinRequest& r) {
         "this giftd leads term %d; %s has seen term %d: a newer leader exists",
         p_.peers->term(), r.self().node(), r.term()));
   }
+  // Every check before anything changes.
+  if (r.has_plan()) {
+    RETURN_IF_ERROR(layout.CheckPlanFormats(r.plan(), r.self().node()));
+  }
+  kernels::WireFormat format = layout.ConfigFormat();
+  if (!r.layers().empty() && r.format() != v1::WIRE_FORMAT_UNSPECIFIED) {
+    absl::StatusOr<kernels::WireFormat> f = FromProto(r.format());
+    if (!f.ok()) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "join of %s: job format: %s", r.self().node(), f.status().message()));
+    }
+    format = *f;
+  }
   if (!r.layers().empty()) {
     // As a rank's layer list.
     RETURN_IF_ERROR(CheckLayerShapes(r.layers(), c.limits));
@@ -49,9 +63,10 @@ absl::StatusOr<v1::PeerPlan> PeerMessages::Join(const v1::JoinRequest& r) {
             "a follower with layers needs a world size in [1, %d] (got %d)",
             kMaxWorldSize, r.world_size()));
       }
-      // The leader's plan brings each layer's format (its settings).
-      RETURN_IF_ERROR(p_.registrar->AdoptLayers(
-          c.job_id, r.world_size(), r.layers(), layout.ConfigFormat()));
+      // As the first rank's ask on one node: the follower's job format (its
+      // first rank's) becomes the job's. The plan brings it to every node.
+      RETURN_IF_ERROR(p_.registrar->AdoptLayers(c.job_id, r.world_size(),
+                                                r.layers(), format));
       layout.set_job_id(c.job_id);
     } else {
       RETURN_IF_ERROR(layout.CheckSameJob(r.world_size(), r.layers()));
@@ -60,10 +75,15 @@ absl::StatusOr<v1::PeerPlan> PeerMessages::Join(const v1::JoinRequest& r) {
   // The follower's plan is newer than anything here: this leader restarted
   // and rebuilds from it.
   if (r.has_plan() && !layout.empty()) {
+    const bool newer = r.plan().plan_epoch() >= p_.planner->epoch();
     absl::Status st = p_.planner->TakeOverFollowerPlan(
         r.plan(), layout.mutable_world_size(), layout.PlanLayers());
     if (!st.ok()) {
       LOG_WARNING("resuming the follower's plan: %s", st.ToString());
+    }
+    // The plan was this job's leader's: so is its format (checked above).
+    if (newer && r.plan().format() != v1::WIRE_FORMAT_UNSPECIFIED) {
+      layout.TakeFormat(*FromProto(r.plan().format()));
     }
   }
   // Continue above the epochs and versions the follower's ranks hold.
@@ -99,12 +119,19 @@ absl::Status PeerMessages::Plan(const v1::PeerPlan& plan, PeerLink* link) {
   if (link != nullptr && link->is_leader() && !p_.peers->IsFollower()) {
     return absl::FailedPreconditionError("this giftd is the job's leader");
   }
+  // Refused before anything changes (the term included).
+  RETURN_IF_ERROR(p_.layout->CheckPlanFormats(plan, "the leader"));
   RETURN_IF_ERROR(CheckTerm(plan.term(), "plan"));
   // A late or repeated plan is ignored (a newer term's may repeat an epoch).
   if (!p_.planner->HoldLeaderPlan(plan)) return absl::OkStatus();
   if (link != nullptr) link->SetPlan(plan);
   p_.planner->ApplyPlan(plan, p_.layout->mutable_world_size(),
                         p_.layout->PlanLayers());
+  // The leader decides the job's format: this node's later ranks are
+  // checked against it (Registrar::CheckRegister).
+  if (plan.format() != v1::WIRE_FORMAT_UNSPECIFIED) {
+    p_.layout->TakeFormat(*FromProto(plan.format()));
+  }
   absl::Status st = p_.plans->EnsureFullRegions();
   if (!st.ok()) LOG_ERROR("creating full-transform regions: %s", st.ToString());
   p_.plans->PublishToAll();
@@ -133,6 +160,7 @@ v1::JoinRequest PeerMessages::JoinState() const {
                                     : c.peer_advertise_address);
   if (!layout.empty()) {
     j.set_world_size(layout.world_size());
+    j.set_format(ToProto(layout.format()));
     for (const JobLayer& l : layout.layers()) {
       v1::LayerShape* s = j.add_layers();
       s->set_name(l.name);

@@ -6,7 +6,9 @@
 // a change of the members (a new epoch tells every member the layers' new
 // owners) and this daemon's own join state. Every plan and factor carries
 // the leader's term; one of an older term is refused and counted
-// (CheckTerm).
+// (CheckTerm). The leader decides the job's wire format: its plan carries
+// it and each layer's; a follower checks a peer's formats before anything
+// changes (JobLayout::CheckPlanFormats), and takes them.
 //
 //   PeerMessages peer({core, &plans, &telemetry, &registrar, &gauges});
 //   ASSIGN_OR_RETURN(v1::PeerPlan plan, peer.Join(request));

@@ -78,6 +78,7 @@ v1::PeerPlan PlanPublisher::Plan() const {
   if (PeerLink* link = p_.peers->link(); link != nullptr) {
     for (const v1::Member& m : link->members()) *p.add_members() = m;
   }
+  if (!layout.empty()) p.set_format(ToProto(layout.format()));
   p.set_leader_instance(*p_.instance);
   p.set_term(p_.peers->term());
   return p;

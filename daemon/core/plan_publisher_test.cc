@@ -55,6 +55,10 @@ TEST(PlanPublisherTest, ThePlanForThePeersCarriesTheLayersAndTheLeader) {
   EXPECT_EQ(p.world_size(), 1);
   EXPECT_EQ(p.layers_size(), 2);
   EXPECT_EQ(p.members_size(), 0);  // no link
+  // The job's format, once there is a job (the followers take it).
+  EXPECT_EQ(p.format(), v1::WIRE_FORMAT_E4M3);
+  CoreParts none("planpeer0");
+  EXPECT_EQ(none.plans.Plan().format(), v1::WIRE_FORMAT_UNSPECIFIED);
 }
 
 TEST(PlanPublisherTest, NothingObservedChangesNoSelectionAndNoEpoch) {

@@ -195,7 +195,12 @@ void Planner::ApplyPlan(const v1::PeerPlan& plan, int* world_size,
       if (l->name != x.name()) continue;
       l->candidate = x.candidate();
       l->selected = x.selected();
+      // A plan without a layer format (an older leader's) keeps the layer's.
+      const v1::WireFormat format = l->settings.format();
       l->settings = x.settings();
+      if (x.settings().format() == v1::WIRE_FORMAT_UNSPECIFIED) {
+        l->settings.set_format(format);
+      }
       l->refresh_seq = x.refresh_seq();
       // An older leader's plan has none: the layer's path stays Euclidean
       // until an accepted version arrives.

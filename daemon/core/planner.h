@@ -142,7 +142,9 @@ class Planner {
   // held (then ApplyPlan it).
   bool HoldLeaderPlan(const v1::PeerPlan& plan);
   // The plan's epoch, K, audit interval (when valid), r, world size (when
-  // *world_size is still 0) and layer flags and settings (by name).
+  // *world_size is still 0) and layer flags and settings (by name; a layer
+  // without a format in the plan keeps its own). REQUIRES: the plan's
+  // formats were checked (CheckPlanFormats).
   void ApplyPlan(const v1::PeerPlan& plan, int* world_size,
                  const std::vector<PlanLayer*>& layers);
   // ApplyPlan of the held plan, if any (a follower's layers arrived).

@@ -193,6 +193,25 @@ TEST_F(PlannerTest, ApplyingALeaderPlanCopiesKRankAuditAndLayers) {
   EXPECT_EQ(layers_[1].refresh_seq, 4);
 }
 
+// A layer without a format in the plan (an older leader's) keeps its own;
+// one with a format takes it.
+TEST_F(PlannerTest, ApplyingAPlanKeepsALayersFormatTheLeaderLeftUnset) {
+  layers_[0].settings.set_format(v1::WIRE_FORMAT_NVFP4);
+  layers_[1].settings.set_format(v1::WIRE_FORMAT_NVFP4);
+  v1::PeerPlan p = Plan(3);
+  v1::PeerLayerPlan* fc1 = p.add_layers();
+  fc1->set_name("fc1");
+  fc1->mutable_settings()->set_pin(v1::PIN_OUT);
+  v1::PeerLayerPlan* fc2 = p.add_layers();
+  fc2->set_name("fc2");
+  fc2->mutable_settings()->set_format(v1::WIRE_FORMAT_E5M2);
+  int world = 0;
+  planner_.ApplyPlan(p, &world, Layers());
+  EXPECT_EQ(layers_[0].settings.pin(), v1::PIN_OUT);
+  EXPECT_EQ(layers_[0].settings.format(), v1::WIRE_FORMAT_NVFP4);
+  EXPECT_EQ(layers_[1].settings.format(), v1::WIRE_FORMAT_E5M2);
+}
+
 TEST_F(PlannerTest, BuildingAPlanReflectsTheState) {
   planner_.NextEpoch();
   planner_.set_refresh_interval(25);

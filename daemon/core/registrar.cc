@@ -29,8 +29,12 @@ absl::Status Registrar::CheckRegister(const v1::RegisterRequest& r) const {
     RETURN_IF_ERROR(FromProto(r.format()).status());
   }
   if (p_.peers->peered()) {
-    if (layout.empty()) return absl::OkStatus();
-    RETURN_IF_ERROR(layout.CheckSameJob(r.world_size(), r.layers()));
+    // The leader decides the format: once a follower holds it (even before
+    // its own first rank), a rank asking another is refused as on one node.
+    if (layout.empty() && !LeaderDecidedFormat()) return absl::OkStatus();
+    if (!layout.empty()) {
+      RETURN_IF_ERROR(layout.CheckSameJob(r.world_size(), r.layers()));
+    }
     return layout.CheckFormat(r.rank(), r.format());
   }
   if (layout.job_id().empty() || p_.sessions->empty()) return absl::OkStatus();
@@ -79,10 +83,31 @@ absl::Status Registrar::AdoptJob(const v1::RegisterRequest& r) {
     // ranks come and go (the other nodes go on).
     if (!p_.layout->empty()) return absl::OkStatus();
     RETURN_IF_ERROR(
-        AdoptLayers(r.job_id(), r.world_size(), r.layers(), format));
-    p_.planner->ApplyHeldPlan(p_.layout->mutable_world_size(),
-                              p_.layout->PlanLayers());
+        AdoptLayers(r.job_id(), r.world_size(), r.layers(),
+                    LeaderDecidedFormat() ? p_.layout->format() : format));
+    // The held plan was checked against no layers: a layer format its
+    // shape cannot take keeps it from these (logged; the next plan heals).
+    absl::Status fits =
+        p_.planner->have_plan()
+            ? p_.layout->CheckPlanFormats(p_.planner->last_plan(), "the leader")
+            : absl::OkStatus();
+    if (fits.ok()) {
+      p_.planner->ApplyHeldPlan(p_.layout->mutable_world_size(),
+                                p_.layout->PlanLayers());
+    } else {
+      LOG_ERROR("the held plan is not applied to the new layers: %s",
+                fits.message());
+    }
     p_.factors->InstallPending();
+    // The leader's job (and format) is a new epoch on every node: the
+    // ranks of a follower that came first (with their own ask) move to the
+    // leader's formats with it, and the leader's ranks never hold an epoch
+    // decided before the job's format.
+    if (!p_.peers->IsFollower()) {
+      p_.plans->NewEpoch(absl::StrFormat(
+          "job %s: %d layers, format %s", Clip(p_.layout->job_id()),
+          p_.layout->size(), kernels::WireFormatName(p_.layout->format())));
+    }
     return absl::OkStatus();
   }
   if (!p_.sessions->empty() && r.job_id() == p_.layout->job_id()) {
@@ -90,6 +115,11 @@ absl::Status Registrar::AdoptJob(const v1::RegisterRequest& r) {
   }
   if (r.job_id() != p_.layout->job_id()) p_.store->DropJob(p_.layout->job_id());
   return AdoptLayers(r.job_id(), r.world_size(), r.layers(), format);
+}
+
+bool Registrar::LeaderDecidedFormat() const {
+  return p_.peers->IsFollower() && p_.planner->have_plan() &&
+         p_.planner->last_plan().format() != v1::WIRE_FORMAT_UNSPECIFIED;
 }
 
 absl::Status Registrar::AdoptLayers(const std::string& job_id, int world_size,

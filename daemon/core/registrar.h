@@ -79,7 +79,13 @@ class Registrar {
   // naming the limit.
   absl::Status CheckCapacity(const v1::RegisterRequest& r,
                              const std::string& replaced) const;
+  // A multi-node job's first local rank: the layers with the leader's
+  // format once a follower holds it, else the rank's ask (or the config's);
+  // on the leader a new epoch tells every node.
   absl::Status AdoptJob(const v1::RegisterRequest& r);
+  // A follower holds a plan of a leader with a job: the job's format is the
+  // leader's (JobLayout::TakeFormat took it), not a local rank's ask.
+  bool LeaderDecidedFormat() const;
   // Register's epoch and version bookkeeping for a (re-)attaching rank;
   // returns whether the whole node needs the plan again.
   absl::StatusOr<bool> ContinueAbove(const v1::RegisterRequest& r);

@@ -3,8 +3,9 @@
 //
 // A bucket is a contiguous buffer of FP32 gradients; each layer is a run of
 // it at an element offset, with its shape (d_out x d_in, or 1-D), its path
-// (Euclidean FP8, or the geometry-aware GIFT path with whitening and error
-// feedback), its FP8 format and its scale granularity. Layers are sorted by
+// (Euclidean, or the geometry-aware GIFT path with whitening and error
+// feedback), its wire format (FP8, or block-scaled 4-bit) and its scale
+// granularity. Layers are sorted by
 // offset and do not overlap; gaps between them (framework padding) are
 // never sent or written.
 //
@@ -40,8 +41,15 @@ enum class LayerPath : int { kEuclid = 0, kGift = 1 };
 // The run-time whitening transform of a GIFT layer: low-rank
 // T = I + U diag(c) U^T, or a dense d_in x d_in matrix.
 enum class GiftTransform : int { kLowRank = 0, kFull = 1 };
-// E4M3 (max 448) or E5M2 (max 57344).
-enum class Fp8Format : int { kE4M3 = 0, kE5M2 = 1 };
+// A layer's element format on the wire: FP8 E4M3 (max 448) or E5M2 (max
+// 57344), or 4-bit E2M1 in blocks along each row (d_in contiguous): NVFP4
+// (blocks of 16, an E4M3 scale per block and an FP32 one per tensor) or
+// MXFP4 (blocks of 32, a power-of-two scale per block, OCP MX v1.0). The
+// values are stable: those of the C API's gift_wire_format_t and of giftd's
+// plans.
+enum class WireFormat : int { kE4M3 = 0, kE5M2 = 1, kNvfp4 = 2, kMxfp4 = 3 };
+// The former name, when only the FP8 formats existed (same values).
+using Fp8Format = WireFormat;
 
 struct LayerSpec {
   // Unique within the plan. REQUIRES: not empty.
@@ -55,10 +63,12 @@ struct LayerSpec {
   LayerPath path = LayerPath::kEuclid;
   // Which transform the daemon builds for the layer. Default: low-rank.
   GiftTransform transform = GiftTransform::kLowRank;
-  // Default: E4M3.
-  Fp8Format format = Fp8Format::kE4M3;
-  // Elements per FP8 scale block; 0 = one scale per layer segment (the
-  // default). REQUIRES: >= 0.
+  // Default: E4M3. REQUIRES: a 2-D layer in a 4-bit format has d_in a
+  // multiple of its block (16 NVFP4, 32 MXFP4); a 1-D one may end in a
+  // ragged block.
+  WireFormat format = WireFormat::kE4M3;
+  // FP8: elements per scale block; 0 = one scale per layer segment (the
+  // default). 4-bit: 0 or the format's block (16, 32). REQUIRES: >= 0.
   int64_t block_size = 0;
 };
 

@@ -163,11 +163,21 @@ typedef enum gift_layer_path_t {
   GIFT_ENUM_RANGE_(GIFT_PATH_)
 } gift_layer_path_t;
 
-typedef enum gift_fp8_format_t {
-  GIFT_FP8_E4M3 = 0, /* max 448 (default) */
-  GIFT_FP8_E5M2 = 1, /* max 57344 */
-  GIFT_ENUM_RANGE_(GIFT_FP8_)
-} gift_fp8_format_t;
+/* A layer's element format on the wire (stable values: gift::WireFormat's
+ * and giftd's). The 4-bit formats are E2M1 in blocks along each row (d_in
+ * contiguous): a 2-D layer needs d_in a multiple of the block. */
+typedef enum gift_wire_format_t {
+  GIFT_FORMAT_E4M3 = 0,  /* FP8, max 448 (default) */
+  GIFT_FORMAT_E5M2 = 1,  /* FP8, max 57344 */
+  GIFT_FORMAT_NVFP4 = 2, /* blocks of 16, E4M3 block and FP32 tensor scales */
+  GIFT_FORMAT_MXFP4 = 3, /* blocks of 32, power-of-two block scales */
+  /* The former names, when only FP8 existed (same values). */
+  GIFT_FP8_E4M3 = GIFT_FORMAT_E4M3,
+  GIFT_FP8_E5M2 = GIFT_FORMAT_E5M2,
+  GIFT_ENUM_RANGE_(GIFT_FORMAT_)
+} gift_wire_format_t;
+/* The former name of gift_wire_format_t. */
+typedef gift_wire_format_t gift_fp8_format_t;
 
 typedef enum gift_transform_t {
   GIFT_TRANSFORM_LOW_RANK = 0, /* T = I + U diag(c) U^T (default) */
@@ -277,12 +287,14 @@ GIFT_EXPORT gift_status_t
 gift_plan_builder_add_layer(gift_plan_builder_t* builder, const char* name,
                             const int64_t* shape, size_t ndim, int64_t offset);
 /* Changes an added layer; GIFT_NOT_FOUND for an unknown name. block_size:
- * elements per FP8 scale block, 0 = one scale per layer segment. */
+ * FP8: elements per scale block, 0 = one scale per layer segment; 4-bit:
+ * 0 or the format's block (16 NVFP4, 32 MXFP4), checked with the shape by
+ * gift_plan_create. */
 GIFT_EXPORT gift_status_t gift_plan_builder_set_path(
     gift_plan_builder_t* builder, const char* layer, gift_layer_path_t path);
 GIFT_EXPORT gift_status_t
 gift_plan_builder_set_format(gift_plan_builder_t* builder, const char* layer,
-                             gift_fp8_format_t format, int64_t block_size);
+                             gift_wire_format_t format, int64_t block_size);
 GIFT_EXPORT gift_status_t
 gift_plan_builder_set_transform(gift_plan_builder_t* builder, const char* layer,
                                 gift_transform_t transform);
@@ -302,6 +314,12 @@ GIFT_EXPORT int64_t gift_plan_communicated_elements(const gift_plan_t* plan);
 GIFT_EXPORT size_t gift_plan_num_layers(const gift_plan_t* plan);
 /* Stable across processes and hosts. */
 GIFT_EXPORT uint64_t gift_plan_fingerprint(const gift_plan_t* plan);
+/* The wire format of the plan's layer named `layer` into *out.
+ * GIFT_INVALID_ARGUMENT for NULL arguments, GIFT_NOT_FOUND for an unknown
+ * name. */
+GIFT_EXPORT gift_status_t gift_plan_layer_format(const gift_plan_t* plan,
+                                                 const char* layer,
+                                                 gift_wire_format_t* out);
 
 /* ---- Quantized allreduce --------------------------------------------------*/
 

@@ -183,9 +183,13 @@ TEST(CApiTest, EnumValuesOutOfRangeAreRejected) {
       gift_plan_builder_set_path(b, "fc", static_cast<gift_layer_path_t>(2)),
       GIFT_INVALID_ARGUMENT, "gift_plan_builder_set_path", "unknown path");
   EXPECT_GIFT_ERROR(gift_plan_builder_set_format(
-                        b, "fc", static_cast<gift_fp8_format_t>(-3), 0),
+                        b, "fc", static_cast<gift_wire_format_t>(-3), 0),
                     GIFT_INVALID_ARGUMENT, "gift_plan_builder_set_format",
-                    "unknown FP8 format");
+                    "unknown wire format -3");
+  EXPECT_GIFT_ERROR(gift_plan_builder_set_format(
+                        b, "fc", static_cast<gift_wire_format_t>(4), 0),
+                    GIFT_INVALID_ARGUMENT, "gift_plan_builder_set_format",
+                    "unknown wire format 4");
   EXPECT_GIFT_ERROR(gift_plan_builder_set_format(b, "fc", GIFT_FP8_E5M2, -1),
                     GIFT_INVALID_ARGUMENT, "gift_plan_builder_set_format",
                     "negative block size");
@@ -350,6 +354,73 @@ TEST(CApiTest, PlanGettersAndFingerprint) {
   gift_plan_destroy(a2);
   gift_plan_destroy(g);
   gift_plan_destroy(f);
+}
+
+// The wire formats, 4-bit included, have stable values (those of
+// gift::WireFormat and giftd's plans) and travel in the plan.
+TEST(CApiTest, WireFormatsHaveStableValuesAndTravelInThePlan) {
+  static_assert(GIFT_FORMAT_E4M3 == 0 && GIFT_FORMAT_E5M2 == 1 &&
+                GIFT_FORMAT_NVFP4 == 2 && GIFT_FORMAT_MXFP4 == 3);
+  static_assert(GIFT_FP8_E4M3 == GIFT_FORMAT_E4M3 &&
+                GIFT_FP8_E5M2 == GIFT_FORMAT_E5M2);
+  const int64_t w[2] = {8, 32}, bias[1] = {20};
+  gift_plan_builder_t* b = gift_plan_builder_create();
+  ASSERT_GIFT_OK(gift_plan_builder_add_layer(b, "w", w, 2, 0));
+  ASSERT_GIFT_OK(gift_plan_builder_add_layer(b, "bias", bias, 1, 256));
+  gift_plan_t* e4m3 = nullptr;
+  ASSERT_GIFT_OK(gift_plan_create(b, 0, 276, &e4m3));
+  gift_wire_format_t f = GIFT_FORMAT_MXFP4;
+  ASSERT_GIFT_OK(gift_plan_layer_format(e4m3, "w", &f));
+  EXPECT_EQ(f, GIFT_FORMAT_E4M3);
+
+  const gift_wire_format_t four_bit[2] = {GIFT_FORMAT_NVFP4, GIFT_FORMAT_MXFP4};
+  uint64_t prints[2] = {0, 0};
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_GIFT_OK(gift_plan_builder_set_format(b, "w", four_bit[i], 0));
+    // A 1-D layer may end in a ragged block (20 = 16 + 4, or < 32).
+    ASSERT_GIFT_OK(gift_plan_builder_set_format(b, "bias", four_bit[i], 0));
+    gift_plan_t* p = nullptr;
+    ASSERT_GIFT_OK(gift_plan_create(b, 0, 276, &p));
+    ASSERT_GIFT_OK(gift_plan_layer_format(p, "w", &f));
+    EXPECT_EQ(f, four_bit[i]);
+    ASSERT_GIFT_OK(gift_plan_layer_format(p, "bias", &f));
+    EXPECT_EQ(f, four_bit[i]);
+    prints[i] = gift_plan_fingerprint(p);
+    EXPECT_NE(prints[i], gift_plan_fingerprint(e4m3));
+    gift_plan_destroy(p);
+  }
+  EXPECT_NE(prints[0], prints[1]);
+
+  // Blocks run along the rows: d_in 24 takes neither 4-bit format.
+  gift_plan_builder_t* narrow = TestBuilder();
+  gift_plan_t* p = nullptr;
+  ASSERT_GIFT_OK(
+      gift_plan_builder_set_format(narrow, "fc", GIFT_FORMAT_NVFP4, 0));
+  EXPECT_GIFT_ERROR(gift_plan_create(narrow, 0, kBucket, &p),
+                    GIFT_INVALID_ARGUMENT, "gift_plan_create",
+                    "multiple of 16");
+  ASSERT_GIFT_OK(
+      gift_plan_builder_set_format(narrow, "fc", GIFT_FORMAT_MXFP4, 0));
+  EXPECT_GIFT_ERROR(gift_plan_create(narrow, 0, kBucket, &p),
+                    GIFT_INVALID_ARGUMENT, "gift_plan_create",
+                    "multiple of 32");
+  EXPECT_EQ(p, nullptr);
+  gift_plan_builder_destroy(narrow);
+  // A 4-bit format has its own block.
+  ASSERT_GIFT_OK(gift_plan_builder_set_format(b, "w", GIFT_FORMAT_NVFP4, 8));
+  EXPECT_GIFT_ERROR(gift_plan_create(b, 0, 276, &p), GIFT_INVALID_ARGUMENT,
+                    "gift_plan_create", "blocks of 16");
+
+  EXPECT_GIFT_ERROR(gift_plan_layer_format(e4m3, "nope", &f), GIFT_NOT_FOUND,
+                    "gift_plan_layer_format", "no layer 'nope'");
+  EXPECT_GIFT_ERROR(gift_plan_layer_format(nullptr, "w", &f),
+                    GIFT_INVALID_ARGUMENT, "gift_plan_layer_format",
+                    "plan is NULL");
+  EXPECT_GIFT_ERROR(gift_plan_layer_format(e4m3, "w", nullptr),
+                    GIFT_INVALID_ARGUMENT, "gift_plan_layer_format",
+                    "out is NULL");
+  gift_plan_destroy(e4m3);
+  gift_plan_builder_destroy(b);
 }
 
 TEST(CApiTest, BarrierAndBroadcast) {

@@ -293,6 +293,61 @@ TEST(CppApiTest, AllReduceOnTwoRanks) {
   }
 }
 
+// The 4-bit formats through the public plan: stable values, validated
+// against the shape, and sent as 4 bits (fewer bytes than E4M3, the same
+// result on every rank).
+TEST(CppApiTest, FourBitFormatsOnTwoRanks) {
+  static_assert(static_cast<int>(gift::WireFormat::kNvfp4) == 2 &&
+                static_cast<int>(gift::WireFormat::kMxfp4) == 3);
+  static_assert(gift::Fp8Format::kE5M2 == gift::WireFormat::kE5M2);
+  std::vector<LayerSpec> layers = Layers();
+  layers[0].format = gift::WireFormat::kMxfp4;  // d_in 16: no 32-blocks
+  BucketPlan plan;
+  Status s = BucketPlan::Create(0, kBucket, layers, &plan);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("multiple of 32"), std::string::npos) << s;
+  layers[0].format = gift::WireFormat::kNvfp4;
+  layers[1].format = gift::WireFormat::kMxfp4;  // 1-D: a ragged block
+  ASSERT_TRUE(BucketPlan::Create(0, kBucket, layers, &plan).ok());
+  EXPECT_EQ(plan.layers()[0].format, gift::WireFormat::kNvfp4);
+  EXPECT_EQ(plan.layers()[1].format, gift::WireFormat::kMxfp4);
+  EXPECT_NE(plan.fingerprint(), Plan().fingerprint());
+
+  TempDir dir("gift_api_test");
+  constexpr int kWorld = 2;
+  std::vector<std::vector<float>> results(kWorld);
+  std::vector<uint64_t> bytes4(kWorld), bytes8(kWorld);
+  RunRanks(kWorld, [&](int rank) {
+    std::shared_ptr<Communicator> comm = Connect(rank, kWorld, dir.path());
+    ASSERT_NE(comm, nullptr);
+    for (const BucketPlan& p : {plan, Plan()}) {
+      std::unique_ptr<QuantizedAllReduce> ar;
+      ASSERT_TRUE(QuantizedAllReduce::Create(comm, p, {}, &ar).ok());
+      std::vector<float> grad = Gradient(rank, kBucket, 9);
+      gift::StepStats st;
+      Status r = ar->Step(grad.data(), grad.size(), &st);
+      ASSERT_TRUE(r.ok()) << r;
+      const bool four = p.layers()[0].format == gift::WireFormat::kNvfp4;
+      (four ? bytes4 : bytes8)[rank] = st.bytes_euclid;
+      if (four) results[rank] = grad;
+    }
+  });
+  ASSERT_EQ(results[0].size(), static_cast<size_t>(kBucket));
+  EXPECT_EQ(std::memcmp(results[0].data(), results[1].data(),
+                        kBucket * sizeof(float)),
+            0);
+  std::vector<float> exact(kBucket);
+  const std::vector<float> a0 = Gradient(0, kBucket, 9);
+  const std::vector<float> a1 = Gradient(1, kBucket, 9);
+  for (int64_t i = 0; i < kBucket; ++i) exact[i] = (a0[i] + a1[i]) / 2;
+  EXPECT_LT(RelL2(results[0], exact, 0, kBucket), 0.3);
+  EXPECT_GT(RelL2(results[0], exact, 0, kBucket), 1e-3);
+  for (int rank = 0; rank < kWorld; ++rank) {
+    EXPECT_GT(bytes4[rank], 0u);
+    EXPECT_LT(bytes4[rank], bytes8[rank]) << rank;
+  }
+}
+
 TEST(CppApiTest, AttachRequiresTheLayout) {
   TempDir dir("gift_api_test");
   std::shared_ptr<Communicator> comm = Connect(0, 1, dir.Sub("store"));
