@@ -56,59 +56,51 @@ TEST(AgreementTest, AMinimumNotHeldEverywhereMeansNoVersionOnEveryRank) {
   ExpectAgreement({{{3, 4}, {}}, {{1, 2}, {9}}}, {kNoVersion, kNoVersion}, 2);
 }
 
+// A valid rank-1 factor of d_in 2, version `v`.
+LayerFactor Factor(int64_t v) {
+  LayerFactor g;
+  g.version = v;
+  g.d_in = 2;
+  g.r = 1;
+  g.u = {1, 0};
+  g.c = {-0.5f};
+  g.c_inv = {1.0f};
+  return g;
+}
+
 TEST(VersionedFactorsTest, KeepsTheTwoNewestVersions) {
   VersionedFactors f;
-  auto make = [](int64_t v) {
-    LayerFactor g;
-    g.version = v;
-    g.d_in = 2;
-    g.r = 1;
-    g.u = {1, 0};
-    g.c = {-0.5f};
-    g.c_inv = {1.0f};
-    return g;
-  };
-  ASSERT_OK(f.Put("x", make(1)));
-  ASSERT_OK(f.Put("x", make(3)));
-  ASSERT_OK(f.Put("x", make(2)));
+  ASSERT_OK(f.Put("x", Factor(1)));
+  ASSERT_OK(f.Put("x", Factor(3)));
+  ASSERT_OK(f.Put("x", Factor(2)));
   EXPECT_THAT(f.Held("x"), ElementsAre(2, 3));
   EXPECT_EQ(f.Find("x", 1), nullptr);
   EXPECT_EQ(f.Newest("x")->version, 3);
   EXPECT_TRUE(f.Held("y").empty());
-  LayerFactor bad = make(4);
+  LayerFactor bad = Factor(4);
   bad.c.clear();
   EXPECT_THAT(f.Put("x", bad), StatusIs(absl::StatusCode::kInvalidArgument));
-  EXPECT_THAT(f.Put("x", make(-1)),
+  EXPECT_THAT(f.Put("x", Factor(-1)),
               StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 TEST(VersionedFactorsTest, AcceptedVersionsGateTheGiftPath) {
   VersionedFactors f;
-  auto make = [](int64_t v) {
-    LayerFactor g;
-    g.version = v;
-    g.d_in = 2;
-    g.r = 1;
-    g.u = {1, 0};
-    g.c = {-0.5f};
-    g.c_inv = {1.0f};
-    return g;
-  };
-  ASSERT_OK(f.Put("x", make(1)));
-  ASSERT_OK(f.Put("x", make(2)));
+  ASSERT_OK(f.Put("x", Factor(1)));
+  ASSERT_OK(f.Put("x", Factor(2)));
   EXPECT_THAT(f.Usable("x"), ElementsAre(1, 2));  // no daemon: no gate
   f.SetAccepted("x", 1);
   EXPECT_THAT(f.Usable("x"), ElementsAre(1));
   // v3 and v4 arrive on probation: v1, the newest usable, stays held.
-  ASSERT_OK(f.Put("x", make(3)));
+  ASSERT_OK(f.Put("x", Factor(3)));
   EXPECT_THAT(f.Held("x"), ElementsAre(1, 3));
-  ASSERT_OK(f.Put("x", make(4)));
+  ASSERT_OK(f.Put("x", Factor(4)));
   EXPECT_THAT(f.Held("x"), ElementsAre(1, 4));
   EXPECT_THAT(f.Usable("x"), ElementsAre(1));
   EXPECT_EQ(f.Newest("x")->version, 4);  // what probes use
   f.SetAccepted("x", 4);
   EXPECT_THAT(f.Usable("x"), ElementsAre(1, 4));
-  ASSERT_OK(f.Put("x", make(5)));
+  ASSERT_OK(f.Put("x", Factor(5)));
   EXPECT_THAT(f.Held("x"), ElementsAre(4, 5));
   EXPECT_THAT(f.Usable("x"), ElementsAre(4));
   // Off the GIFT path: nothing usable, and the old acceptances are gone.
@@ -119,7 +111,7 @@ TEST(VersionedFactorsTest, AcceptedVersionsGateTheGiftPath) {
   // A version accepted before it arrives becomes usable when it does.
   f.SetAccepted("x", 6);
   EXPECT_THAT(f.Usable("x"), ElementsAre(5));
-  ASSERT_OK(f.Put("x", make(6)));
+  ASSERT_OK(f.Put("x", Factor(6)));
   EXPECT_THAT(f.Usable("x"), ElementsAre(5, 6));
 }
 
