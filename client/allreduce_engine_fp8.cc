@@ -42,6 +42,7 @@ absl::Status AllReduceEngine::PrepareGiftLayer(int i, const BucketLayer& l,
   const size_t bytes = l.size() * sizeof(float);
   GiftState& st = gift_[l.name];
   const bool ef = options_.error_feedback;
+  st.previous.reset();
   if (ef) {
     if (st.residual == nullptr) st.residual = backend_->memory().NewBuffer();
     if (st.residual->bytes() != bytes || st.residual->data() == nullptr) {
@@ -53,6 +54,7 @@ absl::Status AllReduceEngine::PrepareGiftLayer(int i, const BucketLayer& l,
           *st.factor, f, st.residual->floats(), l.d_out()));
     }
     if (st.factor == nullptr || st.factor->version != f.version) {
+      st.previous = std::move(st.factor);
       st.factor = std::make_unique<LayerFactor>(f);
     }
   }
@@ -66,6 +68,13 @@ absl::Status AllReduceEngine::PrepareGiftLayer(int i, const BucketLayer& l,
   io->worker_residual = residual;
   io->owner_feedback = ef;
   io->reset_owner_residual = st.owner_version != f.version;
+  // A factor version switch: the owner residual is carried into the new
+  // coordinates (whole rows, Fp8Round) when it is in the replaced factor's.
+  if (io->reset_owner_residual && st.previous != nullptr &&
+      st.previous->version == st.owner_version) {
+    io->owner_from = st.previous.get();
+    io->owner_to = st.factor.get();
+  }
   st.owner_version = f.version;
   io->gift = true;
   return absl::OkStatus();

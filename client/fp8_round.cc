@@ -28,11 +28,12 @@ void RoundOutcome::Reset(size_t layers) {
 }
 
 Fp8Round::Fp8Round(Transport* comm, BackendMemory* memory, Fp8Codec* codec,
-                   VectorMath* math)
+                   VectorMath* math, GiftTransforms* transforms)
     : comm_(comm),
       memory_(memory),
       codec_(codec),
       math_(math),
+      transforms_(transforms),
       send_(memory->NewBuffer()),
       recv_(memory->NewBuffer()),
       gather_send_(memory->NewBuffer()),
@@ -80,7 +81,7 @@ absl::Status Fp8Round::Reduce(const EpochPlan& plan, const ChunkLayout& mine,
     if (io[s.layer].owner_feedback && owner_residual != nullptr) {
       res = owner_residual + s.elem_offset;
       if (io[s.layer].reset_owner_residual) {
-        RETURN_IF_ERROR(memory_->Zero(res, s.count * sizeof(float)));
+        RETURN_IF_ERROR(ResetOwnerResidual(l, s, io[s.layer], res));
       }
       RETURN_IF_ERROR(math_->AddInPlace(acc, res, s.count));
     }
@@ -88,6 +89,29 @@ absl::Status Fp8Round::Reduce(const EpochPlan& plan, const ChunkLayout& mine,
         l, acc, s.count, WireOf(gather_send_->u8(), mine, s), res, -1));
   }
   return absl::OkStatus();
+}
+
+// The owner residual holds whole and partial rows of the layer (row-major
+// d_out × d_in; T acts along d_in, row by row). At a factor version switch
+// the whole rows are reprojected like the worker residual, so the owner's
+// error of the last step is carried into the new coordinates instead of
+// dropped; the partial rows at the segment's two ends cannot be (the rest
+// of the row lives in another rank's chunk) and are zeroed, as is all of it
+// on first use. Every owner does the same for its own chunk; the result is
+// still broadcast from the owner, so every rank applies the same bits.
+absl::Status Fp8Round::ResetOwnerResidual(const BucketLayer& l,
+                                          const Segment& s, const LayerIo& x,
+                                          float* res) {
+  const int64_t d = l.d_in(), begin = s.layer_begin, end = begin + s.count;
+  const int64_t first = (begin + d - 1) / d * d, last = end / d * d;
+  if (x.owner_from == nullptr || x.owner_to == nullptr || first >= last) {
+    return memory_->Zero(res, s.count * sizeof(float));
+  }
+  RETURN_IF_ERROR(memory_->Zero(res, (first - begin) * sizeof(float)));
+  RETURN_IF_ERROR(
+      memory_->Zero(res + (last - begin), (end - last) * sizeof(float)));
+  return transforms_->Reproject(*x.owner_from, *x.owner_to,
+                                res + (first - begin), (last - first) / d);
 }
 
 absl::Status Fp8Round::QuantizeSegment(const BucketLayer& l, const float* x,

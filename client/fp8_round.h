@@ -39,6 +39,7 @@
 #include "client/fp8_backend_codec.h"
 #include "client/fp8_backend_math.h"
 #include "client/fp8_backend_memory.h"
+#include "client/fp8_backend_transforms.h"
 #include "client/transport.h"
 #include "kernels/quantize.h"
 
@@ -53,9 +54,15 @@ struct LayerIo {
   float* worker_residual = nullptr;
   // The owner keeps a residual for this layer's segments.
   bool owner_feedback = false;
-  // Zero the owner residual of this layer's segments before use (factor
-  // switch or first use).
+  // The owner residual of this layer's segments is not in this step's
+  // coordinates (factor switch or first use): zeroed before use, unless
+  // owner_from and owner_to are set (a GIFT factor version switch), then
+  // carried instead: its whole rows are reprojected from owner_from's
+  // whitened coordinates into owner_to's (GiftTransforms::Reproject, as the
+  // worker residual); the partial rows at the segment's ends are zeroed.
   bool reset_owner_residual = false;
+  const LayerFactor* owner_from = nullptr;
+  const LayerFactor* owner_to = nullptr;
   bool gift = false;
 };
 
@@ -74,7 +81,7 @@ class Fp8Round {
   // REQUIRES: no argument null, all outlive this; the parts are one
   // backend's, whose memory kind is comm's.
   Fp8Round(Transport* comm, BackendMemory* memory, Fp8Codec* codec,
-           VectorMath* math);
+           VectorMath* math, GiftTransforms* transforms);
 
   // Runs the round over `piece`. io has one entry per plan layer; every
   // pointer is of the backend's memory kind.
@@ -95,6 +102,10 @@ class Fp8Round {
   absl::Status QuantizeSegment(const BucketLayer& l, const float* x, int64_t n,
                                const SegmentWire& wire, float* residual,
                                int stat_slot);
+  // Zeroes or carries (LayerIo::owner_from) the owner residual `res` of
+  // segment s at a switch.
+  absl::Status ResetOwnerResidual(const BucketLayer& l, const Segment& s,
+                                  const LayerIo& x, float* res);
   absl::Status AccumulateSegment(const BucketLayer& l, const ChunkLayout& mine,
                                  const Segment& s, float* acc);
   absl::Status Collect(const PieceLayout& piece, RoundOutcome* outcome);
@@ -106,6 +117,7 @@ class Fp8Round {
   BackendMemory* const memory_;
   Fp8Codec* const codec_;
   VectorMath* const math_;
+  GiftTransforms* const transforms_;
   std::unique_ptr<Fp8Buffer> send_, recv_, gather_send_, gather_recv_, acc_;
   std::vector<size_t> offsets_;
 };
