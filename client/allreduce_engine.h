@@ -367,15 +367,19 @@ class AllReduceEngine {
   // Audit steps: the running sums before the round, the audit after it.
   absl::Status AuditBefore(const Group& g, const float* data);
   absl::Status AuditAfter(const Group& g, float* data, StepTelemetry* t);
+  // euclid_owner: the owner residuals of the layer's segments hold its
+  // Euclidean ones (it leaves the Euclidean path this step).
   absl::Status PrepareGiftLayer(int i, const BucketLayer& l,
                                 const LayerFactor& f, const float* grad,
-                                LayerIo* io);
+                                bool euclid_owner, LayerIo* io);
   // Euclidean error feedback: whether layer l uses it, the step's input
   // x + r (in place in grad), and the flush of a residual into grad.
   bool EuclidFeedbackOn(const BucketLayer& l) const;
   absl::Status PrepareEuclidLayer(const BucketLayer& l, float* grad,
                                   LayerIo* io);
-  absl::Status FlushEuclidResidual(const BucketLayer& l, float* grad);
+  // owner_live (nullable): whether the owner residuals held Euclidean ones.
+  absl::Status FlushEuclidResidual(const BucketLayer& l, float* grad,
+                                   bool* owner_live = nullptr);
   absl::Status ImportEuclidLayers(
       const AllReduceState& state,
       std::map<std::string, EuclidState>* euclid) const;

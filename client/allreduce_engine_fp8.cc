@@ -38,7 +38,8 @@ absl::Status AllReduceEngine::FlushResidual(int i, const BucketLayer& l,
 
 absl::Status AllReduceEngine::PrepareGiftLayer(int i, const BucketLayer& l,
                                                const LayerFactor& f,
-                                               const float* grad, LayerIo* io) {
+                                               const float* grad,
+                                               bool euclid_owner, LayerIo* io) {
   const size_t bytes = l.size() * sizeof(float);
   GiftState& st = gift_[l.name];
   const bool ef = options_.error_feedback;
@@ -68,12 +69,19 @@ absl::Status AllReduceEngine::PrepareGiftLayer(int i, const BucketLayer& l,
   io->worker_residual = residual;
   io->owner_feedback = ef;
   io->reset_owner_residual = st.owner_version != f.version;
-  // A factor version switch: the owner residual is carried into the new
-  // coordinates (whole rows, Fp8Round) when it is in the replaced factor's.
-  if (io->reset_owner_residual && st.previous != nullptr &&
-      st.previous->version == st.owner_version) {
-    io->owner_from = st.previous.get();
+  // The owner residual is carried into the new coordinates (whole rows,
+  // Fp8Round) when it is in the replaced factor's (a version switch) or in
+  // gradient coordinates (the layer comes from the Euclidean path with
+  // Euclidean feedback: R T, exact as for the worker's flush).
+  if (ef && io->reset_owner_residual) {
     io->owner_to = st.factor.get();
+    if (euclid_owner) {
+      io->owner_carry = OwnerCarry::kWhiten;
+    } else if (st.previous != nullptr &&
+               st.previous->version == st.owner_version) {
+      io->owner_carry = OwnerCarry::kReproject;
+      io->owner_from = st.previous.get();
+    }
   }
   st.owner_version = f.version;
   io->gift = true;
@@ -120,8 +128,12 @@ absl::Status AllReduceEngine::PrepareEuclidLayer(const BucketLayer& l,
 // Adds the layer's Euclidean worker residual (if any) to grad and drops it
 // with the layer's Euclidean state.
 absl::Status AllReduceEngine::FlushEuclidResidual(const BucketLayer& l,
-                                                  float* grad) {
+                                                  float* grad,
+                                                  bool* owner_live) {
   auto it = euclid_.find(l.name);
+  if (owner_live != nullptr) {
+    *owner_live = it != euclid_.end() && it->second.owner_live;
+  }
   if (it == euclid_.end()) return absl::OkStatus();
   Fp8Buffer* r = it->second.residual.get();
   if (r != nullptr && r->data() != nullptr &&
@@ -228,11 +240,12 @@ absl::Status AllReduceEngine::PrepareLayers(
       continue;
     }
     // The GIFT path: a Euclidean residual joins the gradient first.
-    RETURN_IF_ERROR(FlushEuclidResidual(l, data + l.offset));
+    bool euclid_owner = false;
+    RETURN_IF_ERROR(FlushEuclidResidual(l, data + l.offset, &euclid_owner));
     const absl::Time start = absl::Now();
     (*used)[j] = factors.Find(l.name, version);
-    RETURN_IF_ERROR(
-        PrepareGiftLayer(i, l, *(*used)[j], data + l.offset, &(*io)[j]));
+    RETURN_IF_ERROR(PrepareGiftLayer(i, l, *(*used)[j], data + l.offset,
+                                     euclid_owner, &(*io)[j]));
     t->transform_seconds += absl::ToDoubleSeconds(absl::Now() - start);
     t->layers[j].path = LayerPath::kGift;
     t->layers[j].factor_version = version;

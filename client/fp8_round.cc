@@ -38,7 +38,8 @@ Fp8Round::Fp8Round(Transport* comm, BackendMemory* memory, Fp8Codec* codec,
       recv_(memory->NewBuffer()),
       gather_send_(memory->NewBuffer()),
       gather_recv_(memory->NewBuffer()),
-      acc_(memory->NewBuffer()) {}
+      acc_(memory->NewBuffer()),
+      carry_(memory->NewBuffer()) {}
 
 absl::Status Fp8Round::Pack(const EpochPlan& plan, const PieceLayout& piece,
                             const std::vector<LayerIo>& io) {
@@ -93,25 +94,39 @@ absl::Status Fp8Round::Reduce(const EpochPlan& plan, const ChunkLayout& mine,
 
 // The owner residual holds whole and partial rows of the layer (row-major
 // d_out × d_in; T acts along d_in, row by row). At a factor version switch
-// the whole rows are reprojected like the worker residual, so the owner's
-// error of the last step is carried into the new coordinates instead of
-// dropped; the partial rows at the segment's two ends cannot be (the rest
-// of the row lives in another rank's chunk) and are zeroed, as is all of it
-// on first use. Every owner does the same for its own chunk; the result is
-// still broadcast from the owner, so every rank applies the same bits.
+// (or coming from the Euclidean path) the whole rows are reprojected (or
+// whitened) like the worker residual, so the owner's error of the last step
+// is carried into the new coordinates instead of dropped; the partial rows
+// at the segment's two ends cannot be (the rest of the row lives in another
+// rank's chunk) and are zeroed, as is all of it on first use. Every owner
+// does the same for its own chunk; the result is still broadcast from the
+// owner, so every rank applies the same bits.
 absl::Status Fp8Round::ResetOwnerResidual(const BucketLayer& l,
                                           const Segment& s, const LayerIo& x,
                                           float* res) {
   const int64_t d = l.d_in(), begin = s.layer_begin, end = begin + s.count;
   const int64_t first = (begin + d - 1) / d * d, last = end / d * d;
-  if (x.owner_from == nullptr || x.owner_to == nullptr || first >= last) {
+  if (x.owner_carry == OwnerCarry::kZero || x.owner_to == nullptr ||
+      first >= last) {
     return memory_->Zero(res, s.count * sizeof(float));
   }
   RETURN_IF_ERROR(memory_->Zero(res, (first - begin) * sizeof(float)));
   RETURN_IF_ERROR(
       memory_->Zero(res + (last - begin), (end - last) * sizeof(float)));
-  return transforms_->Reproject(*x.owner_from, *x.owner_to,
-                                res + (first - begin), (last - first) / d);
+  float* rows = res + (first - begin);
+  const int64_t n = last - first;
+  if (x.owner_carry == OwnerCarry::kReproject) {
+    if (x.owner_from == nullptr) {
+      return absl::InternalError("owner residual: no factor to reproject from");
+    }
+    return transforms_->Reproject(*x.owner_from, *x.owner_to, rows, n / d);
+  }
+  // kWhiten: R T (Forward may not write over its input).
+  RETURN_IF_ERROR(carry_->Resize(n * sizeof(float)));
+  RETURN_IF_ERROR(transforms_->Forward(*x.owner_to, rows, n / d, nullptr,
+                                       carry_->floats()));
+  RETURN_IF_ERROR(memory_->Zero(rows, n * sizeof(float)));
+  return math_->AddInPlace(rows, carry_->floats(), n);
 }
 
 absl::Status Fp8Round::QuantizeSegment(const BucketLayer& l, const float* x,

@@ -45,6 +45,13 @@
 
 namespace gift::client {
 
+// What becomes of an owner residual that is not in this step's coordinates.
+enum class OwnerCarry {
+  kZero,       // zeroed (first use, or its coordinates are unknown)
+  kReproject,  // whitened by owner_from: whole rows → (R T_from⁻¹) T_to
+  kWhiten,     // gradient coordinates (Euclidean): whole rows → R T_to
+};
+
 // Where one layer's elements come from and go to in this round.
 struct LayerIo {
   const float* src = nullptr;  // the layer's elements to send
@@ -55,14 +62,14 @@ struct LayerIo {
   // The owner keeps a residual for this layer's segments.
   bool owner_feedback = false;
   // The owner residual of this layer's segments is not in this step's
-  // coordinates (factor switch or first use): zeroed before use, unless
-  // owner_from and owner_to are set (a GIFT factor version switch), then
-  // carried instead: its whole rows are reprojected from owner_from's
-  // whitened coordinates into owner_to's (GiftTransforms::Reproject, as the
-  // worker residual); the partial rows at the segment's ends are zeroed.
+  // coordinates (factor switch, path change or first use): before use it is
+  // zeroed, or (owner_carry) its whole rows are carried into owner_to's
+  // whitened coordinates (T acts along d_in, row by row) and the partial
+  // rows at the segment's ends are zeroed.
   bool reset_owner_residual = false;
-  const LayerFactor* owner_from = nullptr;
-  const LayerFactor* owner_to = nullptr;
+  OwnerCarry owner_carry = OwnerCarry::kZero;
+  const LayerFactor* owner_from = nullptr;  // kReproject
+  const LayerFactor* owner_to = nullptr;    // kReproject, kWhiten
   bool gift = false;
 };
 
@@ -102,7 +109,7 @@ class Fp8Round {
   absl::Status QuantizeSegment(const BucketLayer& l, const float* x, int64_t n,
                                const SegmentWire& wire, float* residual,
                                int stat_slot);
-  // Zeroes or carries (LayerIo::owner_from) the owner residual `res` of
+  // Zeroes or carries (LayerIo::owner_carry) the owner residual `res` of
   // segment s at a switch.
   absl::Status ResetOwnerResidual(const BucketLayer& l, const Segment& s,
                                   const LayerIo& x, float* res);
@@ -118,7 +125,8 @@ class Fp8Round {
   Fp8Codec* const codec_;
   VectorMath* const math_;
   GiftTransforms* const transforms_;
-  std::unique_ptr<Fp8Buffer> send_, recv_, gather_send_, gather_recv_, acc_;
+  std::unique_ptr<Fp8Buffer> send_, recv_, gather_send_, gather_recv_, acc_,
+      carry_;
   std::vector<size_t> offsets_;
 };
 

@@ -52,8 +52,11 @@ struct Drift {
 };
 
 // `steps` steps on kWorld thread ranks with GIFT error feedback; a new factor
-// version every `every` steps (0: one version throughout). Rank 0's figures.
-Drift RunSteps(int64_t rows, int64_t cols, int steps, int every) {
+// version every `every` steps (0: one version throughout), the first at step
+// `first` (before it the layer goes Euclidean, with Euclidean feedback).
+// Rank 0's figures.
+Drift RunSteps(int64_t rows, int64_t cols, int steps, int every,
+               int first = 0) {
   const int64_t n = rows * cols;
   Drift r;
   absl::Mutex mu;
@@ -68,14 +71,15 @@ Drift RunSteps(int64_t rows, int64_t cols, int steps, int every) {
     double per_step = 0;
     std::vector<float> x;
     for (int t = 0; t < steps; ++t) {
-      if (t == 0 || (every > 0 && t % every == 0)) {
+      if (t == first || (t > first && every > 0 && t % every == 0)) {
         const int64_t v = every > 0 ? 1 + t / every : 1;
         ASSERT_OK(f.Put("fc", SyntheticLowRank(v, cols, 8, 100 + v)));
       }
       x = Gradient(comm.rank(), t, n);
       StepTelemetry tel;
       ASSERT_OK((*ar)->Run(x.data(), f, &tel));
-      ASSERT_EQ(tel.layers[0].path, LayerPath::kGift);
+      ASSERT_EQ(tel.layers[0].path,
+                t < first ? LayerPath::kEuclid : LayerPath::kGift);
       std::vector<double> mean(n, 0.0);
       for (int p = 0; p < kWorld; ++p) {
         const std::vector<float> g = Gradient(p, t, n);
@@ -132,6 +136,61 @@ TEST(OwnerFeedbackTest, PartialRowsAtChunkEdgesAreDroppedOnly) {
             << " with one version" << std::endl;
   EXPECT_TRUE(switching.same_on_every_rank);
   EXPECT_LT(switching.drift, switching.per_step);
+}
+
+// A GIFT layer without a factor yet (the job's first steps) goes Euclidean
+// with Euclidean feedback; its first GIFT step whitens the Euclidean owner
+// residual's whole rows with the factor (R T) instead of dropping it.
+TEST(OwnerFeedbackTest, TheEuclideanOwnerResidualIsWhitenedIntoTheGiftPath) {
+  const Drift from_start = RunSteps(64, 128, 60, 0);
+  const Drift late = RunSteps(64, 128, 60, 0, /*first=*/7);
+  std::cout << "nvfp4 W=" << kWorld << " 64x128, 60 steps, one version "
+            << "from step 7 (Euclidean before): per-step error "
+            << late.per_step << ", drift " << late.drift << " ("
+            << from_start.drift << " with the factor from step 0)" << std::endl;
+  EXPECT_TRUE(late.same_on_every_rank);
+  EXPECT_LT(late.drift, late.per_step);
+  EXPECT_LT(late.drift, 1.5 * from_start.drift);
+}
+
+// The same hand-over step by step: the first GIFT step equals that of an
+// engine given x + r (the Euclidean worker residual) that holds only the
+// owner residuals, and differs from one without them.
+TEST(OwnerFeedbackTest, EuclideanToGiftStepUsesTheOwnerResidual) {
+  constexpr int64_t kRows = 64, kCols = 128, kN = kRows * kCols;
+  RunThreadRanks(2, [&](Transport& comm) {
+    auto ar = AllReduceEngine::Create(&comm, OneGiftLayer(kRows, kCols), {});
+    ASSERT_OK(ar);
+    VersionedFactors f;
+    for (int t = 0; t < 3; ++t) {
+      std::vector<float> x = Gradient(comm.rank(), t, kN);
+      ASSERT_OK((*ar)->Run(x.data(), f, nullptr));
+    }
+    absl::StatusOr<AllReduceState> before = (*ar)->ExportState();
+    ASSERT_OK(before);
+    ASSERT_EQ(before->euclid_layers.size(), 1u);
+    ASSERT_TRUE(before->euclid_layers[0].owner_live);
+    ASSERT_OK(f.Put("fc", SyntheticLowRank(1, kCols, 8, 101)));
+    std::vector<float> got = Gradient(comm.rank(), 3, kN), want = got;
+    for (int64_t i = 0; i < kN; ++i) {
+      want[i] += before->euclid_layers[0].residual[i];
+    }
+    std::vector<float> cold = want;
+    StepTelemetry t;
+    ASSERT_OK((*ar)->Run(got.data(), f, &t));
+    ASSERT_EQ(t.layers[0].path, LayerPath::kGift);
+    AllReduceState owner_only = *before;
+    owner_only.euclid_layers[0].residual.clear();
+    auto other = AllReduceEngine::Create(&comm, OneGiftLayer(kRows, kCols), {});
+    ASSERT_OK(other);
+    ASSERT_OK((*other)->ImportState(owner_only));
+    ASSERT_OK((*other)->Run(want.data(), f, nullptr));
+    EXPECT_EQ(got, want);
+    auto fresh = AllReduceEngine::Create(&comm, OneGiftLayer(kRows, kCols), {});
+    ASSERT_OK(fresh);
+    ASSERT_OK((*fresh)->Run(cold.data(), f, nullptr));
+    EXPECT_NE(cold, got);
+  });
 }
 
 // The checkpoint needs nothing new: a state exported just before a switch
