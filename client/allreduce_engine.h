@@ -43,9 +43,12 @@
 // leaving the GIFT path flushes its GIFT residual into the gradient as above
 // and then starts a Euclidean one. A GIFT layer without an agreed factor
 // for a step goes Euclidean with Euclidean feedback (when on) and keeps its
-// GIFT residual for later. Apart from the version switch above, the owner
-// residuals of a layer's segments are reset whenever they last held
-// something else (Euclidean or GIFT coordinates, another epoch, nothing).
+// GIFT residual for later. Within an epoch, the owner residuals of a
+// layer's segments follow it between the paths too: a GIFT layer sent
+// Euclidean un-whitens their whole rows (R T⁻¹), and a layer taking the
+// GIFT path after Euclidean steps with feedback whitens them (R T); they
+// are reset whenever they last held nothing usable (another epoch, no
+// feedback, nothing).
 //
 // The transform of a GIFT layer is that of the agreed factor (LayerFactor::
 // kind); BucketLayer::transform tells the daemon which kind to build.
@@ -376,7 +379,7 @@ class AllReduceEngine {
   // x + r (in place in grad), and the flush of a residual into grad.
   bool EuclidFeedbackOn(const BucketLayer& l) const;
   absl::Status PrepareEuclidLayer(const BucketLayer& l, float* grad,
-                                  LayerIo* io);
+                                  const LayerFactor* gift_owner, LayerIo* io);
   // owner_live (nullable): whether the owner residuals held Euclidean ones.
   absl::Status FlushEuclidResidual(const BucketLayer& l, float* grad,
                                    bool* owner_live = nullptr);

@@ -103,9 +103,13 @@ bool AllReduceEngine::EuclidFeedbackOn(const BucketLayer& l) const {
 // A layer sent Euclidean this step: with feedback, x + r goes on the wire
 // (added in place: the bucket is overwritten by the result anyway) and the
 // round leaves r = x + r − x̂; without, a residual left from earlier is
-// flushed.
+// flushed. gift_owner (nullable): the factor whose whitened coordinates the
+// owner residuals hold (the layer's last step was GIFT); they are
+// un-whitened (whole rows, Fp8Round) instead of zeroed.
 absl::Status AllReduceEngine::PrepareEuclidLayer(const BucketLayer& l,
-                                                 float* grad, LayerIo* io) {
+                                                 float* grad,
+                                                 const LayerFactor* gift_owner,
+                                                 LayerIo* io) {
   if (!EuclidFeedbackOn(l)) return FlushEuclidResidual(l, grad);
   if (l.size() == 0) return absl::OkStatus();
   EuclidState& st = euclid_[l.name];
@@ -121,6 +125,10 @@ absl::Status AllReduceEngine::PrepareEuclidLayer(const BucketLayer& l,
   io->worker_residual = st.residual->floats();
   io->owner_feedback = true;
   io->reset_owner_residual = !st.owner_live;
+  if (io->reset_owner_residual && gift_owner != nullptr) {
+    io->owner_carry = OwnerCarry::kUnwhiten;
+    io->owner_from = gift_owner;
+  }
   st.owner_live = true;
   return absl::OkStatus();
 }
@@ -228,15 +236,22 @@ absl::Status AllReduceEngine::PrepareLayers(
     const int64_t version = step_ctx_.versions[i];
     (*io)[j].src = (*io)[j].dst = data + l.offset;
     if (version == kNoVersion) {
+      const LayerFactor* gift_owner = nullptr;
       if (auto it = gift_.find(l.name); it != gift_.end()) {
-        it->second.owner_version = kNoVersion;
+        GiftState& st = it->second;
         // Off the GIFT path in the plan: flush. A GIFT layer merely without
-        // an agreed factor this step keeps its residual for the next one.
+        // an agreed factor this step keeps its residual for the next one
+        // (and its owner residuals go Euclidean).
         if (l.path != LayerPath::kGift) {
-          RETURN_IF_ERROR(FlushResidual(i, l, data + l.offset, it->second));
+          RETURN_IF_ERROR(FlushResidual(i, l, data + l.offset, st));
+        } else if (st.factor != nullptr &&
+                   st.factor->version == st.owner_version) {
+          gift_owner = st.factor.get();
         }
+        st.owner_version = kNoVersion;
       }
-      RETURN_IF_ERROR(PrepareEuclidLayer(l, data + l.offset, &(*io)[j]));
+      RETURN_IF_ERROR(
+          PrepareEuclidLayer(l, data + l.offset, gift_owner, &(*io)[j]));
       continue;
     }
     // The GIFT path: a Euclidean residual joins the gradient first.

@@ -94,8 +94,8 @@ absl::Status Fp8Round::Reduce(const EpochPlan& plan, const ChunkLayout& mine,
 
 // The owner residual holds whole and partial rows of the layer (row-major
 // d_out × d_in; T acts along d_in, row by row). At a factor version switch
-// (or coming from the Euclidean path) the whole rows are reprojected (or
-// whitened) like the worker residual, so the owner's error of the last step
+// (or a change between the GIFT and the Euclidean path) the whole rows are
+// reprojected (whitened, un-whitened), so the owner's error of the last step
 // is carried into the new coordinates instead of dropped; the partial rows
 // at the segment's two ends cannot be (the rest of the row lives in another
 // rank's chunk) and are zeroed, as is all of it on first use. Every owner
@@ -106,9 +106,15 @@ absl::Status Fp8Round::ResetOwnerResidual(const BucketLayer& l,
                                           float* res) {
   const int64_t d = l.d_in(), begin = s.layer_begin, end = begin + s.count;
   const int64_t first = (begin + d - 1) / d * d, last = end / d * d;
-  if (x.owner_carry == OwnerCarry::kZero || x.owner_to == nullptr ||
-      first >= last) {
+  const bool from = x.owner_carry == OwnerCarry::kReproject ||
+                    x.owner_carry == OwnerCarry::kUnwhiten;
+  const bool to = x.owner_carry == OwnerCarry::kReproject ||
+                  x.owner_carry == OwnerCarry::kWhiten;
+  if (x.owner_carry == OwnerCarry::kZero || first >= last) {
     return memory_->Zero(res, s.count * sizeof(float));
+  }
+  if ((from && x.owner_from == nullptr) || (to && x.owner_to == nullptr)) {
+    return absl::InternalError("owner residual carry without its factor");
   }
   RETURN_IF_ERROR(memory_->Zero(res, (first - begin) * sizeof(float)));
   RETURN_IF_ERROR(
@@ -116,15 +122,17 @@ absl::Status Fp8Round::ResetOwnerResidual(const BucketLayer& l,
   float* rows = res + (first - begin);
   const int64_t n = last - first;
   if (x.owner_carry == OwnerCarry::kReproject) {
-    if (x.owner_from == nullptr) {
-      return absl::InternalError("owner residual: no factor to reproject from");
-    }
     return transforms_->Reproject(*x.owner_from, *x.owner_to, rows, n / d);
   }
-  // kWhiten: R T (Forward may not write over its input).
+  // R T or R T⁻¹ (neither may write over its input).
   RETURN_IF_ERROR(carry_->Resize(n * sizeof(float)));
-  RETURN_IF_ERROR(transforms_->Forward(*x.owner_to, rows, n / d, nullptr,
-                                       carry_->floats()));
+  if (to) {
+    RETURN_IF_ERROR(transforms_->Forward(*x.owner_to, rows, n / d, nullptr,
+                                         carry_->floats()));
+  } else {
+    RETURN_IF_ERROR(
+        transforms_->Inverse(*x.owner_from, rows, n / d, carry_->floats()));
+  }
   RETURN_IF_ERROR(memory_->Zero(rows, n * sizeof(float)));
   return math_->AddInPlace(rows, carry_->floats(), n);
 }

@@ -50,6 +50,7 @@ enum class OwnerCarry {
   kZero,       // zeroed (first use, or its coordinates are unknown)
   kReproject,  // whitened by owner_from: whole rows → (R T_from⁻¹) T_to
   kWhiten,     // gradient coordinates (Euclidean): whole rows → R T_to
+  kUnwhiten,   // whitened by owner_from, now Euclidean: whole rows → R T⁻¹
 };
 
 // Where one layer's elements come from and go to in this round.
@@ -63,12 +64,12 @@ struct LayerIo {
   bool owner_feedback = false;
   // The owner residual of this layer's segments is not in this step's
   // coordinates (factor switch, path change or first use): before use it is
-  // zeroed, or (owner_carry) its whole rows are carried into owner_to's
-  // whitened coordinates (T acts along d_in, row by row) and the partial
-  // rows at the segment's ends are zeroed.
+  // zeroed, or (owner_carry) its whole rows are carried into this step's
+  // coordinates (T acts along d_in, row by row) and the partial rows at the
+  // segment's ends are zeroed.
   bool reset_owner_residual = false;
   OwnerCarry owner_carry = OwnerCarry::kZero;
-  const LayerFactor* owner_from = nullptr;  // kReproject
+  const LayerFactor* owner_from = nullptr;  // kReproject, kUnwhiten
   const LayerFactor* owner_to = nullptr;    // kReproject, kWhiten
   bool gift = false;
 };

@@ -193,6 +193,43 @@ TEST(OwnerFeedbackTest, EuclideanToGiftStepUsesTheOwnerResidual) {
   });
 }
 
+// A GIFT layer without an agreed factor for a step (e.g. its newest factor
+// not accepted on every rank) goes Euclidean: that step un-whitens the GIFT
+// owner residual's whole rows (R T⁻¹). It equals the step of an engine
+// holding only the owner-side state, and differs from a fresh engine's.
+TEST(OwnerFeedbackTest, AGiftLayerSentEuclideanUnwhitensTheOwnerResidual) {
+  constexpr int64_t kRows = 64, kCols = 128, kN = kRows * kCols;
+  RunThreadRanks(2, [&](Transport& comm) {
+    auto ar = AllReduceEngine::Create(&comm, OneGiftLayer(kRows, kCols), {});
+    ASSERT_OK(ar);
+    VersionedFactors f, none;
+    ASSERT_OK(f.Put("fc", SyntheticLowRank(1, kCols, 8, 101)));
+    for (int t = 0; t < 3; ++t) {
+      std::vector<float> x = Gradient(comm.rank(), t, kN);
+      ASSERT_OK((*ar)->Run(x.data(), f, nullptr));
+    }
+    absl::StatusOr<AllReduceState> before = (*ar)->ExportState();
+    ASSERT_OK(before);
+    ASSERT_EQ(before->gift_layers.size(), 1u);
+    std::vector<float> got = Gradient(comm.rank(), 3, kN), want = got,
+                       cold = got;
+    StepTelemetry t;
+    ASSERT_OK((*ar)->Run(got.data(), none, &t));
+    ASSERT_EQ(t.layers[0].path, LayerPath::kEuclid);
+    AllReduceState owner_only = *before;
+    owner_only.gift_layers[0].residual.clear();  // unused by this step
+    auto other = AllReduceEngine::Create(&comm, OneGiftLayer(kRows, kCols), {});
+    ASSERT_OK(other);
+    ASSERT_OK((*other)->ImportState(owner_only));
+    ASSERT_OK((*other)->Run(want.data(), none, nullptr));
+    EXPECT_EQ(got, want);
+    auto fresh = AllReduceEngine::Create(&comm, OneGiftLayer(kRows, kCols), {});
+    ASSERT_OK(fresh);
+    ASSERT_OK((*fresh)->Run(cold.data(), none, nullptr));
+    EXPECT_NE(cold, got);
+  });
+}
+
 // The checkpoint needs nothing new: a state exported just before a switch
 // and imported into a fresh engine gives the same bits at the switch (the
 // owner residual is reprojected from the restored worker factor) as the
