@@ -11,10 +11,12 @@
 // the wire format of chunking.h — one AllToAllV of packed [codes | scales].
 // Phase 2: as owner of chunk `rank`, it dequantizes the W incoming copies and
 // sums them in FP32 in rank order (DequantizeAccumulate: bit-reproducible),
-// adds its owner residual on segments with owner feedback, re-quantizes with
-// fresh scales (updating that residual) and all-gathers the FP8 chunk with
-// its scales (one AllGatherV). Every rank then dequantizes every chunk and
-// divides by W once, in FP32, into the layers' destinations.
+// adds its owner residual on segments with owner feedback (carried into the
+// step's coordinates at a factor or path change: LayerIo::owner_carry),
+// re-quantizes with fresh scales (updating that residual) and all-gathers
+// the FP8 chunk with its scales (one AllGatherV). Every rank then
+// dequantizes every chunk and divides by W once, in FP32, into the layers'
+// destinations.
 //
 // The arithmetic and the staging buffers come from three parts of an
 // Fp8Backend (fp8_backend.h) — its memory, FP8 codec and vector math: host
