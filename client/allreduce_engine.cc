@@ -99,8 +99,9 @@ AllReduceEngine::AllReduceEngine(Transport* comm, EpochPlan plan,
       nccl_fp8_(std::move(nccl_fp8)),
       audit_interval_(options.audit_interval) {
   plans_.emplace(plan.epoch(), std::move(plan));
-  round_ = std::make_unique<Fp8Round>(comm_, &backend_->memory(),
-                                      &backend_->codec(), &backend_->math());
+  round_ =
+      std::make_unique<Fp8Round>(comm_, &backend_->memory(), &backend_->codec(),
+                                 &backend_->math(), &backend_->transforms());
   bf16_ = backend_->memory().NewBuffer();
   audit_ = backend_->memory().NewBuffer();
 }

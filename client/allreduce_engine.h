@@ -26,12 +26,13 @@
 // Averaging (÷ W) is done once, in FP32, in every mode.
 //
 // Factor switch (a layer's agreed version changes from v to v′): the worker
-// residual moves with it, R ← (R T_v⁻¹) T_v′. The owner residual of that
-// layer's segments is reset to zero instead: an owner holds arbitrary slices
-// of rows, so re-projecting would need the full rows of other owners (a
-// collective), and what is dropped is one rounding of one step's sum, once
-// per refresh (K = 50 steps by default) — the worker residual, which carries
-// the accumulated error of every rank, is kept exactly.
+// residual moves with it, R ← (R T_v⁻¹) T_v′. So does the owner residual of
+// that layer's segments, row by row (T acts along d_in): each owner
+// reprojects the whole rows of its segments the same way; only the partial
+// rows at a segment's two ends, whose other elements live in another
+// owner's chunk, are zeroed (Fp8Round, LayerIo::owner_from). Zeroing all of
+// it dropped one rounding of one step's sum at every refresh, and the
+// running sum's drift grew with the number of refreshes.
 //
 // Euclidean residuals follow the layer: a format change keeps the worker
 // residual (it is in gradient coordinates, whatever the format); a layer
@@ -42,9 +43,12 @@
 // leaving the GIFT path flushes its GIFT residual into the gradient as above
 // and then starts a Euclidean one. A GIFT layer without an agreed factor
 // for a step goes Euclidean with Euclidean feedback (when on) and keeps its
-// GIFT residual for later. The owner residuals of a layer's segments are
-// reset whenever they last held something else (GIFT coordinates, another
-// epoch, nothing).
+// GIFT residual for later. Within an epoch, the owner residuals of a
+// layer's segments follow it between the paths too: a GIFT layer sent
+// Euclidean un-whitens their whole rows (R T⁻¹), and a layer taking the
+// GIFT path after Euclidean steps with feedback whitens them (R T); they
+// are reset whenever they last held nothing usable (another epoch, no
+// feedback, nothing).
 //
 // The transform of a GIFT layer is that of the agreed factor (LayerFactor::
 // kind); BucketLayer::transform tells the daemon which kind to build.
@@ -304,6 +308,12 @@ class AllReduceEngine {
     std::unique_ptr<Fp8Buffer> residual;
     std::unique_ptr<LayerFactor> factor;  // the factor the residual is in
     int64_t owner_version = kNoVersion;   // owner residual's version
+    // The factor that the layer's last step replaced in `factor` (else
+    // null): the owner residual (of version owner_version) is still in its
+    // coordinates until that step's rounds reproject it (LayerIo::
+    // owner_from). Only that step reads it, so it is not checkpoint state:
+    // a restored layer's next switch reprojects from `factor`.
+    std::unique_ptr<LayerFactor> previous;
   };
   // Per-layer Euclidean error-feedback state.
   struct EuclidState {
@@ -360,15 +370,19 @@ class AllReduceEngine {
   // Audit steps: the running sums before the round, the audit after it.
   absl::Status AuditBefore(const Group& g, const float* data);
   absl::Status AuditAfter(const Group& g, float* data, StepTelemetry* t);
+  // euclid_owner: the owner residuals of the layer's segments hold its
+  // Euclidean ones (it leaves the Euclidean path this step).
   absl::Status PrepareGiftLayer(int i, const BucketLayer& l,
                                 const LayerFactor& f, const float* grad,
-                                LayerIo* io);
+                                bool euclid_owner, LayerIo* io);
   // Euclidean error feedback: whether layer l uses it, the step's input
   // x + r (in place in grad), and the flush of a residual into grad.
   bool EuclidFeedbackOn(const BucketLayer& l) const;
   absl::Status PrepareEuclidLayer(const BucketLayer& l, float* grad,
-                                  LayerIo* io);
-  absl::Status FlushEuclidResidual(const BucketLayer& l, float* grad);
+                                  const LayerFactor* gift_owner, LayerIo* io);
+  // owner_live (nullable): whether the owner residuals held Euclidean ones.
+  absl::Status FlushEuclidResidual(const BucketLayer& l, float* grad,
+                                   bool* owner_live = nullptr);
   absl::Status ImportEuclidLayers(
       const AllReduceState& state,
       std::map<std::string, EuclidState>* euclid) const;

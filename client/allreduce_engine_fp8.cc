@@ -38,10 +38,12 @@ absl::Status AllReduceEngine::FlushResidual(int i, const BucketLayer& l,
 
 absl::Status AllReduceEngine::PrepareGiftLayer(int i, const BucketLayer& l,
                                                const LayerFactor& f,
-                                               const float* grad, LayerIo* io) {
+                                               const float* grad,
+                                               bool euclid_owner, LayerIo* io) {
   const size_t bytes = l.size() * sizeof(float);
   GiftState& st = gift_[l.name];
   const bool ef = options_.error_feedback;
+  st.previous.reset();
   if (ef) {
     if (st.residual == nullptr) st.residual = backend_->memory().NewBuffer();
     if (st.residual->bytes() != bytes || st.residual->data() == nullptr) {
@@ -53,6 +55,7 @@ absl::Status AllReduceEngine::PrepareGiftLayer(int i, const BucketLayer& l,
           *st.factor, f, st.residual->floats(), l.d_out()));
     }
     if (st.factor == nullptr || st.factor->version != f.version) {
+      st.previous = std::move(st.factor);
       st.factor = std::make_unique<LayerFactor>(f);
     }
   }
@@ -66,6 +69,20 @@ absl::Status AllReduceEngine::PrepareGiftLayer(int i, const BucketLayer& l,
   io->worker_residual = residual;
   io->owner_feedback = ef;
   io->reset_owner_residual = st.owner_version != f.version;
+  // The owner residual is carried into the new coordinates (whole rows,
+  // Fp8Round) when it is in the replaced factor's (a version switch) or in
+  // gradient coordinates (the layer comes from the Euclidean path with
+  // Euclidean feedback: R T, exact as for the worker's flush).
+  if (ef && io->reset_owner_residual) {
+    io->owner_to = st.factor.get();
+    if (euclid_owner) {
+      io->owner_carry = OwnerCarry::kWhiten;
+    } else if (st.previous != nullptr &&
+               st.previous->version == st.owner_version) {
+      io->owner_carry = OwnerCarry::kReproject;
+      io->owner_from = st.previous.get();
+    }
+  }
   st.owner_version = f.version;
   io->gift = true;
   return absl::OkStatus();
@@ -86,9 +103,13 @@ bool AllReduceEngine::EuclidFeedbackOn(const BucketLayer& l) const {
 // A layer sent Euclidean this step: with feedback, x + r goes on the wire
 // (added in place: the bucket is overwritten by the result anyway) and the
 // round leaves r = x + r − x̂; without, a residual left from earlier is
-// flushed.
+// flushed. gift_owner (nullable): the factor whose whitened coordinates the
+// owner residuals hold (the layer's last step was GIFT); they are
+// un-whitened (whole rows, Fp8Round) instead of zeroed.
 absl::Status AllReduceEngine::PrepareEuclidLayer(const BucketLayer& l,
-                                                 float* grad, LayerIo* io) {
+                                                 float* grad,
+                                                 const LayerFactor* gift_owner,
+                                                 LayerIo* io) {
   if (!EuclidFeedbackOn(l)) return FlushEuclidResidual(l, grad);
   if (l.size() == 0) return absl::OkStatus();
   EuclidState& st = euclid_[l.name];
@@ -104,6 +125,10 @@ absl::Status AllReduceEngine::PrepareEuclidLayer(const BucketLayer& l,
   io->worker_residual = st.residual->floats();
   io->owner_feedback = true;
   io->reset_owner_residual = !st.owner_live;
+  if (io->reset_owner_residual && gift_owner != nullptr) {
+    io->owner_carry = OwnerCarry::kUnwhiten;
+    io->owner_from = gift_owner;
+  }
   st.owner_live = true;
   return absl::OkStatus();
 }
@@ -111,8 +136,12 @@ absl::Status AllReduceEngine::PrepareEuclidLayer(const BucketLayer& l,
 // Adds the layer's Euclidean worker residual (if any) to grad and drops it
 // with the layer's Euclidean state.
 absl::Status AllReduceEngine::FlushEuclidResidual(const BucketLayer& l,
-                                                  float* grad) {
+                                                  float* grad,
+                                                  bool* owner_live) {
   auto it = euclid_.find(l.name);
+  if (owner_live != nullptr) {
+    *owner_live = it != euclid_.end() && it->second.owner_live;
+  }
   if (it == euclid_.end()) return absl::OkStatus();
   Fp8Buffer* r = it->second.residual.get();
   if (r != nullptr && r->data() != nullptr &&
@@ -207,23 +236,31 @@ absl::Status AllReduceEngine::PrepareLayers(
     const int64_t version = step_ctx_.versions[i];
     (*io)[j].src = (*io)[j].dst = data + l.offset;
     if (version == kNoVersion) {
+      const LayerFactor* gift_owner = nullptr;
       if (auto it = gift_.find(l.name); it != gift_.end()) {
-        it->second.owner_version = kNoVersion;
+        GiftState& st = it->second;
         // Off the GIFT path in the plan: flush. A GIFT layer merely without
-        // an agreed factor this step keeps its residual for the next one.
+        // an agreed factor this step keeps its residual for the next one
+        // (and its owner residuals go Euclidean).
         if (l.path != LayerPath::kGift) {
-          RETURN_IF_ERROR(FlushResidual(i, l, data + l.offset, it->second));
+          RETURN_IF_ERROR(FlushResidual(i, l, data + l.offset, st));
+        } else if (st.factor != nullptr &&
+                   st.factor->version == st.owner_version) {
+          gift_owner = st.factor.get();
         }
+        st.owner_version = kNoVersion;
       }
-      RETURN_IF_ERROR(PrepareEuclidLayer(l, data + l.offset, &(*io)[j]));
+      RETURN_IF_ERROR(
+          PrepareEuclidLayer(l, data + l.offset, gift_owner, &(*io)[j]));
       continue;
     }
     // The GIFT path: a Euclidean residual joins the gradient first.
-    RETURN_IF_ERROR(FlushEuclidResidual(l, data + l.offset));
+    bool euclid_owner = false;
+    RETURN_IF_ERROR(FlushEuclidResidual(l, data + l.offset, &euclid_owner));
     const absl::Time start = absl::Now();
     (*used)[j] = factors.Find(l.name, version);
-    RETURN_IF_ERROR(
-        PrepareGiftLayer(i, l, *(*used)[j], data + l.offset, &(*io)[j]));
+    RETURN_IF_ERROR(PrepareGiftLayer(i, l, *(*used)[j], data + l.offset,
+                                     euclid_owner, &(*io)[j]));
     t->transform_seconds += absl::ToDoubleSeconds(absl::Now() - start);
     t->layers[j].path = LayerPath::kGift;
     t->layers[j].factor_version = version;

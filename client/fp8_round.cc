@@ -28,16 +28,18 @@ void RoundOutcome::Reset(size_t layers) {
 }
 
 Fp8Round::Fp8Round(Transport* comm, BackendMemory* memory, Fp8Codec* codec,
-                   VectorMath* math)
+                   VectorMath* math, GiftTransforms* transforms)
     : comm_(comm),
       memory_(memory),
       codec_(codec),
       math_(math),
+      transforms_(transforms),
       send_(memory->NewBuffer()),
       recv_(memory->NewBuffer()),
       gather_send_(memory->NewBuffer()),
       gather_recv_(memory->NewBuffer()),
-      acc_(memory->NewBuffer()) {}
+      acc_(memory->NewBuffer()),
+      carry_(memory->NewBuffer()) {}
 
 absl::Status Fp8Round::Pack(const EpochPlan& plan, const PieceLayout& piece,
                             const std::vector<LayerIo>& io) {
@@ -80,7 +82,7 @@ absl::Status Fp8Round::Reduce(const EpochPlan& plan, const ChunkLayout& mine,
     if (io[s.layer].owner_feedback && owner_residual != nullptr) {
       res = owner_residual + s.elem_offset;
       if (io[s.layer].reset_owner_residual) {
-        RETURN_IF_ERROR(memory_->Zero(res, s.count * sizeof(float)));
+        RETURN_IF_ERROR(ResetOwnerResidual(l, s, io[s.layer], res));
       }
       RETURN_IF_ERROR(math_->AddInPlace(acc, res, s.count));
     }
@@ -88,6 +90,51 @@ absl::Status Fp8Round::Reduce(const EpochPlan& plan, const ChunkLayout& mine,
         l, acc, s.count, WireOf(gather_send_->u8(), mine, s), res, -1));
   }
   return absl::OkStatus();
+}
+
+// The owner residual holds whole and partial rows of the layer (row-major
+// d_out × d_in; T acts along d_in, row by row). At a factor version switch
+// (or a change between the GIFT and the Euclidean path) the whole rows are
+// reprojected (whitened, un-whitened), so the owner's error of the last step
+// is carried into the new coordinates instead of dropped; the partial rows
+// at the segment's two ends cannot be (the rest of the row lives in another
+// rank's chunk) and are zeroed, as is all of it on first use. Every owner
+// does the same for its own chunk; the result is still broadcast from the
+// owner, so every rank applies the same bits.
+absl::Status Fp8Round::ResetOwnerResidual(const BucketLayer& l,
+                                          const Segment& s, const LayerIo& x,
+                                          float* res) {
+  const int64_t d = l.d_in(), begin = s.layer_begin, end = begin + s.count;
+  const int64_t first = (begin + d - 1) / d * d, last = end / d * d;
+  const bool from = x.owner_carry == OwnerCarry::kReproject ||
+                    x.owner_carry == OwnerCarry::kUnwhiten;
+  const bool to = x.owner_carry == OwnerCarry::kReproject ||
+                  x.owner_carry == OwnerCarry::kWhiten;
+  if (x.owner_carry == OwnerCarry::kZero || first >= last) {
+    return memory_->Zero(res, s.count * sizeof(float));
+  }
+  if ((from && x.owner_from == nullptr) || (to && x.owner_to == nullptr)) {
+    return absl::InternalError("owner residual carry without its factor");
+  }
+  RETURN_IF_ERROR(memory_->Zero(res, (first - begin) * sizeof(float)));
+  RETURN_IF_ERROR(
+      memory_->Zero(res + (last - begin), (end - last) * sizeof(float)));
+  float* rows = res + (first - begin);
+  const int64_t n = last - first;
+  if (x.owner_carry == OwnerCarry::kReproject) {
+    return transforms_->Reproject(*x.owner_from, *x.owner_to, rows, n / d);
+  }
+  // R T or R T⁻¹ (neither may write over its input).
+  RETURN_IF_ERROR(carry_->Resize(n * sizeof(float)));
+  if (to) {
+    RETURN_IF_ERROR(transforms_->Forward(*x.owner_to, rows, n / d, nullptr,
+                                         carry_->floats()));
+  } else {
+    RETURN_IF_ERROR(
+        transforms_->Inverse(*x.owner_from, rows, n / d, carry_->floats()));
+  }
+  RETURN_IF_ERROR(memory_->Zero(rows, n * sizeof(float)));
+  return math_->AddInPlace(rows, carry_->floats(), n);
 }
 
 absl::Status Fp8Round::QuantizeSegment(const BucketLayer& l, const float* x,

@@ -11,10 +11,12 @@
 // the wire format of chunking.h — one AllToAllV of packed [codes | scales].
 // Phase 2: as owner of chunk `rank`, it dequantizes the W incoming copies and
 // sums them in FP32 in rank order (DequantizeAccumulate: bit-reproducible),
-// adds its owner residual on segments with owner feedback, re-quantizes with
-// fresh scales (updating that residual) and all-gathers the FP8 chunk with
-// its scales (one AllGatherV). Every rank then dequantizes every chunk and
-// divides by W once, in FP32, into the layers' destinations.
+// adds its owner residual on segments with owner feedback (carried into the
+// step's coordinates at a factor or path change: LayerIo::owner_carry),
+// re-quantizes with fresh scales (updating that residual) and all-gathers
+// the FP8 chunk with its scales (one AllGatherV). Every rank then
+// dequantizes every chunk and divides by W once, in FP32, into the layers'
+// destinations.
 //
 // The arithmetic and the staging buffers come from three parts of an
 // Fp8Backend (fp8_backend.h) — its memory, FP8 codec and vector math: host
@@ -39,10 +41,19 @@
 #include "client/fp8_backend_codec.h"
 #include "client/fp8_backend_math.h"
 #include "client/fp8_backend_memory.h"
+#include "client/fp8_backend_transforms.h"
 #include "client/transport.h"
 #include "kernels/quantize.h"
 
 namespace gift::client {
+
+// What becomes of an owner residual that is not in this step's coordinates.
+enum class OwnerCarry {
+  kZero,       // zeroed (first use, or its coordinates are unknown)
+  kReproject,  // whitened by owner_from: whole rows → (R T_from⁻¹) T_to
+  kWhiten,     // gradient coordinates (Euclidean): whole rows → R T_to
+  kUnwhiten,   // whitened by owner_from, now Euclidean: whole rows → R T⁻¹
+};
 
 // Where one layer's elements come from and go to in this round.
 struct LayerIo {
@@ -53,9 +64,15 @@ struct LayerIo {
   float* worker_residual = nullptr;
   // The owner keeps a residual for this layer's segments.
   bool owner_feedback = false;
-  // Zero the owner residual of this layer's segments before use (factor
-  // switch or first use).
+  // The owner residual of this layer's segments is not in this step's
+  // coordinates (factor switch, path change or first use): before use it is
+  // zeroed, or (owner_carry) its whole rows are carried into this step's
+  // coordinates (T acts along d_in, row by row) and the partial rows at the
+  // segment's ends are zeroed.
   bool reset_owner_residual = false;
+  OwnerCarry owner_carry = OwnerCarry::kZero;
+  const LayerFactor* owner_from = nullptr;  // kReproject, kUnwhiten
+  const LayerFactor* owner_to = nullptr;    // kReproject, kWhiten
   bool gift = false;
 };
 
@@ -74,7 +91,7 @@ class Fp8Round {
   // REQUIRES: no argument null, all outlive this; the parts are one
   // backend's, whose memory kind is comm's.
   Fp8Round(Transport* comm, BackendMemory* memory, Fp8Codec* codec,
-           VectorMath* math);
+           VectorMath* math, GiftTransforms* transforms);
 
   // Runs the round over `piece`. io has one entry per plan layer; every
   // pointer is of the backend's memory kind.
@@ -95,6 +112,10 @@ class Fp8Round {
   absl::Status QuantizeSegment(const BucketLayer& l, const float* x, int64_t n,
                                const SegmentWire& wire, float* residual,
                                int stat_slot);
+  // Zeroes or carries (LayerIo::owner_carry) the owner residual `res` of
+  // segment s at a switch.
+  absl::Status ResetOwnerResidual(const BucketLayer& l, const Segment& s,
+                                  const LayerIo& x, float* res);
   absl::Status AccumulateSegment(const BucketLayer& l, const ChunkLayout& mine,
                                  const Segment& s, float* acc);
   absl::Status Collect(const PieceLayout& piece, RoundOutcome* outcome);
@@ -106,7 +127,9 @@ class Fp8Round {
   BackendMemory* const memory_;
   Fp8Codec* const codec_;
   VectorMath* const math_;
-  std::unique_ptr<Fp8Buffer> send_, recv_, gather_send_, gather_recv_, acc_;
+  GiftTransforms* const transforms_;
+  std::unique_ptr<Fp8Buffer> send_, recv_, gather_send_, gather_recv_, acc_,
+      carry_;
   std::vector<size_t> offsets_;
 };
 

@@ -1,0 +1,271 @@
+// The owner side of GIFT error feedback across factor version switches
+// (AllReduceEngine with error_feedback, Fp8Round::Reduce): at a switch the
+// chunk owner's residual is reprojected into the new factor's coordinates
+// (whole rows), like the worker residual, instead of being zeroed. Then the
+// running sum of the applied gradients stays within about one step's error
+// of the exact running sum however many switches there are; zeroing it
+// dropped one step's owner-side error at every switch, so the drift grew
+// with the number of switches. The figures are printed.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <iostream>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "client/allreduce_engine.h"
+#include "client/synthetic_testutil.h"
+#include "client/thread_ranks_testutil.h"
+#include "common/status_matchers.h"
+
+namespace gift::client {
+namespace {
+
+using kernels::Fp4Format;
+
+constexpr int kWorld = 4;
+
+EpochPlan OneGiftLayer(int64_t rows, int64_t cols) {
+  return *EpochPlan::Create(1, rows * cols,
+                            {{.name = "fc",
+                              .shape = {rows, cols},
+                              .offset = 0,
+                              .path = LayerPath::kGift,
+                              .format = Fp4Format::kNvfp4}});
+}
+
+// Rank p's gradient at step t: a constant per rank plus a slowly varying
+// part, so the running sum grows and the owner residual stays large.
+std::vector<float> Gradient(int p, int t, int64_t n) {
+  std::vector<float> g(n);
+  for (int64_t i = 0; i < n; ++i) {
+    g[i] = SyntheticGaussian(7 + p, i) +
+           0.1f * SyntheticGaussian(1000 * (t / 10) + p + 11, i);
+  }
+  return g;
+}
+
+struct Drift {
+  double drift = 0;     // ‖Σ applied − Σ mean‖ (absolute)
+  double per_step = 0;  // ‖applied − mean‖, averaged over the steps
+  bool same_on_every_rank = true;
+};
+
+// `steps` steps on kWorld thread ranks with GIFT error feedback; a new factor
+// version every `every` steps (0: one version throughout), the first at step
+// `first` (before it the layer goes Euclidean, with Euclidean feedback).
+// Rank 0's figures.
+Drift RunSteps(int64_t rows, int64_t cols, int steps, int every,
+               int first = 0) {
+  const int64_t n = rows * cols;
+  Drift r;
+  absl::Mutex mu;
+  std::vector<std::vector<float>> last(kWorld);
+  RunThreadRanks(kWorld, [&](Transport& comm) {
+    AllReduceEngineOptions o;
+    o.error_feedback = true;
+    auto ar = AllReduceEngine::Create(&comm, OneGiftLayer(rows, cols), o);
+    ASSERT_OK(ar);
+    VersionedFactors f;
+    std::vector<double> sum_out(n, 0.0), sum_mean(n, 0.0);
+    double per_step = 0;
+    std::vector<float> x;
+    for (int t = 0; t < steps; ++t) {
+      if (t == first || (t > first && every > 0 && t % every == 0)) {
+        const int64_t v = every > 0 ? 1 + t / every : 1;
+        ASSERT_OK(f.Put("fc", SyntheticLowRank(v, cols, 8, 100 + v)));
+      }
+      x = Gradient(comm.rank(), t, n);
+      StepTelemetry tel;
+      ASSERT_OK((*ar)->Run(x.data(), f, &tel));
+      ASSERT_EQ(tel.layers[0].path,
+                t < first ? LayerPath::kEuclid : LayerPath::kGift);
+      std::vector<double> mean(n, 0.0);
+      for (int p = 0; p < kWorld; ++p) {
+        const std::vector<float> g = Gradient(p, t, n);
+        for (int64_t i = 0; i < n; ++i) mean[i] += g[i] / double(kWorld);
+      }
+      double err = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        sum_out[i] += x[i];
+        sum_mean[i] += mean[i];
+        err += (x[i] - mean[i]) * (x[i] - mean[i]);
+      }
+      per_step += std::sqrt(err) / steps;
+    }
+    absl::MutexLock lock(&mu);
+    last[comm.rank()] = x;
+    if (comm.rank() != 0) return;
+    double err = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      err += (sum_out[i] - sum_mean[i]) * (sum_out[i] - sum_mean[i]);
+    }
+    r.drift = std::sqrt(err);
+    r.per_step = per_step;
+  });
+  for (int p = 1; p < kWorld; ++p) {
+    if (last[p] != last[0]) r.same_on_every_rank = false;
+  }
+  return r;
+}
+
+// 64 × 128 over 4 ranks: every chunk is whole rows, so the owner residual is
+// carried whole. 60 steps, a switch every 5: 11 switches.
+TEST(OwnerFeedbackTest, DriftStaysWithinAStepsErrorAcrossSwitches) {
+  const Drift fixed = RunSteps(64, 128, 60, 0);
+  const Drift switching = RunSteps(64, 128, 60, 5);
+  std::cout << "nvfp4 W=" << kWorld << " 64x128, 60 steps: per-step error "
+            << switching.per_step << ", drift " << switching.drift
+            << " with a switch every 5 steps, " << fixed.drift
+            << " with one version" << std::endl;
+  EXPECT_TRUE(fixed.same_on_every_rank);
+  EXPECT_TRUE(switching.same_on_every_rank);
+  EXPECT_LT(fixed.drift, switching.per_step);
+  EXPECT_LT(switching.drift, switching.per_step);
+  EXPECT_LT(switching.drift, 1.5 * fixed.drift);
+}
+
+// 50 × 100 over 4 ranks: chunks start and end inside rows, whose partial
+// rows are zeroed at a switch; the whole rows still carry the residual.
+TEST(OwnerFeedbackTest, PartialRowsAtChunkEdgesAreDroppedOnly) {
+  const Drift fixed = RunSteps(50, 100, 60, 0);
+  const Drift switching = RunSteps(50, 100, 60, 5);
+  std::cout << "nvfp4 W=" << kWorld << " 50x100, 60 steps: per-step error "
+            << switching.per_step << ", drift " << switching.drift
+            << " with a switch every 5 steps, " << fixed.drift
+            << " with one version" << std::endl;
+  EXPECT_TRUE(switching.same_on_every_rank);
+  EXPECT_LT(switching.drift, switching.per_step);
+}
+
+// A GIFT layer without a factor yet (the job's first steps) goes Euclidean
+// with Euclidean feedback; its first GIFT step whitens the Euclidean owner
+// residual's whole rows with the factor (R T) instead of dropping it.
+TEST(OwnerFeedbackTest, TheEuclideanOwnerResidualIsWhitenedIntoTheGiftPath) {
+  const Drift from_start = RunSteps(64, 128, 60, 0);
+  const Drift late = RunSteps(64, 128, 60, 0, /*first=*/7);
+  std::cout << "nvfp4 W=" << kWorld << " 64x128, 60 steps, one version "
+            << "from step 7 (Euclidean before): per-step error "
+            << late.per_step << ", drift " << late.drift << " ("
+            << from_start.drift << " with the factor from step 0)" << std::endl;
+  EXPECT_TRUE(late.same_on_every_rank);
+  EXPECT_LT(late.drift, late.per_step);
+  EXPECT_LT(late.drift, 1.5 * from_start.drift);
+}
+
+// The same hand-over step by step: the first GIFT step equals that of an
+// engine given x + r (the Euclidean worker residual) that holds only the
+// owner residuals, and differs from one without them.
+TEST(OwnerFeedbackTest, EuclideanToGiftStepUsesTheOwnerResidual) {
+  constexpr int64_t kRows = 64, kCols = 128, kN = kRows * kCols;
+  RunThreadRanks(2, [&](Transport& comm) {
+    auto ar = AllReduceEngine::Create(&comm, OneGiftLayer(kRows, kCols), {});
+    ASSERT_OK(ar);
+    VersionedFactors f;
+    for (int t = 0; t < 3; ++t) {
+      std::vector<float> x = Gradient(comm.rank(), t, kN);
+      ASSERT_OK((*ar)->Run(x.data(), f, nullptr));
+    }
+    absl::StatusOr<AllReduceState> before = (*ar)->ExportState();
+    ASSERT_OK(before);
+    ASSERT_EQ(before->euclid_layers.size(), 1u);
+    ASSERT_TRUE(before->euclid_layers[0].owner_live);
+    ASSERT_OK(f.Put("fc", SyntheticLowRank(1, kCols, 8, 101)));
+    std::vector<float> got = Gradient(comm.rank(), 3, kN), want = got;
+    for (int64_t i = 0; i < kN; ++i) {
+      want[i] += before->euclid_layers[0].residual[i];
+    }
+    std::vector<float> cold = want;
+    StepTelemetry t;
+    ASSERT_OK((*ar)->Run(got.data(), f, &t));
+    ASSERT_EQ(t.layers[0].path, LayerPath::kGift);
+    AllReduceState owner_only = *before;
+    owner_only.euclid_layers[0].residual.clear();
+    auto other = AllReduceEngine::Create(&comm, OneGiftLayer(kRows, kCols), {});
+    ASSERT_OK(other);
+    ASSERT_OK((*other)->ImportState(owner_only));
+    ASSERT_OK((*other)->Run(want.data(), f, nullptr));
+    EXPECT_EQ(got, want);
+    auto fresh = AllReduceEngine::Create(&comm, OneGiftLayer(kRows, kCols), {});
+    ASSERT_OK(fresh);
+    ASSERT_OK((*fresh)->Run(cold.data(), f, nullptr));
+    EXPECT_NE(cold, got);
+  });
+}
+
+// A GIFT layer without an agreed factor for a step (e.g. its newest factor
+// not accepted on every rank) goes Euclidean: that step un-whitens the GIFT
+// owner residual's whole rows (R T⁻¹). It equals the step of an engine
+// holding only the owner-side state, and differs from a fresh engine's.
+TEST(OwnerFeedbackTest, AGiftLayerSentEuclideanUnwhitensTheOwnerResidual) {
+  constexpr int64_t kRows = 64, kCols = 128, kN = kRows * kCols;
+  RunThreadRanks(2, [&](Transport& comm) {
+    auto ar = AllReduceEngine::Create(&comm, OneGiftLayer(kRows, kCols), {});
+    ASSERT_OK(ar);
+    VersionedFactors f, none;
+    ASSERT_OK(f.Put("fc", SyntheticLowRank(1, kCols, 8, 101)));
+    for (int t = 0; t < 3; ++t) {
+      std::vector<float> x = Gradient(comm.rank(), t, kN);
+      ASSERT_OK((*ar)->Run(x.data(), f, nullptr));
+    }
+    absl::StatusOr<AllReduceState> before = (*ar)->ExportState();
+    ASSERT_OK(before);
+    ASSERT_EQ(before->gift_layers.size(), 1u);
+    std::vector<float> got = Gradient(comm.rank(), 3, kN), want = got,
+                       cold = got;
+    StepTelemetry t;
+    ASSERT_OK((*ar)->Run(got.data(), none, &t));
+    ASSERT_EQ(t.layers[0].path, LayerPath::kEuclid);
+    AllReduceState owner_only = *before;
+    owner_only.gift_layers[0].residual.clear();  // unused by this step
+    auto other = AllReduceEngine::Create(&comm, OneGiftLayer(kRows, kCols), {});
+    ASSERT_OK(other);
+    ASSERT_OK((*other)->ImportState(owner_only));
+    ASSERT_OK((*other)->Run(want.data(), none, nullptr));
+    EXPECT_EQ(got, want);
+    auto fresh = AllReduceEngine::Create(&comm, OneGiftLayer(kRows, kCols), {});
+    ASSERT_OK(fresh);
+    ASSERT_OK((*fresh)->Run(cold.data(), none, nullptr));
+    EXPECT_NE(cold, got);
+  });
+}
+
+// The checkpoint needs nothing new: a state exported just before a switch
+// and imported into a fresh engine gives the same bits at the switch (the
+// owner residual is reprojected from the restored worker factor) as the
+// engine that went on.
+TEST(OwnerFeedbackTest, ARestoredStateCarriesTheOwnerResidualAtTheSwitch) {
+  constexpr int64_t kRows = 64, kCols = 128;
+  RunThreadRanks(kWorld, [&](Transport& comm) {
+    AllReduceEngineOptions o;
+    o.error_feedback = true;
+    auto ar = AllReduceEngine::Create(&comm, OneGiftLayer(kRows, kCols), o);
+    ASSERT_OK(ar);
+    VersionedFactors f;
+    ASSERT_OK(f.Put("fc", SyntheticLowRank(1, kCols, 8, 101)));
+    for (int t = 0; t < 3; ++t) {
+      std::vector<float> x = Gradient(comm.rank(), t, kRows * kCols);
+      ASSERT_OK((*ar)->Run(x.data(), f, nullptr));
+    }
+    absl::StatusOr<AllReduceState> state = (*ar)->ExportState();
+    ASSERT_OK(state);
+    ASSERT_OK(f.Put("fc", SyntheticLowRank(2, kCols, 8, 102)));
+    std::vector<float> want = Gradient(comm.rank(), 3, kRows * kCols);
+    std::vector<float> got = want, cold = want;
+    ASSERT_OK((*ar)->Run(want.data(), f, nullptr));
+    auto restored =
+        AllReduceEngine::Create(&comm, OneGiftLayer(kRows, kCols), o);
+    ASSERT_OK(restored);
+    ASSERT_OK((*restored)->ImportState(*state));
+    ASSERT_OK((*restored)->Run(got.data(), f, nullptr));
+    EXPECT_EQ(got, want);
+    // A fresh engine (no residuals at all) differs.
+    auto fresh = AllReduceEngine::Create(&comm, OneGiftLayer(kRows, kCols), o);
+    ASSERT_OK(fresh);
+    ASSERT_OK((*fresh)->Run(cold.data(), f, nullptr));
+    EXPECT_NE(cold, want);
+  });
+}
+
+}  // namespace
+}  // namespace gift::client
