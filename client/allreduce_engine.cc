@@ -413,10 +413,13 @@ absl::StatusOr<const EpochPlan*> AllReduceEngine::AgreeOnStep(
     } else if (!same.ok()) {
       return same;
     } else {
-      owner_residual_.clear();
+      // Every held plan has the same layout (AddPlan), so every owner holds
+      // the same elements of each bucket in the new epoch (chunks depend on
+      // the layer sizes only): the owner residuals stay, each layer's in the
+      // coordinates its state records; its next step carries or resets them
+      // as within an epoch. Clearing them here dropped one step's
+      // owner-side error of every layer at each plan change.
       groups_.clear();
-      for (auto& [name, state] : gift_) state.owner_version = kNoVersion;
-      for (auto& [name, state] : euclid_) state.owner_live = false;
       current_epoch_ = epoch;
     }
   }

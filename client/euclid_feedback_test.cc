@@ -196,7 +196,8 @@ TEST(EuclidFeedbackTest, CheckpointCarriesTheResiduals) {
 // A layer with a Euclidean residual whose next epoch is (a) FP8, where the
 // default turns its feedback off, or (b) the GIFT path with an agreed
 // factor: that step adds the residual to the gradient and drops it, so the
-// step equals a fresh allreduce of the next epoch's plan given x + r.
+// step equals that of an engine holding only the owner-side state (which a
+// new epoch keeps: unused in (a), whitened in (b)) given x + r.
 TEST(EuclidFeedbackTest, FormatOrPathChangeHandsTheResidualOver) {
   struct Case {
     WireFormat format;
@@ -227,9 +228,14 @@ TEST(EuclidFeedbackTest, FormatOrPathChangeHandsTheResidualOver) {
       ASSERT_OK((*ar)->Run(got.data(), f, &t));
       EXPECT_EQ(t.plan_epoch, 2);
       EXPECT_EQ(t.layers[0].path, c.path);
-      auto fresh = AllReduceEngine::Create(&comm, next, {});
-      ASSERT_OK(fresh);
-      ASSERT_OK((*fresh)->Run(want.data(), f, nullptr));
+      AllReduceState owner_only = *before;
+      owner_only.euclid_layers[0].residual.clear();
+      auto other =
+          AllReduceEngine::Create(&comm, OneLayer(1, Fp4Format::kNvfp4), {});
+      ASSERT_OK(other);
+      ASSERT_OK((*other)->ImportState(owner_only));
+      ASSERT_OK((*other)->AddPlan(next));
+      ASSERT_OK((*other)->Run(want.data(), f, nullptr));
       EXPECT_EQ(got, want);
       absl::StatusOr<AllReduceState> after = (*ar)->ExportState();
       ASSERT_OK(after);
