@@ -67,6 +67,9 @@ FORMATS = ("nvfp4", "mxfp4", "e4m3")
 # The committed multi-seed format study (bench/python/format_study.py),
 # quoted for the seed noise.
 STUDY = os.path.join(os.path.dirname(HERE), "docs", "format_study.json")
+# The study on the larger model, where plain 4-bit loses to FP32.
+STUDY_LOSING = os.path.join(os.path.dirname(HERE), "docs",
+                            "format_study_medium.json")
 # The issues' targets, on every layer that stays on the GIFT path: audited
 # per-step RelL2 <= 0.8x (FP8) or 0.65x (4 bits) and drift <= 0.5x the
 # Euclidean figure at the same error-feedback setting; and no protected
@@ -618,12 +621,12 @@ def bytes_line(s):
     return sent / g["steps"], sent / g["bytes_fp32_equivalent"]
 
 
-def study_quote(fmt):
-    """What the committed multi-seed study says of this format: its
+def study_quote(fmt, path=STUDY):
+    """What a committed multi-seed study says of this format: its
     setting, FP32's seed sd, and per run its paired Δ vs FP32 (mean, sd,
     outside the noise); None when there is no study file."""
     try:
-        with open(STUDY) as f:
+        with open(path) as f:
             st = json.load(f)
     except (OSError, ValueError):
         return None
@@ -632,6 +635,7 @@ def study_quote(fmt):
            "seeds": st.get("settings", {}).get("seeds", []),
            "fp32_sd": (c.get("fp32", {}).get("val_loss") or [None, None])[1]}
     for key, conf in (("euclid8", "euclid-e4m3-ef-off"),
+                      ("plain", f"euclid-{fmt}-ef-off"),
                       ("euclid", f"euclid-{fmt}-ef-on"), ("gift", f"gift-{fmt}")):
         if conf in c:
             out[key] = c[conf]["diff_vs_fp32"]
@@ -649,7 +653,8 @@ def headline(args, every):
     g, e = runs["gift"]["gap"], runs["euclid"]["gap"]
     return {"runs": runs, "gift_gap_smaller": abs(g) < abs(e),
             "gap_ratio": ratio(abs(g), abs(e)),
-            "study": study_quote(args.format)}
+            "study": study_quote(args.format),
+            "study_losing": study_quote(args.format, STUDY_LOSING)}
 
 
 def print_headline(args, head):
@@ -669,6 +674,9 @@ def print_headline(args, head):
           f"{'smaller' if head['gift_gap_smaller'] else 'not smaller'} than "
           f"Euclidean {fmt_name} + EF's {e:+.4f} in this run, at "
           f"{100 * r['gift']['bytes_vs_fp32']:.1f}% of FP32's bytes.")
+    if g < 0 and e < 0:
+        print("  (both end below FP32 here: 'smaller' means closer to FP32, "
+              "not better; this corpus overfits)")
     st = head["study"]
     if st is None:
         print(f"  (no study file {STUDY}: one seed says nothing about a "
@@ -686,6 +694,31 @@ def print_headline(args, head):
                        else "inside the seed noise")
             print(f"    {label:28} study Δ vs FP32 {d['mean']:+.4f} ± "
                   f"{d['sd']:.4f}  ({verdict})")
+    print_losing_study(fmt_name, head.get("study_losing"))
+
+
+def print_losing_study(fmt_name, st):
+    """The answer to the user's question where plain 4-bit loses: the
+    README's larger-model study, when it has this format's runs."""
+    if not st or not all(k in st for k in ("plain", "euclid", "gift")):
+        return
+    plain, ef, gift = st["plain"], st["euclid"], st["gift"]
+    print(f"  Where plain {fmt_name} loses (the README's larger-model study, "
+          f"{len(st['seeds'])} seeds; docs/format_study_medium.md):")
+    for label, d in ((f"Euclidean {fmt_name}, no EF", plain),
+                     (f"Euclidean {fmt_name} + EF", ef),
+                     (f"GIFT {fmt_name}", gift)):
+        verdict = ("outside the seed noise" if d["significant"]
+                   else "inside the seed noise")
+        print(f"    {label:28} study Δ vs FP32 {d['mean']:+.4f} ± "
+              f"{d['sd']:.4f}  ({verdict})")
+    g, p, e = gift["mean"], plain["mean"], ef["mean"]
+    if p > 0:
+        print(f"    GIFT's gap is {g / p:.2f}x plain {fmt_name}'s and "
+              f"{'smaller' if g < e else 'not smaller'} than with error "
+              f"feedback alone ({g:+.4f} vs {e:+.4f}): "
+              + ("the geometry adds to error feedback." if g < e else
+                 "error feedback closes the gap, not the geometry."))
 
 
 def window_miss(r):
