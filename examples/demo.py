@@ -690,11 +690,16 @@ def print_headline(args, head):
     for key, label in names[1:]:
         d = st.get(key)
         if d:
-            verdict = ("outside the seed noise" if d["significant"]
-                       else "inside the seed noise")
-            print(f"    {label:28} study Δ vs FP32 {d['mean']:+.4f} ± "
-                  f"{d['sd']:.4f}  ({verdict})")
+            print_study_row(label, d)
     print_losing_study(fmt_name, head.get("study_losing"))
+
+
+def print_study_row(label, d):
+    """One run's paired Δ vs FP32 in a study, and whether it is noise."""
+    verdict = ("outside the seed noise" if d["significant"]
+               else "inside the seed noise")
+    print(f"    {label:28} study Δ vs FP32 {d['mean']:+.4f} ± "
+          f"{d['sd']:.4f}  ({verdict})")
 
 
 def print_losing_study(fmt_name, st):
@@ -708,17 +713,15 @@ def print_losing_study(fmt_name, st):
     for label, d in ((f"Euclidean {fmt_name}, no EF", plain),
                      (f"Euclidean {fmt_name} + EF", ef),
                      (f"GIFT {fmt_name}", gift)):
-        verdict = ("outside the seed noise" if d["significant"]
-                   else "inside the seed noise")
-        print(f"    {label:28} study Δ vs FP32 {d['mean']:+.4f} ± "
-              f"{d['sd']:.4f}  ({verdict})")
+        print_study_row(label, d)
     g, p, e = gift["mean"], plain["mean"], ef["mean"]
     if p > 0:
         print(f"    GIFT's gap is {g / p:.2f}x plain {fmt_name}'s and "
               f"{'smaller' if g < e else 'not smaller'} than with error "
-              f"feedback alone ({g:+.4f} vs {e:+.4f}): "
-              + ("the geometry adds to error feedback." if g < e else
-                 "error feedback closes the gap, not the geometry."))
+              f"feedback alone ({g:+.4f} vs {e:+.4f}"
+              + ("; the paired difference and its noise: the README)."
+                 if g < e else
+                 "): error feedback closes the gap, not the geometry."))
 
 
 def window_miss(r):
