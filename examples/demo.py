@@ -67,7 +67,7 @@ FORMATS = ("nvfp4", "mxfp4", "e4m3")
 # The committed multi-seed format study (bench/python/format_study.py),
 # quoted for the seed noise.
 STUDY = os.path.join(os.path.dirname(HERE), "docs", "format_study.json")
-# The study on the larger model, where plain 4-bit loses to FP32.
+# The study on a larger model (plain 4-bit's gap to FP32 largest there).
 STUDY_LOSING = os.path.join(os.path.dirname(HERE), "docs",
                             "format_study_medium.json")
 # The issues' targets, on every layer that stays on the GIFT path: audited
@@ -703,13 +703,13 @@ def print_study_row(label, d):
 
 
 def print_losing_study(fmt_name, st):
-    """The answer to the user's question where plain 4-bit loses: the
-    README's larger-model study, when it has this format's runs."""
+    """The README's larger-model study, where plain 4-bit's gap to FP32 is
+    largest, when it has this format's runs."""
     if not st or not all(k in st for k in ("plain", "euclid", "gift")):
         return
     plain, ef, gift = st["plain"], st["euclid"], st["gift"]
-    print(f"  Where plain {fmt_name} loses (the README's larger-model study, "
-          f"{len(st['seeds'])} seeds; docs/format_study_medium.md):")
+    print(f"  On a larger model (the README's study, {len(st['seeds'])} seeds; "
+          "docs/format_study_medium.md):")
     for label, d in ((f"Euclidean {fmt_name}, no EF", plain),
                      (f"Euclidean {fmt_name} + EF", ef),
                      (f"GIFT {fmt_name}", gift)):
@@ -721,7 +721,7 @@ def print_losing_study(fmt_name, st):
               f"feedback alone ({g:+.4f} vs {e:+.4f}"
               + ("; the paired difference and its noise: the README)."
                  if g < e else
-                 "): error feedback closes the gap, not the geometry."))
+                 "): GIFT is no better than error feedback alone."))
 
 
 def window_miss(r):
