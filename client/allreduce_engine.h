@@ -43,13 +43,13 @@
 // leaving the GIFT path flushes its GIFT residual into the gradient as above
 // and then starts a Euclidean one. A GIFT layer without an agreed factor
 // for a step goes Euclidean with Euclidean feedback (when on) and keeps its
-// GIFT residual for later. The owner residuals of a
-// layer's segments follow it between the paths too: a GIFT layer sent
-// Euclidean un-whitens their whole rows (R T⁻¹), and a layer taking the
-// GIFT path after Euclidean steps with feedback whitens them (R T); they
-// are reset whenever they last held nothing usable (no feedback, nothing).
-// A new plan epoch keeps them: plans share one layout, so each owner holds
-// the same elements in every epoch.
+// GIFT residual for later. The owner residuals of a layer's segments
+// follow it between the paths too: a GIFT layer sent Euclidean un-whitens
+// their whole rows (R T⁻¹), and a layer taking the GIFT path after
+// Euclidean steps with feedback whitens them (R T); they are reset
+// whenever they last held nothing usable (no feedback, nothing). A new
+// plan epoch keeps them: plans share one layout, so each owner holds the
+// same elements in every epoch.
 //
 // The transform of a GIFT layer is that of the agreed factor (LayerFactor::
 // kind); BucketLayer::transform tells the daemon which kind to build.

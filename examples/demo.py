@@ -68,7 +68,7 @@ FORMATS = ("nvfp4", "mxfp4", "e4m3")
 # quoted for the seed noise.
 STUDY = os.path.join(os.path.dirname(HERE), "docs", "format_study.json")
 # The study on a larger model (plain 4-bit's gap to FP32 largest there).
-STUDY_LOSING = os.path.join(os.path.dirname(HERE), "docs",
+STUDY_MEDIUM = os.path.join(os.path.dirname(HERE), "docs",
                             "format_study_medium.json")
 # The issues' targets, on every layer that stays on the GIFT path: audited
 # per-step RelL2 <= 0.8x (FP8) or 0.65x (4 bits) and drift <= 0.5x the
@@ -654,7 +654,7 @@ def headline(args, every):
     return {"runs": runs, "gift_gap_smaller": abs(g) < abs(e),
             "gap_ratio": ratio(abs(g), abs(e)),
             "study": study_quote(args.format),
-            "study_losing": study_quote(args.format, STUDY_LOSING)}
+            "study_medium": study_quote(args.format, STUDY_MEDIUM)}
 
 
 def print_headline(args, head):
@@ -691,7 +691,7 @@ def print_headline(args, head):
         d = st.get(key)
         if d:
             print_study_row(label, d)
-    print_losing_study(fmt_name, head.get("study_losing"))
+    print_medium_study(fmt_name, head.get("study_medium"))
 
 
 def print_study_row(label, d):
@@ -702,7 +702,7 @@ def print_study_row(label, d):
           f"{d['sd']:.4f}  ({verdict})")
 
 
-def print_losing_study(fmt_name, st):
+def print_medium_study(fmt_name, st):
     """The README's larger-model study, where plain 4-bit's gap to FP32 is
     largest, when it has this format's runs."""
     if not st or not all(k in st for k in ("plain", "euclid", "gift")):
@@ -717,10 +717,10 @@ def print_losing_study(fmt_name, st):
     g, p, e = gift["mean"], plain["mean"], ef["mean"]
     if p > 0:
         print(f"    GIFT's gap is {g / p:.2f}x plain {fmt_name}'s and "
-              f"{'smaller' if g < e else 'not smaller'} than with error "
-              f"feedback alone ({g:+.4f} vs {e:+.4f}"
+              f"{'smaller' if abs(g) < abs(e) else 'not smaller'} than with "
+              f"error feedback alone ({g:+.4f} vs {e:+.4f}"
               + ("; the paired difference and its noise: the README)."
-                 if g < e else
+                 if abs(g) < abs(e) else
                  "): GIFT is no better than error feedback alone."))
 
 
