@@ -343,11 +343,17 @@ absl::Status AllReduceEngine::EndStep(StepTelemetry* telemetry) {
     if (s.ok()) s = e;
   }
   if (s.ok()) {
-    // Bucket layouts no step uses any more (DDP rebuilt its buckets).
-    std::erase_if(owner_residual_, [&](const auto& e) {
-      return std::find(c.groups.begin(), c.groups.end(), e.first) ==
-             c.groups.end();
-    });
+    // Bucket layouts no step uses any more (DDP rebuilt its buckets after
+    // the first step): their owner residuals go to the worker residuals.
+    for (auto it = owner_residual_.begin(); it != owner_residual_.end();) {
+      if (std::find(c.groups.begin(), c.groups.end(), it->first) !=
+          c.groups.end()) {
+        ++it;
+        continue;
+      }
+      if (s.ok()) s = FoldOwnerResidual(it->second);
+      it = owner_residual_.erase(it);
+    }
     if (nccl_fp8_ == nullptr) {
       c.t.bytes_control = comm_->bytes_sent().Total() - c.bytes_before -
                           c.t.bytes_euclid - c.t.bytes_gift - c.t.bytes_audit;

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # make sanitize: the CPU code under the sanitizers, in three parts, each in
-# a build folder of its own (-O1 -g1, the tests' own files -O0; GIFT_CUDA=OFF,
+# a build folder of its own (-O1 -g1, the tests' own files -O0 and under
+# ASan uninstrumented, cmake/Sanitizers.cmake; GIFT_CUDA=OFF,
 # no benchmarks; only the targets the part runs are built):
-#   asan  ASan + UBSan (GCC, build-asan): the unit tests of client/, shm/,
-#         daemon/ and tools/ (its file readers and giftctl; common/ is
-#         headers only) and the CPU integration tests (multi-process
+#   asan  ASan + UBSan (GCC, build-asan): the unit tests of common/,
+#         client/, shm/, daemon/ and tools/ (its file readers and giftctl)
+#         and the CPU integration tests (multi-process
 #         allreduce, giftd end to end, Peer cluster, netns). Not the
 #         gift-fidelity numerics, the kernels' and linalg's own tests, the
 #         exhaustive FP8 tests (hours at -O1) nor the python tests: the gift
@@ -21,7 +22,7 @@
 #         gloo) has narrow suppressions in scripts/tsan.supp.
 #   fuzz  scripts/fuzz.sh (clang, build-fuzz): the committed seeds and
 #         regression inputs of every fuzz target replayed, then each target
-#         fuzzed for FUZZ_SECONDS (default here 60).
+#         fuzzed for FUZZ_SECONDS (default here 30; make fuzz alone: 60).
 # Each part prints one closing line; the last line is
 #   sanitize: N passed, N failed
 # (the ctest counts of the parts, skipped tests not counted; each fuzzer
@@ -32,7 +33,7 @@ set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 JOBS=${JOBS:-$(nproc)}
-export FUZZ_SECONDS=${FUZZ_SECONDS:-60}
+export FUZZ_SECONDS=${FUZZ_SECONDS:-30}
 
 # ---- what each part builds and runs ------------------------------------
 ASAN_TARGETS=(
@@ -68,6 +69,15 @@ ASAN_TARGETS=(
   # integration: giftd end to end, the Peer cluster, ranks in namespaces
   giftd_integration_test peer_integration_test netns_allreduce_test
   peer_election_test
+)
+# Tests of those targets left out of the ASan run, as ctest regexes: the
+# fault scenarios that are minutes of waiting on timeouts under ASan (each
+# 40-70 s there; make test runs them all uninstrumented), and the Peer
+# harness's own check. One election with a leader's death, the partition and
+# the six-rank cluster stay.
+ASAN_EXCLUDE=(
+  '^PeerElectionTest\.(APausedLeaderResumesAsAFollower|ALeaderCutOffFromEtcdStepsDownAndItsPlansAreRefused|EtcdDownKeepsTrainingAndRecovers)$'
+  '^PeerIntegrationTest\.(ARestartedLeaderIsRebuiltFromTheFollowers|AKilledFollowerDaemonSplitsNobody|HarnessRunsSixRanksOnThreeNodes)$'
 )
 TSAN_TARGETS=(
   store_test gloo_transport_test gloo_store_adapter_test agreement_test
@@ -207,12 +217,13 @@ ASAN_ENV=(
 )
 
 part_asan() {
-  local t0 ready=0
+  local t0 ready=0 exclude
   t0=$(date +%s)
   last_counts=""
   log "== sanitize asan: ASan + UBSan build in build-asan (${#ASAN_TARGETS[@]} targets)"
   configure build-asan address || ready=1
-  build_and_test asan build-asan "$t0" "$ready" "" ASAN_ENV "${ASAN_TARGETS[@]}"
+  exclude=$(IFS='|'; echo "${ASAN_EXCLUDE[*]}")
+  build_and_test asan build-asan "$t0" "$ready" "$exclude" ASAN_ENV "${ASAN_TARGETS[@]}"
 }
 
 # ---- tsan ---------------------------------------------------------------
