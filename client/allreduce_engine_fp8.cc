@@ -32,7 +32,7 @@ absl::Status AllReduceEngine::FlushResidual(int i, const BucketLayer& l,
       *st.factor, st.residual->floats(), l.d_out(), back));
   RETURN_IF_ERROR(backend_->math().AddInPlace(grad, back, l.size()));
   RETURN_IF_ERROR(st.residual->Zero());
-  st.factor.reset();
+  st.previous = std::move(st.factor);  // the owner residuals' (this step)
   return absl::OkStatus();
 }
 
@@ -241,13 +241,19 @@ absl::Status AllReduceEngine::PrepareLayers(
       if (auto it = gift_.find(l.name); it != gift_.end()) {
         GiftState& st = it->second;
         // Off the GIFT path in the plan: flush. A GIFT layer merely without
-        // an agreed factor this step keeps its residual for the next one
-        // (and its owner residuals go Euclidean).
+        // an agreed factor this step keeps its residual for the next one.
+        // Either way its owner residuals go Euclidean (un-whitened by the
+        // factor they are in, which FlushResidual leaves in st.previous for
+        // this step's rounds).
+        const bool owner_gift =
+            st.factor != nullptr && st.factor->version == st.owner_version;
+        st.previous.reset();
         if (l.path != LayerPath::kGift) {
           RETURN_IF_ERROR(FlushResidual(i, l, data + l.offset, st));
-        } else if (st.factor != nullptr &&
-                   st.factor->version == st.owner_version) {
-          gift_owner = st.factor.get();
+        }
+        if (owner_gift) {
+          gift_owner =
+              st.factor != nullptr ? st.factor.get() : st.previous.get();
         }
         st.owner_version = kNoVersion;
       }

@@ -26,12 +26,13 @@ using kernels::Fp4Format;
 
 constexpr int kWorld = 4;
 
-EpochPlan OneGiftLayer(int64_t rows, int64_t cols, int64_t epoch = 1) {
+EpochPlan OneGiftLayer(int64_t rows, int64_t cols, int64_t epoch = 1,
+                       LayerPath path = LayerPath::kGift) {
   return *EpochPlan::Create(epoch, rows * cols,
                             {{.name = "fc",
                               .shape = {rows, cols},
                               .offset = 0,
-                              .path = LayerPath::kGift,
+                              .path = path,
                               .format = Fp4Format::kNvfp4}});
 }
 
@@ -55,10 +56,11 @@ struct Drift {
 // `steps` steps on kWorld thread ranks with GIFT error feedback; a new factor
 // version every `every` steps (0: one version throughout), the first at step
 // `first` (before it the layer goes Euclidean, with Euclidean feedback);
-// a new plan epoch (same layout) every `epochs` steps (0: none). Rank 0's
+// a new plan epoch (same layout) every `epochs` steps (0: none), which with
+// `toggle` takes the layer off the GIFT path and back in turn. Rank 0's
 // figures.
 Drift RunSteps(int64_t rows, int64_t cols, int steps, int every, int first = 0,
-               int epochs = 0) {
+               int epochs = 0, bool toggle = false) {
   const int64_t n = rows * cols;
   Drift r;
   absl::Mutex mu;
@@ -77,14 +79,17 @@ Drift RunSteps(int64_t rows, int64_t cols, int steps, int every, int first = 0,
         const int64_t v = every > 0 ? 1 + t / every : 1;
         ASSERT_OK(f.Put("fc", SyntheticLowRank(v, cols, 8, 100 + v)));
       }
+      const bool off = toggle && epochs > 0 && (t / epochs) % 2 == 1;
       if (epochs > 0 && t > 0 && t % epochs == 0) {
-        ASSERT_OK((*ar)->AddPlan(OneGiftLayer(rows, cols, 1 + t / epochs)));
+        ASSERT_OK((*ar)->AddPlan(
+            OneGiftLayer(rows, cols, 1 + t / epochs,
+                         off ? LayerPath::kEuclid : LayerPath::kGift)));
       }
       x = Gradient(comm.rank(), t, n);
       StepTelemetry tel;
       ASSERT_OK((*ar)->Run(x.data(), f, &tel));
       ASSERT_EQ(tel.layers[0].path,
-                t < first ? LayerPath::kEuclid : LayerPath::kGift);
+                t < first || off ? LayerPath::kEuclid : LayerPath::kGift);
       std::vector<double> mean(n, 0.0);
       for (int p = 0; p < kWorld; ++p) {
         const std::vector<float> g = Gradient(p, t, n);
@@ -267,6 +272,25 @@ TEST(OwnerFeedbackTest, ABucketLayoutChangeKeepsTheOwnerResidual) {
   EXPECT_TRUE(many.same_on_every_rank);
   EXPECT_LT(many.drift, many.per_step);
   EXPECT_LT(many.drift, 1.5 * one.drift);
+}
+
+// A plan that takes the layer off the GIFT path un-whitens its owner
+// residual's whole rows into the Euclidean path (R T⁻¹, as for a GIFT layer
+// without an agreed factor), and the plan that puts it back whitens them
+// again: the drift with the layer off and on every 3 steps stays that of one
+// path. Zeroing it at each removal, as before, lost one step's owner-side
+// error each time.
+TEST(OwnerFeedbackTest, ALayerTakenOffTheGiftPathKeepsTheOwnerResidual) {
+  const Drift one = RunSteps(64, 128, 60, 0);
+  const Drift toggled =
+      RunSteps(64, 128, 60, 0, /*first=*/0, /*epochs=*/3, /*toggle=*/true);
+  std::cout << "nvfp4 W=" << kWorld << " 64x128, 60 steps: drift "
+            << toggled.drift << " with the layer off and on the GIFT path "
+            << "every 3 steps, " << one.drift << " on it throughout; per-step "
+            << "error " << toggled.per_step << std::endl;
+  EXPECT_TRUE(toggled.same_on_every_rank);
+  EXPECT_LT(toggled.drift, toggled.per_step);
+  EXPECT_LT(toggled.drift, 1.5 * one.drift);
 }
 
 // The same hand-over step by step: the first GIFT step equals that of an

@@ -129,7 +129,17 @@ def _worker(rank, giftd_pid, sock, control, ckpt):
 def test_main_job_with_giftd():
     with tempfile.TemporaryDirectory() as d, \
             u.giftd("--refresh-interval=4", "--rank=8",
-                    "--selection.window-steps=20") as (p, sock, control):
+                    "--selection.window-steps=20",
+                    # The plan pace from the start (no warm-up), one plan
+                    # change per 20 steps at most: the restored GIFT layers
+                    # are still the plan's when the ranks re-attach a few
+                    # steps later. With the 100-step warm-up the selector
+                    # kept moving layers (10 epochs in a minute on a loaded
+                    # machine), the restored ones were rarely all on the
+                    # path at once, and the test ran out of time.
+                    "--selection.warmup-steps=0",
+                    "--selection.plan-interval-steps=20") as (p, sock,
+                                                              control):
         u.spawn(_worker, p.pid, sock, control, os.path.join(d, "ckpt"))
 
 
