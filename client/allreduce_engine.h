@@ -397,7 +397,7 @@ class AllReduceEngine {
   // A bucket layout no step uses any more (DDP rebuilt its buckets): each of
   // its owner residuals this rank holds joins the worker residual of its
   // layer in the same coordinates, so the next step's sum carries it.
-  absl::Status FoldOwnerResidual(OwnerState& os);
+  absl::Status FoldOwnerResidual(const OwnerState& os);
 
   Transport* const comm_;
   const AllReduceEngineOptions options_;

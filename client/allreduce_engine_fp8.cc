@@ -335,7 +335,7 @@ void AllReduceEngine::NoteOwnerCoords(
 // rank owns those elements then. A layer whose worker residual is in other
 // coordinates now (its path or factor changed since) drops its part, as does
 // an imported layout (no plan).
-absl::Status AllReduceEngine::FoldOwnerResidual(OwnerState& os) {
+absl::Status AllReduceEngine::FoldOwnerResidual(const OwnerState& os) {
   if (!os.plan.has_value()) return absl::OkStatus();
   const EpochPlan& plan = *os.plan;
   const std::vector<Range> pieces =
@@ -347,9 +347,7 @@ absl::Status AllReduceEngine::FoldOwnerResidual(OwnerState& os) {
         LayoutPiece(plan, pieces[k].begin, pieces[k].end, comm_->world_size());
     for (const Segment& s : piece.chunks[comm_->rank()].segments) {
       const BucketLayer& l = plan.layers()[s.layer];
-      const int64_t coords = os.coords.size() == plan.layers().size()
-                                 ? os.coords[s.layer]
-                                 : kNoVersion;
+      const int64_t coords = os.coords[s.layer];  // set with os.plan
       Fp8Buffer* worker = nullptr;
       if (coords == kEuclidCoords) {
         auto e = euclid_.find(l.name);

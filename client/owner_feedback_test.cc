@@ -13,7 +13,6 @@
 #include <iostream>
 #include <vector>
 
-#include "absl/synchronization/mutex.h"
 #include "client/allreduce_engine.h"
 #include "client/synthetic_testutil.h"
 #include "client/thread_ranks_testutil.h"
@@ -53,6 +52,55 @@ struct Drift {
   bool same_on_every_rank = true;
 };
 
+// One rank's running sums over `steps` steps of n elements: of what the
+// engine applied and of the exact mean of every rank's Gradient.
+class DriftMeter {
+ public:
+  DriftMeter(int64_t n, int steps)
+      : sum_out_(n, 0.0), sum_mean_(n, 0.0), steps_(steps) {}
+
+  // After step t: `out`, the gradient the engine applied.
+  void Add(int t, const std::vector<float>& out) {
+    const int64_t n = sum_out_.size();
+    std::vector<double> mean(n, 0.0);
+    for (int p = 0; p < kWorld; ++p) {
+      const std::vector<float> g = Gradient(p, t, n);
+      for (int64_t i = 0; i < n; ++i) mean[i] += g[i] / double(kWorld);
+    }
+    double err = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      sum_out_[i] += out[i];
+      sum_mean_[i] += mean[i];
+      err += (out[i] - mean[i]) * (out[i] - mean[i]);
+    }
+    per_step_ += std::sqrt(err) / steps_;
+    last_ = out;
+  }
+
+  // Rank 0's figures from every rank's meter (indexed by rank).
+  static Drift Figures(const std::vector<DriftMeter>& ranks) {
+    const DriftMeter& m = ranks[0];
+    Drift r;
+    double err = 0;
+    for (size_t i = 0; i < m.sum_out_.size(); ++i) {
+      err +=
+          (m.sum_out_[i] - m.sum_mean_[i]) * (m.sum_out_[i] - m.sum_mean_[i]);
+    }
+    r.drift = std::sqrt(err);
+    r.per_step = m.per_step_;
+    for (const DriftMeter& other : ranks) {
+      if (other.last_ != m.last_) r.same_on_every_rank = false;
+    }
+    return r;
+  }
+
+ private:
+  std::vector<double> sum_out_, sum_mean_;
+  int steps_;
+  double per_step_ = 0;
+  std::vector<float> last_;
+};
+
 // `steps` steps on kWorld thread ranks with GIFT error feedback; a new factor
 // version every `every` steps (0: one version throughout), the first at step
 // `first` (before it the layer goes Euclidean, with Euclidean feedback);
@@ -62,18 +110,13 @@ struct Drift {
 Drift RunSteps(int64_t rows, int64_t cols, int steps, int every, int first = 0,
                int epochs = 0, bool toggle = false) {
   const int64_t n = rows * cols;
-  Drift r;
-  absl::Mutex mu;
-  std::vector<std::vector<float>> last(kWorld);
+  std::vector<DriftMeter> meters(kWorld, DriftMeter(n, steps));
   RunThreadRanks(kWorld, [&](Transport& comm) {
     AllReduceEngineOptions o;
     o.error_feedback = true;
     auto ar = AllReduceEngine::Create(&comm, OneGiftLayer(rows, cols), o);
     ASSERT_OK(ar);
     VersionedFactors f;
-    std::vector<double> sum_out(n, 0.0), sum_mean(n, 0.0);
-    double per_step = 0;
-    std::vector<float> x;
     for (int t = 0; t < steps; ++t) {
       if (t == first || (t > first && every > 0 && t % every == 0)) {
         const int64_t v = every > 0 ? 1 + t / every : 1;
@@ -85,38 +128,15 @@ Drift RunSteps(int64_t rows, int64_t cols, int steps, int every, int first = 0,
             OneGiftLayer(rows, cols, 1 + t / epochs,
                          off ? LayerPath::kEuclid : LayerPath::kGift)));
       }
-      x = Gradient(comm.rank(), t, n);
+      std::vector<float> x = Gradient(comm.rank(), t, n);
       StepTelemetry tel;
       ASSERT_OK((*ar)->Run(x.data(), f, &tel));
       ASSERT_EQ(tel.layers[0].path,
                 t < first || off ? LayerPath::kEuclid : LayerPath::kGift);
-      std::vector<double> mean(n, 0.0);
-      for (int p = 0; p < kWorld; ++p) {
-        const std::vector<float> g = Gradient(p, t, n);
-        for (int64_t i = 0; i < n; ++i) mean[i] += g[i] / double(kWorld);
-      }
-      double err = 0;
-      for (int64_t i = 0; i < n; ++i) {
-        sum_out[i] += x[i];
-        sum_mean[i] += mean[i];
-        err += (x[i] - mean[i]) * (x[i] - mean[i]);
-      }
-      per_step += std::sqrt(err) / steps;
+      meters[comm.rank()].Add(t, x);
     }
-    absl::MutexLock lock(&mu);
-    last[comm.rank()] = x;
-    if (comm.rank() != 0) return;
-    double err = 0;
-    for (int64_t i = 0; i < n; ++i) {
-      err += (sum_out[i] - sum_mean[i]) * (sum_out[i] - sum_mean[i]);
-    }
-    r.drift = std::sqrt(err);
-    r.per_step = per_step;
   });
-  for (int p = 1; p < kWorld; ++p) {
-    if (last[p] != last[0]) r.same_on_every_rank = false;
-  }
-  return r;
+  return DriftMeter::Figures(meters);
 }
 
 // 64 × 128 over 4 ranks: every chunk is whole rows, so the owner residual is
@@ -201,14 +221,10 @@ Drift RunBucketSteps(int steps, int every) {
   const BucketGroup b = {.layers = {1}, .offsets = {0}, .elements = kN};
   const BucketGroup both = {
       .layers = {1, 0}, .offsets = {0, kN}, .elements = 2 * kN};
-  Drift r;
-  absl::Mutex mu;
-  std::vector<std::vector<float>> last(kWorld);
+  std::vector<DriftMeter> meters(kWorld, DriftMeter(2 * kN, steps));
   RunThreadRanks(kWorld, [&](Transport& comm) {
     auto ar = AllReduceEngine::Create(&comm, plan, {});
     ASSERT_OK(ar);
-    std::vector<double> sum_out(2 * kN, 0.0), sum_mean(2 * kN, 0.0);
-    double per_step = 0;
     std::vector<float> out(2 * kN);
     const VersionedFactors none;  // read until EndStep
     for (int t = 0; t < steps; ++t) {
@@ -227,33 +243,10 @@ Drift RunBucketSteps(int steps, int every) {
         out = x;
       }
       ASSERT_OK((*ar)->EndStep(nullptr));
-      std::vector<double> mean(2 * kN, 0.0);
-      for (int p = 0; p < kWorld; ++p) {
-        const std::vector<float> g = Gradient(p, t, 2 * kN);
-        for (int64_t i = 0; i < 2 * kN; ++i) mean[i] += g[i] / double(kWorld);
-      }
-      double err = 0;
-      for (int64_t i = 0; i < 2 * kN; ++i) {
-        sum_out[i] += out[i];
-        sum_mean[i] += mean[i];
-        err += (out[i] - mean[i]) * (out[i] - mean[i]);
-      }
-      per_step += std::sqrt(err) / steps;
+      meters[comm.rank()].Add(t, out);
     }
-    absl::MutexLock lock(&mu);
-    last[comm.rank()] = out;
-    if (comm.rank() != 0) return;
-    double err = 0;
-    for (int64_t i = 0; i < 2 * kN; ++i) {
-      err += (sum_out[i] - sum_mean[i]) * (sum_out[i] - sum_mean[i]);
-    }
-    r.drift = std::sqrt(err);
-    r.per_step = per_step;
   });
-  for (int p = 1; p < kWorld; ++p) {
-    if (last[p] != last[0]) r.same_on_every_rank = false;
-  }
-  return r;
+  return DriftMeter::Figures(meters);
 }
 
 // A bucket layout that no step uses any more hands its owner residuals to
