@@ -92,6 +92,12 @@ def parse_args(argv=None):
     p.add_argument("--window", type=int, default=50, help="drift window")
     p.add_argument("--report-only", action="store_true",
                    help="the report of the cached runs; trains nothing")
+    p.add_argument("--pool", default="",
+                   help="comma-separated format_study.json files of earlier "
+                   "studies of the same setting: their held-out losses of "
+                   "the seeds this study did not run join the paired "
+                   "comparisons (this study's own runs win on a seed both "
+                   "have; the report lists such overlaps)")
     args = p.parse_args(argv)
     args.configs = [c.strip() for c in args.configs.split(",") if c.strip()]
     bad = [c for c in args.configs if c not in CONFIGS]
@@ -104,6 +110,10 @@ def parse_args(argv=None):
         p.error(f"--seeds {args.seeds!r}: comma-separated integers")
     if args.steps < 1 or args.nproc < 1 or args.eval_rows < 1:
         p.error("--steps, --nproc and --eval-rows must be >= 1")
+    args.pool = [f.strip() for f in args.pool.split(",") if f.strip()]
+    for f in args.pool:
+        if not os.path.isfile(f):
+            p.error(f"--pool {f}: no such file")
     size = SIZES[args.model_size]
     for i, k in enumerate(("dim", "layers", "heads", "ffn")):
         if not getattr(args, k):
@@ -321,6 +331,100 @@ def aggregate(runs, seeds):
     return out
 
 
+# The settings two studies must share for their seeds to be pooled.
+POOL_SETTINGS = ("steps", "nproc", "dim", "layers", "heads", "ffn", "batch",
+                 "seq_len", "lr", "schedule", "corpus", "eval_rows")
+
+
+def load_pool(args):
+    """{config: {seed: held-out loss}} of the --pool studies; exits with a
+    clear error when a file is not a study of this setting."""
+    out = {}
+    for path in args.pool:
+        try:
+            with open(path) as f:
+                study = json.load(f)
+            settings, configs = study["settings"], study["configs"]
+            theirs = {k: settings.get(k) for k in POOL_SETTINGS}
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            sys.exit(f"study: --pool {path}: not a format_study.json ({e})")
+        ours = {k: getattr(args, k) for k in POOL_SETTINGS}
+        for k in ("corpus",):
+            ours[k] = os.path.realpath(ours[k]) if ours[k] else ""
+            theirs[k] = os.path.realpath(theirs[k]) if theirs[k] else ""
+        differ = [f"{k} {theirs[k]!r} (here {ours[k]!r})"
+                  for k in POOL_SETTINGS if theirs[k] != ours[k]]
+        if differ:
+            sys.exit(f"study: --pool {path}: another setting: "
+                     + ", ".join(differ))
+        for c, row in configs.items():
+            for seed, v in (row.get("val_loss_by_seed") or {}).items():
+                out.setdefault(c, {}).setdefault(int(seed), v)
+    return out
+
+
+def pooled_losses(table, pool):
+    """This study's held-out losses by configuration and seed, with the
+    pooled studies' seeds it did not run; and the overlaps, (config, seed,
+    here, pooled), which show how well a rerun reproduces a seed."""
+    val = {c: dict(r["val_loss_by_seed"]) for c, r in table.items()}
+    overlaps = []
+    for c, seeds in pool.items():
+        if c not in CONFIGS:
+            continue
+        for seed, v in sorted(seeds.items()):
+            if seed in val.get(c, {}):
+                overlaps.append((c, seed, val[c][seed], v))
+            else:
+                val.setdefault(c, {})[seed] = v
+    return val, overlaps
+
+
+def paired(a, b):
+    """a - b over the seeds both have: mean, sd, n, the rule's verdict."""
+    seeds = sorted(set(a) & set(b))
+    diffs = [a[s] - b[s] for s in seeds]
+    m, sd, n = mean_sd(diffs)
+    return {"mean": m, "sd": sd, "n": n, "significant": significant(m, sd, n),
+            "band": 2 * sd / math.sqrt(n) if sd is not None else None,
+            "seeds": seeds, "by_seed": diffs}
+
+
+def comparisons(val):
+    """The paired comparisons the issue asks about, by held-out loss: every
+    configuration against FP32; per format, error feedback's effect
+    (Euclidean with against without) and GIFT's against its fair baseline
+    (Euclidean with error feedback)."""
+    pairs = [(c, "fp32") for c in CONFIGS if c != "fp32"]
+    for f in FORMATS:
+        pairs += [(f"euclid-{f}-ef-on", f"euclid-{f}-ef-off"),
+                  (f"gift-{f}", f"euclid-{f}-ef-on")]
+    return [{"a": a, "b": b, **paired(val[a], val[b])} for a, b in pairs
+            if a in val and b in val and set(val[a]) & set(val[b])]
+
+
+def comparisons_markdown(rows, pooled, val):
+    lines = []
+    if pooled:
+        lines += ["", "Held-out loss over the pooled seeds (mean ± sd, "
+                  "seeds): " + "; ".join(
+                      f"{c} {pm(mean_sd(list(v.values()))[:2])} "
+                      f"({len(v)})" for c, v in val.items())]
+    lines += ["", "Paired comparisons of the held-out loss (a − b by seed"
+              + (", pooled with " + ", ".join(pooled) if pooled else "")
+              + "):", "",
+             "| a − b | seeds | mean ± sd | band 2 sd/√n | outside noise | "
+             "by seed |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        sig = {None: "–", True: "**yes**", False: "no"}[r["significant"]]
+        band = f"{r['band']:.4f}" if r["band"] is not None else "–"
+        lines.append(
+            f"| {r['a']} − {r['b']} | {r['n']} | "
+            f"{pm((r['mean'], r['sd']), '+.4f')} | {band} | {sig} | "
+            + ", ".join(f"{d:+.3f}" for d in r["by_seed"]) + " |")
+    return lines
+
+
 def pm(v, spec=".4f"):
     m, sd = v
     if m is None:
@@ -404,7 +508,14 @@ def write_figure(path, table):
 
 def report(args, runs):
     table = aggregate(runs, args.seeds)
-    md = markdown(args, table)
+    val, overlaps = pooled_losses(table, load_pool(args))
+    compared = comparisons(val)
+    md = markdown(args, table) + "\n".join(
+        comparisons_markdown(compared, args.pool, val)) + "\n"
+    if overlaps:
+        md += ("\nSeeds run here and in a pooled study (here, pooled): "
+               + "; ".join(f"{c} seed {s}: {a:.6f}, {b:.6f}"
+                           for c, s, a, b in overlaps) + "\n")
     base = os.path.join(args.out, "format_study")
     with open(base + ".md", "w") as f:
         f.write(md)
@@ -413,7 +524,9 @@ def report(args, runs):
             "settings": {k: v for k, v in vars(args).items()
                          if k not in ("pkg",)},
             "setting": md.split("\n", 1)[0], "rule": RULE,
-            "configs": table}), f, indent=1)
+            "configs": table, "comparisons": compared,
+            "pooled_val_loss_by_seed": val if args.pool else None,
+            "pool_overlaps": overlaps}), f, indent=1)
     png = write_figure(base + ".png", table)
     print(md)
     print(f"study: wrote {base}.md, {base}.json" +

@@ -23,9 +23,10 @@ function of (seed, step, rank), so every run sees the same data.
 Modes (--mode):
   ddp       DDP's own FP32 allreduce (no hook)
   fp16      torch fp16_compress_hook
-  powersgd  torch powerSGD_hook, rank 4, start_powerSGD_iter 2, error
-            feedback, warm start; in ONE DDP bucket (with several, gloo
-            aborts at the first compressed step, see train())
+  powersgd  torch powerSGD_hook, rank --powersgd-rank (4), start_powerSGD_iter
+            2 (its warm-up: plain allreduce before), error feedback, warm
+            start; in ONE DDP bucket (with several, gloo aborts at the first
+            compressed step, see train())
   euclid    gift.comm_hook, mode "euclid" (FP8, every layer Euclidean)
   gift      gift.comm_hook, mode "gift" (FP8 with the local giftd: its socket
             from $GIFT_AGENT_SOCKET, the job id from $GIFT_JOB_ID)
@@ -218,7 +219,7 @@ def gift_path_layers(state):
                   if isinstance(l, dict) and l.get("path") == "gift")
 
 
-def register_hook(ddp, mode, piece_mb=None, fmt=None):
+def register_hook(ddp, mode, piece_mb=None, fmt=None, powersgd_rank=4):
     """Installs the mode's comm hook; returns (hook state, gift state)."""
     if mode == "ddp":
         return None, None
@@ -229,7 +230,7 @@ def register_hook(ddp, mode, piece_mb=None, fmt=None):
     if mode == "powersgd":
         from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
         st = powerSGD_hook.PowerSGDState(
-            process_group=None, matrix_approximation_rank=4,
+            process_group=None, matrix_approximation_rank=powersgd_rank,
             start_powerSGD_iter=2, use_error_feedback=True, warm_start=True)
         ddp.register_comm_hook(st, powerSGD_hook.powerSGD_hook)
         return st, None
@@ -277,6 +278,9 @@ def parse_args(argv=None):
     p.add_argument("--gift-format", default=None,
                    help="gift.init's format (e4m3, e5m2, nvfp4, mxfp4; "
                    "default: gift's own, e4m3)")
+    p.add_argument("--powersgd-rank", type=int, default=4,
+                   help="PowerSGD's matrix_approximation_rank (powersgd "
+                   "mode; default 4)")
     p.add_argument("--pg-timeout", type=float, default=300,
                    help="seconds a collective may wait (default 300)")
     p.add_argument("--check-identical", action="store_true")
@@ -285,6 +289,8 @@ def parse_args(argv=None):
     a = p.parse_args(argv)
     if a.steps <= a.warmup:
         p.error("--steps must exceed --warmup")
+    if a.powersgd_rank < 1:
+        p.error("--powersgd-rank must be >= 1")
     return a
 
 
@@ -306,7 +312,8 @@ def train(a, rank, world):
         ddp = DDP(model, bucket_cap_mb=a.bucket_cap_mb)
     else:
         ddp = DDP(model)
-    _, gstate = register_hook(ddp, a.mode, a.gift_piece_mb, a.gift_format)
+    _, gstate = register_hook(ddp, a.mode, a.gift_piece_mb, a.gift_format,
+                              a.powersgd_rank)
     opt = torch.optim.AdamW(ddp.parameters(), lr=a.lr, betas=(0.9, 0.95),
                             weight_decay=a.weight_decay)
     data = load_corpus()

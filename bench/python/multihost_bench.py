@@ -32,9 +32,15 @@ round; a step lasts as long as its slowest rank), the ratios to DDP FP32
 and to the fp16 hook, the bytes a rank sent on its interface per step
 (tx_bytes of eth0 over the timed steps: mode-agnostic, and on gift runs it
 includes the giftd Peer traffic, which is also measured from the daemons'
-TCP sockets and shown apart), gift's own payload count (state.stats()) and
-the final loss. The machine load before each run goes into the JSON: do
-not publish figures taken while builds ran.
+TCP sockets and shown apart), gift's own payload count (state.stats()),
+the final loss, and the time to loss: the wall time (every step's slowest
+rank, warm-up included) until the mode's loss, a trailing --ttl-window
+mean of the ranks' mean, first reaches DDP FP32's at its last step
+(interpolated within the crossing step; "not reached" with the final
+excess when it does not). The modes see the same batches, so the losses
+are paired; they separate only in long runs (--steps). The machine load
+before each run goes into the JSON: do not publish figures taken while
+builds ran.
 
 Bounded: every subprocess has a timeout; a job whose rank fails is killed
 after a grace period; the namespaces and daemons are removed at the end, on
@@ -42,6 +48,7 @@ Ctrl-C and on errors.
 
 Usage: /usr/bin/python3 bench/python/multihost_bench.py --build BUILD
        [--rates 100mbit,1gbit,none] [--modes ddp,fp16,powersgd,euclid,gift]
+       (powersgd@R: PowerSGD rank R, default 4)
        (a gift mode as MODE@MB, e.g. euclid@0 or gift@8: gift.init's
        piece_mb, side by side with the default; @0 = DDP's buckets whole;
        and/or MODE:FORMAT, e.g. gift:nvfp4: gift.init's wire format)
@@ -102,6 +109,8 @@ def label(mode):
     fmt = mode_format(mode)
     if fmt is not None:
         text = text.replace("FP8", fmt.upper())
+    if base == "powersgd":
+        return text if piece is None else text.replace(" 4", f" {piece}")
     if piece is None:
         return text
     return text + (", DDP's buckets whole (piece_mb=0)"
@@ -339,7 +348,8 @@ def rank_argv(a, mode, rank, port, out_json):
         script.append("--quiet")
     script += a.train_arg
     if piece is not None:  # after --train-arg: the mode's own wins
-        script += ["--gift-piece-mb", piece]
+        script += ["--powersgd-rank" if base == "powersgd"
+                   else "--gift-piece-mb", piece]
     if mode_format(mode) is not None:
         script += ["--gift-format", mode_format(mode)]
     if a.launcher == "torchrun":
@@ -492,6 +502,56 @@ def merge(runs):
     return out
 
 
+def step_seconds(run):
+    """Per step of a run, warm-up included, its slowest rank's seconds."""
+    ranks = run.get("ranks") or []
+    n = min((len(r["steps"]) for r in ranks), default=0)
+    return [max(r["steps"][i]["seconds"] for r in ranks) for i in range(n)]
+
+
+def trailing_mean(xs, k):
+    return [sum(xs[max(0, i - k + 1):i + 1]) / len(xs[max(0, i - k + 1):i + 1])
+            for i in range(len(xs))]
+
+
+def time_to_loss(run, target, k):
+    """(seconds, steps) of training until the run's loss (the trailing
+    k-step mean of the ranks' mean loss) first reaches target, linearly
+    interpolated within the step that crosses it; None if it never does."""
+    secs = step_seconds(run)
+    loss = trailing_mean(run.get("loss", [])[:len(secs)], k)
+    t, prev = 0.0, None
+    for i, (dt, x) in enumerate(zip(secs, loss)):
+        if x <= target:
+            frac = 1.0 if prev is None or prev == x else (prev - target) / (
+                prev - x)
+            return t + frac * dt, i + frac
+        t, prev = t + dt, x
+    return None
+
+
+def add_time_to_loss(summary, runs, k):
+    """Per mode of one rate, the time to DDP FP32's loss at its last step
+    (trailing k-step mean, mean over its rounds): median over the rounds
+    that reach it, how many do, and the final loss against DDP's."""
+    ref = [trailing_mean(r["loss"], k)[-1] for r in runs.get("ddp", [])
+           if r.get("loss") and r.get("ranks")]
+    if not ref:
+        return
+    target = statistics.mean(ref)
+    for mode, rs in runs.items():
+        rs = [r for r in rs if r.get("loss") and r.get("ranks")]
+        hit = [x for x in (time_to_loss(r, target, k) for r in rs) if x]
+        summary[mode]["time_to_ddp_loss"] = {
+            "target": target, "window": k, "rounds": len(rs),
+            "reached": len(hit),
+            "seconds": statistics.median(h[0] for h in hit) if hit else None,
+            "steps": statistics.median(h[1] for h in hit) if hit else None,
+            "final_loss_minus_ddp": statistics.mean(
+                trailing_mean(r["loss"], k)[-1] for r in rs) - target
+            if rs else None}
+
+
 def fmt(x, spec, scale=1.0):
     return "n/a" if x is None else format(x / scale, spec)
 
@@ -500,16 +560,37 @@ def ratio(x, ref):
     return f"{x / ref:.2f}×" if ref else "n/a"
 
 
+def ttl_cell(t):
+    """"41.2 s (step 37.5)", or "not reached (+0.0123)" with the final
+    loss's excess over the target, "2/3 rounds" when only some reach it."""
+    if not t:
+        return "n/a"
+    if t["seconds"] is None:
+        return f"not reached ({t['final_loss_minus_ddp']:+.4f})"
+    cell = f"{t['seconds']:.1f} s (step {t['steps']:.1f})"
+    if t["reached"] < t["rounds"]:
+        cell += f", {t['reached']}/{t['rounds']} rounds"
+    return cell
+
+
+def ttl_ratio(t, ref):
+    return ratio(t["seconds"], ref) if t and t["seconds"] is not None \
+        else "n/a"
+
+
 def table(results, rates, modes):
     lines = ["| egress/rank | mode | s/step (median) | vs DDP FP32 | "
              "vs fp16 hook | wire MB/rank/step | of which giftd Peer | "
-             "gift payload MB | GIFT-path layers | final loss |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "gift payload MB | GIFT-path layers | final loss | "
+             "time to DDP's loss | vs DDP |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     notes = []
     for rate in rates:
         row = results.get(rate, {})
         ref = row.get("ddp", {}).get("seconds_per_step_median")
         f16 = row.get("fp16", {}).get("seconds_per_step_median")
+        ttl_ref = row.get("ddp", {}).get("time_to_ddp_loss", {}).get(
+            "seconds")
         for m in modes:
             r = row.get(m, {})
             s = r.get("seconds_per_step_median")
@@ -517,7 +598,7 @@ def table(results, rates, modes):
                 err = "; ".join(e.splitlines()[0][:160]
                                 for e in r.get("errors", [])) or "not run"
                 lines.append(f"| {rate} | {label(m)} | **failed**: {err} "
-                             "| | | | | | | |")
+                             "| | | | | | | | | |")
                 continue
             name = label(m)
             if r.get("errors"):
@@ -533,7 +614,9 @@ def table(results, rates, modes):
                 f"| {fmt(r.get('giftd_peer_bytes_per_rank_step'), '.3f', 1e6)} "
                 f"| {fmt(r.get('gift_payload_bytes_per_rank_step'), '.2f', 1e6)} "
                 f"| {fmt(r.get('gift_path_layers_mean_timed'), '.1f')} "
-                f"| {fmt(r.get('final_loss'), '.4f')} |")
+                f"| {fmt(r.get('final_loss'), '.4f')} "
+                f"| {ttl_cell(r.get('time_to_ddp_loss'))} "
+                f"| {ttl_ratio(r.get('time_to_ddp_loss'), ttl_ref)} |")
     if notes:
         lines.append("")
         lines += [f"{i + 1}. {n}" for i, n in enumerate(notes)]
@@ -587,6 +670,10 @@ def parse_args(argv=None):
                     help="seconds the other ranks get after one failed")
     ap.add_argument("--pg-timeout", type=float, default=120,
                     help="gloo collective timeout in the ranks")
+    ap.add_argument("--ttl-window", type=int, default=5,
+                    help="time to loss: the loss is the trailing mean over "
+                         "this many steps (default 5), the target DDP "
+                         "FP32's at its last step")
     ap.add_argument("--out", default=None,
                     help="output folder (default BUILD/bench-results)")
     a = ap.parse_args(argv)
@@ -597,7 +684,10 @@ def parse_args(argv=None):
         base, piece = split_mode(m)
         if base not in MODES:
             ap.error(f"unknown mode {m!r} ({', '.join(MODES)})")
-        if piece is not None:
+        if piece is not None and base == "powersgd":
+            if not (piece.isdigit() and int(piece) >= 1):
+                ap.error(f"{m!r}: powersgd@R takes a rank R >= 1")
+        elif piece is not None:
             try:
                 ok = base in ("euclid", "gift") and float(piece) >= 0
             except ValueError:
@@ -613,6 +703,8 @@ def parse_args(argv=None):
         ap.error("--steps must exceed --warmup")
     if not 1 <= a.world <= 64:
         ap.error("--world must be 1..64")
+    if a.ttl_window < 1:
+        ap.error("--ttl-window must be >= 1")
     a.job_id = f"multihost-{os.getpid()}"
     a.out = os.path.abspath(a.out or os.path.join(a.build, "bench-results"))
     return a
@@ -690,6 +782,7 @@ def run_all(a, ns, giftd, ctl, tmp_root):
                 raw.append(rec)
         ns.down()
         results[rate] = {m: merge(runs[m]) for m in a.modes}
+        add_time_to_loss(results[rate], runs, a.ttl_window)
     return results, raw
 
 

@@ -98,3 +98,56 @@ def test_table_states_the_rule():
     assert fs.RULE in md
     assert "| euclid-nvfp4-ef-off | 3.6000 ± 0.7071 | +0.1000 ± 0.0000 |" \
         in md
+
+
+def _study(path, args, val_by_config, **changed):
+    settings = {k: getattr(args, k) for k in fs.POOL_SETTINGS}
+    settings.update(changed)
+    configs = {c: {"val_loss_by_seed": {str(s): v for s, v in seeds.items()}}
+               for c, seeds in val_by_config.items()}
+    path.write_text(fs.json.dumps({"settings": settings,
+                                   "configs": configs}))
+    return str(path)
+
+
+def test_pooled_seeds_join_the_paired_comparisons(tmp_path):
+    a = fs.parse_args(["--configs", "fp32,euclid-nvfp4-ef-on,gift-nvfp4"])
+    runs = {}
+    for s, base in ((5, 3.0), (6, 3.4)):
+        runs[("fp32", s)] = _run(base)
+        runs[("euclid-nvfp4-ef-on", s)] = _run(base + 0.02)
+        runs[("gift-nvfp4", s)] = _run(base + 0.01)
+    earlier = _study(tmp_path / "a.json", a, {
+        "fp32": {0: 2.9, 5: 3.0001},  # seed 5 again: an overlap
+        "euclid-nvfp4-ef-on": {0: 2.93}, "gift-nvfp4": {0: 2.90},
+        "euclid-nvfp4-ef-off": {0: 3.2}})
+    a.pool = [earlier]
+    table = fs.aggregate(runs, [5, 6])
+    val, overlaps = fs.pooled_losses(table, fs.load_pool(a))
+    assert val["fp32"] == {0: 2.9, 5: 3.0, 6: 3.4}  # this study's 5 wins
+    assert overlaps == [("fp32", 5, 3.0, 3.0001)]
+    rows = {(r["a"], r["b"]): r for r in fs.comparisons(val)}
+    g = rows[("gift-nvfp4", "euclid-nvfp4-ef-on")]
+    assert g["seeds"] == [0, 5, 6] and g["n"] == 3
+    assert g["mean"] == pytest.approx(-0.05 / 3) and g["significant"]
+    assert rows[("euclid-nvfp4-ef-off", "fp32")]["n"] == 1
+    assert rows[("euclid-nvfp4-ef-off", "fp32")]["significant"] is None
+    assert ("euclid-nvfp4-ef-on", "euclid-nvfp4-ef-off") in rows
+    assert ("gift-mxfp4", "euclid-mxfp4-ef-on") not in rows
+    md = "\n".join(fs.comparisons_markdown(fs.comparisons(val), a.pool, val))
+    assert "| gift-nvfp4 − euclid-nvfp4-ef-on | 3 | -0.0167 ± 0.0115 |" in md
+    assert "fp32 3.1000 ± 0.2646 (3)" in md
+
+
+def test_a_study_of_another_setting_is_not_pooled(tmp_path):
+    a = fs.parse_args([])
+    a.pool = [_study(tmp_path / "b.json", a, {"fp32": {0: 1.0}}, steps=500)]
+    with pytest.raises(SystemExit, match="another setting: steps 500"):
+        fs.load_pool(a)
+    bad = tmp_path / "c.json"
+    bad.write_text("{\"settings\": 3}")
+    a.pool = [str(bad)]
+    with pytest.raises(SystemExit, match="not a format_study.json"):
+        fs.load_pool(a)
+    with pytest.raises(SystemExit):
+        fs.parse_args(["--pool", str(tmp_path / "missing.json")])
