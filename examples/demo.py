@@ -624,7 +624,10 @@ def bytes_line(s):
 def study_quote(fmt, path=STUDY):
     """What a committed multi-seed study says of this format: its
     setting, FP32's seed sd, and per run its paired Δ vs FP32 (mean, sd,
-    outside the noise); None when there is no study file."""
+    outside the noise), with GIFT against Euclidean + EF ("gift_vs_ef");
+    the study's paired comparisons where it has them (they pool earlier
+    studies' seeds: format_study.py --pool); None when there is no study
+    file."""
     try:
         with open(path) as f:
             st = json.load(f)
@@ -634,11 +637,20 @@ def study_quote(fmt, path=STUDY):
     out = {"setting": st.get("setting", ""),
            "seeds": st.get("settings", {}).get("seeds", []),
            "fp32_sd": (c.get("fp32", {}).get("val_loss") or [None, None])[1]}
+    pairs = {(r.get("a"), r.get("b")): r for r in st.get("comparisons") or []}
     for key, conf in (("euclid8", "euclid-e4m3-ef-off"),
                       ("plain", f"euclid-{fmt}-ef-off"),
                       ("euclid", f"euclid-{fmt}-ef-on"), ("gift", f"gift-{fmt}")):
-        if conf in c:
+        if (conf, "fp32") in pairs:
+            out[key] = pairs[(conf, "fp32")]
+        elif conf in c:
             out[key] = c[conf]["diff_vs_fp32"]
+    if (f"gift-{fmt}", f"euclid-{fmt}-ef-on") in pairs:
+        out["gift_vs_ef"] = pairs[(f"gift-{fmt}", f"euclid-{fmt}-ef-on")]
+    ns = [out[k].get("n") or 0 for k in ("plain", "euclid", "gift")
+          if k in out]
+    if ns:
+        out["seeds_compared"] = max(ns)
     return out
 
 
@@ -708,12 +720,19 @@ def print_medium_study(fmt_name, st):
     if not st or not all(k in st for k in ("plain", "euclid", "gift")):
         return
     plain, ef, gift = st["plain"], st["euclid"], st["gift"]
-    print(f"  On a larger model (the README's study, {len(st['seeds'])} seeds; "
+    seeds = st.get("seeds_compared") or len(st["seeds"])
+    print(f"  On a larger model (the README's study, {seeds} seeds; "
           "docs/format_study_medium.md):")
     for label, d in ((f"Euclidean {fmt_name}, no EF", plain),
                      (f"Euclidean {fmt_name} + EF", ef),
                      (f"GIFT {fmt_name}", gift)):
         print_study_row(label, d)
+    if st.get("gift_vs_ef") and st["gift_vs_ef"].get("mean") is not None:
+        d = st["gift_vs_ef"]
+        print(f"    GIFT − Euclidean {fmt_name} + EF, paired by seed: "
+              f"{d['mean']:+.4f} ± {d['sd']:.4f} over {d['n']} seeds ("
+              + ("outside" if d["significant"] else "inside")
+              + " the seed noise)")
     g, p, e = gift["mean"], plain["mean"], ef["mean"]
     if p > 0:
         print(f"    GIFT's gap is {g / p:.2f}x plain {fmt_name}'s and "

@@ -467,7 +467,9 @@ def markdown(args, table):
     return "\n".join(lines) + "\n"
 
 
-def write_figure(path, table):
+def write_figure(path, table, val, compared):
+    """Held-out loss per seed (pooled seeds too), the paired Δ vs FP32
+    (pooled, with the rule's band) and the bytes, per configuration."""
     try:
         import matplotlib  # noqa: PLC0415
     except ImportError:
@@ -475,30 +477,44 @@ def write_figure(path, table):
         return None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt  # noqa: PLC0415
-    names = list(table)
-    fig, ax = plt.subplots(1, 3, figsize=(16, 5))
+    names = [c for c in CONFIGS if c in val]
+    vs_fp32 = {r["a"]: r for r in compared if r["b"] == "fp32"}
+    within = [r for r in compared if r["b"] != "fp32"]
+    fig, ax = plt.subplots(1, 4, figsize=(20, 5),
+                           gridspec_kw={"width_ratios": [3, 3, 3, 2]})
     for i, c in enumerate(names):
-        ys = list(table[c]["val_loss_by_seed"].values())
+        ys = list(val[c].values())
         ax[0].plot([i] * len(ys), ys, "o", color="grey", ms=4)
-        m, sd = table[c]["val_loss"]
+        m, sd, _ = mean_sd(ys)
         if m is not None:
             ax[0].errorbar(i, m, yerr=sd or 0, fmt="s", color="tab:red",
                            capsize=4)
-        d = table[c]["diff_vs_fp32"]
-        if d["mean"] is not None and c != "fp32":
+        d = vs_fp32.get(c)
+        if d and d["mean"] is not None:
             ax[1].plot([i] * len(d["by_seed"]), d["by_seed"], "o",
                        color="grey", ms=4)
-            band = 2 * (d["sd"] or 0) / math.sqrt(max(1, d["n"]))
-            ax[1].errorbar(i, d["mean"], yerr=band, fmt="s", capsize=4,
-                           color="tab:red" if d["significant"] else "tab:blue")
-        m, _ = table[c]["bytes_vs_fp32"]
+            ax[1].errorbar(i, d["mean"], yerr=d["band"] or 0, fmt="s",
+                           capsize=4, color="tab:red" if d["significant"]
+                           else "tab:blue")
+        m = table[c]["bytes_vs_fp32"][0] if c in table else None
         ax[2].bar(i, m or 0, color="tab:blue")
-    ax[1].axhline(0, color="black", lw=0.6)
-    for a, title in zip(ax, ("held-out loss (dots: seeds; mean ± sd)",
-                             "paired Δ vs FP32 (bar: 2 sd/√n; red: outside)",
-                             "bytes per step / FP32 ring")):
-        a.set_xticks(range(len(names)))
-        a.set_xticklabels(names, rotation=60, ha="right", fontsize=8)
+    for i, d in enumerate(within):
+        ax[3].plot([i] * len(d["by_seed"]), d["by_seed"], "o", color="grey",
+                   ms=4)
+        ax[3].errorbar(i, d["mean"], yerr=d["band"] or 0, fmt="s", capsize=4,
+                       color="tab:red" if d["significant"] else "tab:blue")
+    for a in (ax[1], ax[3]):
+        a.axhline(0, color="black", lw=0.6)
+    for a, title, ticks in zip(
+            ax, ("held-out loss (dots: seeds; mean ± sd)",
+                 "paired Δ vs FP32 (bar: 2 sd/√n; red: outside)",
+                 "bytes per step / FP32 ring",
+                 "paired: EF − no EF, GIFT − EF"),
+            (names, names, names,
+             [r["a"].split("-")[1] + (": GIFT − EF" if r["a"].startswith(
+                 "gift") else ": EF − no EF") for r in within])):
+        a.set_xticks(range(len(ticks)))
+        a.set_xticklabels(ticks, rotation=60, ha="right", fontsize=8)
         a.set_title(title, fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
@@ -527,7 +543,7 @@ def report(args, runs):
             "configs": table, "comparisons": compared,
             "pooled_val_loss_by_seed": val if args.pool else None,
             "pool_overlaps": overlaps}), f, indent=1)
-    png = write_figure(base + ".png", table)
+    png = write_figure(base + ".png", table, val, compared)
     print(md)
     print(f"study: wrote {base}.md, {base}.json" +
           (f", {png}" if png else ""), flush=True)
