@@ -344,15 +344,16 @@ absl::Status AllReduceEngine::EndStep(StepTelemetry* telemetry) {
   }
   if (s.ok()) {
     // Bucket layouts no step uses any more (DDP rebuilt its buckets after
-    // the first step): their owner residuals are dropped. Handing them to
-    // the worker residuals instead (stop 33) sent the first step's owner
-    // error and cut the whole-run drift about 16x, but raised the medium
-    // study's held-out loss on every seed (+0.043 +- 0.028 over 5, paired,
-    // Euclidean NVFP4 + EF; README, the format study).
-    std::erase_if(owner_residual_, [&](const auto& e) {
-      return std::find(c.groups.begin(), c.groups.end(), e.first) ==
-             c.groups.end();
-    });
+    // the first step): their owner residuals go to the worker residuals.
+    for (auto it = owner_residual_.begin(); it != owner_residual_.end();) {
+      if (std::find(c.groups.begin(), c.groups.end(), it->first) !=
+          c.groups.end()) {
+        ++it;
+        continue;
+      }
+      if (s.ok()) s = FoldOwnerResidual(it->second);
+      it = owner_residual_.erase(it);
+    }
     if (nccl_fp8_ == nullptr) {
       c.t.bytes_control = comm_->bytes_sent().Total() - c.bytes_before -
                           c.t.bytes_euclid - c.t.bytes_gift - c.t.bytes_audit;

@@ -101,6 +101,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -388,6 +389,15 @@ class AllReduceEngine {
       const AllReduceState& state,
       std::map<std::string, EuclidState>* euclid) const;
   absl::Status Probe(const Group& g, const float* data, StepTelemetry* t);
+  // After RunRounds: what the layout's owner residuals now hold.
+  void NoteOwnerCoords(const Group& g, const BucketGroup& layout,
+                       const std::vector<LayerIo>& io,
+                       const std::vector<const LayerFactor*>& used);
+  struct OwnerState;
+  // A bucket layout no step uses any more (DDP rebuilt its buckets): each of
+  // its owner residuals this rank holds joins the worker residual of its
+  // layer in the same coordinates, so the next step's sum carries it.
+  absl::Status FoldOwnerResidual(const OwnerState& os);
 
   Transport* const comm_;
   const AllReduceEngineOptions options_;
@@ -411,11 +421,18 @@ class AllReduceEngine {
   // nccl-fp8 only.
   std::unique_ptr<NcclFp8AllReduce> nccl_fp8_;
   std::vector<std::unique_ptr<Fp8Buffer>> whitened_;  // per plan layer
-  // Owner residuals per bucket layout (BucketGroup::Key), per piece.
+  // Owner residuals per bucket layout (BucketGroup::Key), per piece, with
+  // the layout's plan and each of its layers' coordinates as of the last
+  // step that used it (FoldOwnerResidual; both unset after ImportState).
   struct OwnerState {
     BucketGroup group;
     std::vector<std::unique_ptr<Fp8Buffer>> pieces;
+    std::optional<EpochPlan> plan;
+    // Per plan layer: kEuclidCoords, a GIFT factor version, or kNoVersion
+    // (no owner residual).
+    std::vector<int64_t> coords;
   };
+  static constexpr int64_t kEuclidCoords = -2;
   std::map<uint64_t, OwnerState> owner_residual_;
   // The bucket layouts of the epoch in use, checked across ranks.
   std::map<uint64_t, Group> groups_;

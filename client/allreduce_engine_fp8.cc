@@ -210,6 +210,7 @@ absl::Status AllReduceEngine::RunFp8(float* data, const Group& g,
   RoundOutcome outcome;
   outcome.Reset(layers.size());
   RETURN_IF_ERROR(RunRounds(g.plan, layout, io, &outcome));
+  NoteOwnerCoords(g, layout, io, used);
   RETURN_IF_ERROR(FinishLayers(data, g, io, used, outcome, t));
   t->bytes_euclid = outcome.bytes_euclid;
   t->bytes_gift = outcome.bytes_gift;
@@ -308,6 +309,65 @@ absl::Status AllReduceEngine::RunRounds(const EpochPlan& plan,
       owner = b->floats();
     }
     RETURN_IF_ERROR(round_->Run(plan, piece, io, owner, outcome));
+  }
+  return absl::OkStatus();
+}
+
+void AllReduceEngine::NoteOwnerCoords(
+    const Group& g, const BucketGroup& layout, const std::vector<LayerIo>& io,
+    const std::vector<const LayerFactor*>& used) {
+  auto it = owner_residual_.find(layout.Key());
+  if (it == owner_residual_.end()) return;
+  OwnerState& os = it->second;
+  if (!os.plan.has_value() || os.plan->Fingerprint() != g.plan.Fingerprint()) {
+    os.plan = g.plan;
+  }
+  os.coords.assign(io.size(), kNoVersion);
+  for (size_t j = 0; j < io.size(); ++j) {
+    if (!io[j].owner_feedback) continue;
+    os.coords[j] = io[j].gift ? used[j]->version : kEuclidCoords;
+  }
+}
+
+// The owner residual is in sum units (Fp8Round::Reduce adds it to the sum of
+// the ranks' contributions), so adding it to this rank's worker residual,
+// which joins this rank's contribution, puts it into the next sum whichever
+// rank owns those elements then. A layer whose worker residual is in other
+// coordinates now (its path or factor changed since) drops its part, as does
+// an imported layout (no plan).
+absl::Status AllReduceEngine::FoldOwnerResidual(const OwnerState& os) {
+  if (!os.plan.has_value()) return absl::OkStatus();
+  const EpochPlan& plan = *os.plan;
+  const std::vector<Range> pieces =
+      SplitIntoPieces(plan.communicated_elements(), options_.piece_bytes / 4);
+  for (size_t k = 0; k < pieces.size() && k < os.pieces.size(); ++k) {
+    Fp8Buffer* b = os.pieces[k].get();
+    if (b == nullptr || b->data() == nullptr) continue;
+    const PieceLayout piece =
+        LayoutPiece(plan, pieces[k].begin, pieces[k].end, comm_->world_size());
+    for (const Segment& s : piece.chunks[comm_->rank()].segments) {
+      const BucketLayer& l = plan.layers()[s.layer];
+      const int64_t coords = os.coords[s.layer];  // set with os.plan
+      Fp8Buffer* worker = nullptr;
+      if (coords == kEuclidCoords) {
+        auto e = euclid_.find(l.name);
+        if (e != euclid_.end()) worker = e->second.residual.get();
+      } else if (coords != kNoVersion) {
+        auto g = gift_.find(l.name);
+        if (g != gift_.end() && g->second.factor != nullptr &&
+            g->second.factor->version == coords) {
+          worker = g->second.residual.get();
+        }
+      }
+      if (worker == nullptr || worker->data() == nullptr ||
+          worker->bytes() != l.size() * sizeof(float) ||
+          (s.elem_offset + s.count) * sizeof(float) > b->bytes()) {
+        continue;
+      }
+      RETURN_IF_ERROR(
+          backend_->math().AddInPlace(worker->floats() + s.layer_begin,
+                                      b->floats() + s.elem_offset, s.count));
+    }
   }
   return absl::OkStatus();
 }
