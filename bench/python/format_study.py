@@ -310,8 +310,6 @@ def aggregate(runs, seeds):
                    for s in rs} if c != "fp32" else {}
         prot = {s: protected_figures(r, protected_steps(gift_of.get(s)))
                 for s, r in rs.items() if r.get("audit")}
-        diffs = [rs[s]["val_loss"] - runs[("fp32", s)]["val_loss"]
-                 for s in rs if ("fp32", s) in runs] if c != "fp32" else []
         row = {"seeds": sorted(rs)}
         for k in ("val_loss", "train_loss_last25", "bytes_per_step",
                   "bytes_vs_fp32", "seconds", "seconds_per_step",
@@ -320,10 +318,9 @@ def aggregate(runs, seeds):
         row["val_loss_by_seed"] = {s: r["val_loss"] for s, r in rs.items()}
         row["rel_protected"] = mean_sd([p[0] for p in prot.values()])[:2]
         row["drift_protected"] = mean_sd([p[1] for p in prot.values()])[:2]
-        m, sd, n = mean_sd(diffs)
-        row["diff_vs_fp32"] = {"mean": m, "sd": sd, "n": n,
-                               "significant": significant(m, sd, n),
-                               "by_seed": diffs}
+        fp32 = {s: runs[("fp32", s)]["val_loss"] for s in rs
+                if c != "fp32" and ("fp32", s) in runs}
+        row["diff_vs_fp32"] = paired(row["val_loss_by_seed"], fp32)
         row["format_fallbacks"] = sorted({x for r in rs.values()
                                           for x in r["format_fallbacks"]})
         row["formats"] = sorted({r.get("formats", "?") for r in rs.values()})
