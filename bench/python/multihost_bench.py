@@ -110,7 +110,7 @@ def label(mode):
     if fmt is not None:
         text = text.replace("FP8", fmt.upper())
     if base == "powersgd":
-        return text if piece is None else text.replace(" 4", f" {piece}")
+        return text if piece is None else f"torch PowerSGD rank {piece}"
     if piece is None:
         return text
     return text + (", DDP's buckets whole (piece_mb=0)"
