@@ -346,9 +346,8 @@ def load_pool(args):
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
             sys.exit(f"study: --pool {path}: not a format_study.json ({e})")
         ours = {k: getattr(args, k) for k in POOL_SETTINGS}
-        for k in ("corpus",):
-            ours[k] = os.path.realpath(ours[k]) if ours[k] else ""
-            theirs[k] = os.path.realpath(theirs[k]) if theirs[k] else ""
+        for d in (ours, theirs):  # a corpus path as train_args gives it
+            d["corpus"] = os.path.realpath(d["corpus"]) if d["corpus"] else ""
         differ = [f"{k} {theirs[k]!r} (here {ours[k]!r})"
                   for k in POOL_SETTINGS if theirs[k] != ours[k]]
         if differ:

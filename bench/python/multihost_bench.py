@@ -510,7 +510,8 @@ def step_seconds(run):
 
 
 def trailing_mean(xs, k):
-    return [sum(xs[max(0, i - k + 1):i + 1]) / len(xs[max(0, i - k + 1):i + 1])
+    """Per index i, the mean of xs over the last k entries up to i."""
+    return [statistics.fmean(xs[max(0, i - k + 1):i + 1])
             for i in range(len(xs))]
 
 
