@@ -1,11 +1,12 @@
 // The state every component of giftd's core reads: the configuration, the
 // instance id, the job's layout, the ranks' sessions, the planner, the peer
-// coordination and the metrics. One struct, filled once by the Daemon (and
-// by core_testutil.h in the components' tests), given to each component
-// whose Parts extend it with the other components it calls.
+// coordination and the metrics (families and their series' handles). One
+// struct, filled once by the Daemon (and by core_testutil.h in the components'
+// tests), given to each component whose Parts extend it with the other
+// components it calls.
 //
-//   CoreState core{&config, &instance, &layout, &sessions, &planner, &peers,
-//                  &metrics};
+//   CoreState core{&config, &instance, &layout,  &sessions,
+//                  &planner, &peers,    &metrics, &series};
 //   Telemetry telemetry(core);
 //   Registrar registrar({core, &plans, &factors, &store});
 //
@@ -26,6 +27,7 @@ class SessionTable;
 class Planner;
 class PeerCoordinator;
 struct DaemonMetrics;
+class SeriesCache;
 
 struct CoreState {
   const DaemonConfig* config;
@@ -35,6 +37,7 @@ struct CoreState {
   Planner* planner;
   PeerCoordinator* peers;
   DaemonMetrics* metrics;
+  SeriesCache* series;  // metrics' series handles (series.h)
 };
 
 }  // namespace gift::daemon

@@ -29,6 +29,7 @@
 #include "daemon/core/plan_publisher.h"
 #include "daemon/core/planner.h"
 #include "daemon/core/registrar.h"
+#include "daemon/core/series.h"
 #include "daemon/core/session_table.h"
 #include "daemon/core/telemetry.h"
 #include "daemon/metrics/daemon_metrics.h"
@@ -49,8 +50,9 @@ struct CoreParts {
         layout(config),
         planner(PlannerOptions{c.refresh_interval, c.audit_interval, c.rank,
                                c.selection, c.beta, !c.peer_address.empty()}),
-        core{&config,  &instance, &layout, &sessions,
-             &planner, &peers,    &metrics},
+        series(&metrics, &layout),
+        core{&config,  &instance, &layout,  &sessions,
+             &planner, &peers,    &metrics, &series},
         plans(core),
         telemetry(core),
         factors({core, &telemetry}),
@@ -72,6 +74,7 @@ struct CoreParts {
   JobLayout layout;
   SessionTable sessions;
   Planner planner;
+  SeriesCache series;
   const CoreState core;
   PlanPublisher plans;
   Telemetry telemetry;

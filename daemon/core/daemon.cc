@@ -35,15 +35,18 @@ Daemon::Daemon(const DaemonConfig& config, metrics::Registry* registry)
       planner_(PlannerOptions{config.refresh_interval, config.audit_interval,
                               config.rank, config.selection, config.beta,
                               !config.peer_address.empty()}),
-      core_{&config_,  &instance_, &layout_, &sessions_,
-            &planner_, &peers_,    &metrics_},
+      series_(&metrics_, &layout_),
+      core_{&config_,  &instance_, &layout_,  &sessions_,
+            &planner_, &peers_,    &metrics_, &series_},
       plans_(core_),
       telemetry_(core_),
       factors_({core_, &telemetry_}),
       gauges_({core_, &factors_}),
       registrar_({core_, &plans_, &factors_, &store_}),
       control_({core_, started_, &plans_, &factors_, &registrar_}),
-      messages_({core_, &plans_, &telemetry_, &registrar_, &gauges_}) {}
+      messages_({core_, &plans_, &telemetry_, &registrar_, &gauges_}),
+      poll_gate_(std::max(0, 1000 / std::max(1, config.poll_interval_ms) - 1)) {
+}
 
 absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(
     const DaemonConfig& config, metrics::Registry* registry,
@@ -114,8 +117,31 @@ void Daemon::PollLoop() {
   const absl::Duration period = absl::Milliseconds(config_.poll_interval_ms);
   while (!stop_.WaitForNotificationWithTimeout(period)) {
     if (peers_.coordinated()) peers_.ApplyElection();  // may rebuild the link
+    {
+      absl::MutexLock lock(&mu_);
+      if (stopped_) return;
+      const bool quiet = Quiet();
+      if (!sessions_.empty()) series_.Polls(quiet).Increment();
+      if (quiet) {
+        registrar_.ReapDead();
+        continue;
+      }
+    }
     PollOnce();
   }
+}
+
+bool Daemon::Quiet() {
+  if (peers_.peered() || sessions_.empty()) return false;
+  PollGate::Activity now;
+  now.sessions = sessions_.size();
+  for (const auto& [id, s] : sessions_) {
+    // The rank's own word (untrusted): only compared, so wrapping is fine.
+    now.steps += static_cast<uint64_t>(
+        s->header()->step.load(std::memory_order_acquire));
+  }
+  now.refreshes = refresher_ != nullptr ? refresher_->Pending() : 0;
+  return poll_gate_.Quiet(now);
 }
 
 void Daemon::PollOnce() {

@@ -30,7 +30,10 @@
 // selection (PlanPublisher::ApplySelection, not on a follower),
 // FactorPipeline::Collect, Telemetry::DisconnectMalformed,
 // FactorPipeline::PublishResults and Gauges::Update. Nothing here waits for
-// a rank, and a rank never waits for the daemon.
+// a rank, and a rank never waits for the daemon. A poll that would find
+// nothing new (Quiet: no rank stepped, none came or left, no refresh
+// finished or started, no peers) runs only Registrar::ReapDead, for at most
+// 1 s in a row: giftd's work follows the ranks' steps, not the poll rate.
 //
 // With config.peer_address set the daemon is one member of a multi-node job
 // (DESIGN §4): it serves config.job_id only and the job's world size spans
@@ -73,7 +76,9 @@
 #include "daemon/core/peer_messages.h"
 #include "daemon/core/plan_publisher.h"
 #include "daemon/core/planner.h"
+#include "daemon/core/poll_gate.h"
 #include "daemon/core/registrar.h"
+#include "daemon/core/series.h"
 #include "daemon/core/session_table.h"
 #include "daemon/core/telemetry.h"
 #include "daemon/metrics/daemon_metrics.h"
@@ -161,6 +166,9 @@ class Daemon : public DaemonCore, public PeerHandler {
   // election (daemon_peer.cc).
   absl::Status StartPeers(PeerLinkFactory factory);
   void PollLoop();
+  // Whether nothing a poll reads changed since the last full poll (see
+  // above, poll_gate.h).
+  bool Quiet() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Declared first: released last, after every session's memory is gone.
   std::unique_ptr<shm::PrefixLock> prefix_lock_;
@@ -183,6 +191,7 @@ class Daemon : public DaemonCore, public PeerHandler {
   // process lives).
   SessionTable sessions_ ABSL_GUARDED_BY(mu_);
   Planner planner_ ABSL_GUARDED_BY(mu_);
+  SeriesCache series_ ABSL_GUARDED_BY(mu_);
   // The pointers above, as every component below gets them.
   const CoreState core_;
   PlanPublisher plans_ ABSL_GUARDED_BY(mu_);
@@ -195,6 +204,8 @@ class Daemon : public DaemonCore, public PeerHandler {
 
   absl::Notification stop_;
   std::thread poll_thread_;
+  // At most 1 s of quiet polls in a row.
+  PollGate poll_gate_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace gift::daemon

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 
@@ -303,6 +304,38 @@ void PinFc2(Daemon& daemon, FakeRank& rank, int32_t r) {
   ASSERT_EQ(plan.layers[1].candidate, 1);
   EXPECT_EQ(plan.layers[1].path, 1);  // pinned in: selected
   EXPECT_EQ(plan.layers[1].rank, r);
+}
+
+// The poll thread (every 10 ms here) reads the ranks' memory in full only
+// when something changed: while the rank does not step, its polls are
+// quiet; a step makes one full.
+TEST_F(DaemonTest, PollsOfAnIdleRankAreQuietUntilItSteps) {
+  auto resp = daemon_->Register(Request(0, /*world=*/1));
+  ASSERT_OK(resp);
+  FakeRank rank = FakeRank::Map(*resp);
+  const auto polls = [&](const char* kind) {
+    const std::string key =
+        absl::StrCat("gift_daemon_polls_total{job_id=\"job\",kind=\"", kind,
+                     "\",node=\"test\"} ");
+    const std::string text = metrics::Serialize(registry_);
+    const size_t at = text.find(key);
+    return at == std::string::npos
+               ? 0.0
+               : std::strtod(text.c_str() + at + key.size(), nullptr);
+  };
+  ASSERT_TRUE(gift::testing::WaitUntil([&] { return polls("quiet") >= 5; },
+                                       absl::Seconds(20)));
+  // Wait for a quiet poll, then step: the next full poll sees the step.
+  const double full = polls("full");
+  shm::Header(rank.control->data())->step.store(7);
+  ASSERT_TRUE(gift::testing::WaitUntil([&] { return polls("full") > full; },
+                                       absl::Seconds(20)));
+  ASSERT_TRUE(gift::testing::WaitUntil(
+      [&] {
+        auto s = daemon_->GetStatus({});
+        return s.ok() && s->step() == 7;
+      },
+      absl::Seconds(20)));
 }
 
 TEST_F(DaemonTest, WindowRefreshPublishesFactor) {

@@ -4,43 +4,30 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/core/series.h"
 #include "kernels/wire_format.h"
 #include "proto/wire_format_proto.h"
 
 namespace gift::daemon {
 
 void Gauges::UpdateLayers() {
-  const JobLayout& layout = *p_.layout;
-  DaemonMetrics& m = *p_.metrics;
+  const std::vector<JobLayer>& layers = p_.layout->layers();
   const int64_t step = p_.sessions->SlowestStep();
-  for (const JobLayer& l : layout.layers()) {
-    const metrics::Labels labels = layout.Labels({{"layer", l.name}});
-    m.layer_selected->Add(labels).Set(l.selected);
-    m.layer_candidate->Add(labels).Set(l.candidate);
-    UpdateFormat(l);
-    m.vulnerability->Add(labels).Set(l.score.vulnerability);
-    m.gain->Add(labels).Set(l.score.gain);
-    m.factor_version->Add(labels).Set(l.factors.newest_version());
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const JobLayer& l = layers[i];
+    const int index = static_cast<int>(i);
+    const absl::StatusOr<kernels::WireFormat> format =
+        FromProto(l.settings.format());
+    p_.series->SetFormat(index, format.ok() ? format->code() : -1);
+    LayerSeries& series = p_.series->Layer(index);
+    series.selected->Set(l.selected);
+    series.candidate->Set(l.candidate);
+    series.vulnerability->Set(l.score.vulnerability);
+    series.gain->Set(l.score.gain);
+    series.factor_version->Set(l.factors.newest_version());
     const int64_t factor_step = l.factors.factor_step();
-    m.factor_age->Add(labels).Set(
+    series.factor_age->Set(
         factor_step < 0 ? 0 : std::max<int64_t>(0, step - factor_step));
-  }
-}
-
-void Gauges::UpdateFormat(const JobLayer& l) {
-  const JobLayout& layout = *p_.layout;
-  DaemonMetrics& m = *p_.metrics;
-  const absl::StatusOr<kernels::WireFormat> now =
-      FromProto(l.settings.format());
-  for (int code = 0; code <= kernels::WireFormat::kMxfp4Code; ++code) {
-    const kernels::WireFormat f = kernels::WireFormat::FromCode(code);
-    const metrics::Labels labels = layout.Labels(
-        {{"layer", l.name}, {"format", kernels::WireFormatName(f)}});
-    if (now.ok() && *now == f) {
-      m.layer_format->Add(labels).Set(1);
-    } else {
-      metrics::RemoveSeries(m.layer_format, labels);
-    }
   }
 }
 
@@ -56,8 +43,8 @@ void Gauges::Update() {
   m.staleness_limit->Add(labels).Set(p_.config->staleness_limit);
   const absl::Time now = absl::Now();
   for (const auto& [id, s] : *p_.sessions) {
-    m.heartbeat_age->Add(layout.Labels({{"rank", absl::StrCat(s->rank())}}))
-        .Set(absl::ToDoubleSeconds(now - s->last_seen));
+    p_.series->Rank(s->rank()).heartbeat_age->Set(
+        absl::ToDoubleSeconds(now - s->last_seen));
   }
   if (p_.peers->peered()) UpdatePeer();
   if (PeerLink* l = p_.peers->link(); l != nullptr) UpdateLink(l);

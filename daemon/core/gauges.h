@@ -48,9 +48,9 @@ class Gauges {
   void ResetLinkCounts();
 
  private:
+  // Per layer, through the core's SeriesCache (series.h); the layer's
+  // gift_layer_format series: 1 for its format, no other series.
   void UpdateLayers();
-  // gift_layer_format_info: 1 for the layer's format, no other series.
-  void UpdateFormat(const JobLayer& l);
   // The link's connection, (re)joins and byte totals.
   void UpdateLink(PeerLink* l);
 

@@ -141,6 +141,7 @@ absl::Status JobLayout::Adopt(
     kernels::WireFormat format,
     absl::FunctionRef<absl::Status(const JobLayer&)> each) {
   job_id_ = job_id;
+  ++generation_;
   world_size_ = world_size;
   format_ = format;
   layers_.clear();

@@ -91,7 +91,13 @@ class JobLayout {
       : config_(config), format_(ConfigFormat()) {}
 
   const std::string& job_id() const { return job_id_; }
-  void set_job_id(const std::string& job_id) { job_id_ = job_id; }
+  void set_job_id(const std::string& job_id) {
+    job_id_ = job_id;
+    ++generation_;
+  }
+  // Bumped whenever the job id or the layer list is set anew (Adopt): what
+  // was derived from the old ones (series.h's handles) is stale.
+  uint64_t generation() const { return generation_; }
   int world_size() const { return world_size_; }
   // The job's default wire format (Adopt's); the config's before any job.
   kernels::WireFormat format() const { return format_; }
@@ -169,6 +175,7 @@ class JobLayout {
  private:
   const DaemonConfig& config_;
   std::string job_id_;
+  uint64_t generation_ = 0;
   int world_size_ = 0;
   kernels::WireFormat format_;
   std::vector<JobLayer> layers_;

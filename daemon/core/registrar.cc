@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "daemon/core/request_limits.h"
+#include "daemon/core/series.h"
 #include "daemon/log.h"
 #include "proto/wire_format_proto.h"
 
@@ -311,6 +312,8 @@ void Registrar::DropSession(const std::string& session_id,
   const int rank = s->rank();
   JobLayout& layout = *p_.layout;
   DaemonMetrics& m = *p_.metrics;
+  // The handles first: the series they point to are removed below.
+  p_.series->ForgetRank(rank);
   for (const JobLayer& l : layout.layers()) {
     for (const char* path : {"euclid", "gift"}) {
       const std::string r = absl::StrCat(rank);

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
+#include "daemon/core/series.h"
 #include "daemon/log.h"
 #include "kernels/quantize.h"
 #include "shm/rank_counters.h"
@@ -152,7 +153,6 @@ void Telemetry::TakeAudits(JobLayer& l, const shm::LayerCounters& now,
   // (mean, should a poll see several) of any rank is the layer's; the
   // count is the most any rank reported since it registered.
   l.audits = std::max(l.audits, now.audits[0] + now.audits[1]);
-  DaemonMetrics& m = *p_.metrics;
   for (int p = 0; p < 2; ++p) {
     if (d.audits[p] <= 0) continue;
     const double n = static_cast<double>(d.audits[p]);
@@ -163,11 +163,10 @@ void Telemetry::TakeAudits(JobLayer& l, const shm::LayerCounters& now,
       a.drift = d.audit_drift_sum[p] / static_cast<double>(d.drift_audits[p]);
     }
     l.audit_path = p;
-    const metrics::Labels labels = p_.layout->Labels(
-        {{"layer", l.name}, {"path", p == 1 ? "gift" : "euclid"}});
-    m.audit_rel_l2->Add(labels).Set(a.rel_l2);
-    m.audit_cosine->Add(labels).Set(a.cosine);
-    if (d.drift_audits[p] > 0) m.audit_drift->Add(labels).Set(a.drift);
+    LayerSeries& series = p_.series->Layer(p_.layout->IndexOf(l));
+    series.audit_rel_l2[p]->Set(a.rel_l2);
+    series.audit_cosine[p]->Set(a.cosine);
+    if (d.drift_audits[p] > 0) series.audit_drift[p]->Set(a.drift);
   }
 }
 
@@ -190,7 +189,6 @@ void Telemetry::TakeLayerSample(RankSession& s, int i, SelectorSample* x,
               absl::StrCat("layer ", l.name, ": ", d.status().message()));
     return;
   }
-  const std::string rank = absl::StrCat(s.rank());
   x->steps = std::max(x->steps, d->steps);
   AddSat(&x->n, d->n);
   AddSat(&x->upper, d->upper);
@@ -214,41 +212,24 @@ void Telemetry::TakeLayerSample(RankSession& s, int i, SelectorSample* x,
   *err += d->err_sq;
   *xsq += d->x_sq;
   *xhx += d->xhat_x;
-  DaemonMetrics& m = *p_.metrics;
-  const JobLayout& layout = *p_.layout;
+  RankLayerSeries& series = p_.series->Rank(s.rank()).layers[i];
   if (d->steps > 0) {
     double rel, cos;
     RoundTrip(d->err_sq, d->x_sq, d->xhat_x, &rel, &cos);
-    const char* path = d->gift_steps > 0 ? "gift" : "euclid";
-    m.rel_l2
-        ->Add(
-            layout.Labels({{"rank", rank}, {"layer", l.name}, {"path", path}}))
-        .Set(rel);
-    m.cosine
-        ->Add(
-            layout.Labels({{"rank", rank}, {"layer", l.name}, {"path", path}}))
-        .Set(cos);
+    const int path = d->gift_steps > 0 ? 1 : 0;
+    series.rel_l2[path]->Set(rel);
+    series.cosine[path]->Set(cos);
   }
-  m.boundary_hits
-      ->Add(layout.Labels(
-          {{"rank", rank}, {"layer", l.name}, {"bound", "upper"}}))
-      .Increment(d->upper);
-  m.boundary_hits
-      ->Add(layout.Labels(
-          {{"rank", rank}, {"layer", l.name}, {"bound", "lower"}}))
-      .Increment(d->lower);
-  m.quantized_elements->Add(layout.Labels({{"rank", rank}, {"layer", l.name}}))
-      .Increment(d->n);
-  m.nonfinite_inputs->Add(layout.Labels({{"rank", rank}, {"layer", l.name}}))
-      .Increment(d->nonfinite);
-  m.layer_bytes_sent->Add(layout.Labels({{"rank", rank}, {"layer", l.name}}))
-      .Increment(d->bytes_sent);
+  series.upper->Increment(d->upper);
+  series.lower->Increment(d->lower);
+  series.quantized->Increment(d->n);
+  series.nonfinite->Increment(d->nonfinite);
+  series.bytes->Increment(d->bytes_sent);
   AddSat(&l.bytes_sent, d->bytes_sent);
   was = now;
 }
 
 void Telemetry::TakeStepCounters(RankSession& s) {
-  const std::string rank = absl::StrCat(s.rank());
   const int64_t step = s.header()->step.load(std::memory_order_acquire);
   if (step < 0 || step > shm::kMaxStep) {
     Malformed(s, "step", absl::StrCat("step ", step));
@@ -265,38 +246,32 @@ void Telemetry::TakeStepCounters(RankSession& s) {
     Malformed(s, "step_counters", std::string(d.status().message()));
     return;
   }
-  DaemonMetrics& m = *p_.metrics;
-  const JobLayout& layout = *p_.layout;
-  const metrics::Labels by_rank = layout.Labels({{"rank", rank}});
-  m.steps->Add(by_rank).Increment(d->steps);
-  m.bytes_sent->Add(layout.Labels({{"rank", rank}, {"path", "euclid"}}))
-      .Increment(d->bytes_euclid);
-  m.bytes_sent->Add(layout.Labels({{"rank", rank}, {"path", "gift"}}))
-      .Increment(d->bytes_gift);
-  m.bytes_sent->Add(layout.Labels({{"rank", rank}, {"path", "control"}}))
-      .Increment(d->bytes_control);
-  m.bytes_sent->Add(layout.Labels({{"rank", rank}, {"path", "audit"}}))
-      .Increment(d->bytes_audit);
-  m.audit_steps->Add(by_rank).Increment(d->audit_steps);
-  m.audit_seconds->Add(by_rank).Increment(d->audit_seconds);
+  RankSeries& series = p_.series->Rank(s.rank());
+  series.steps->Increment(d->steps);
+  series.bytes_sent[0]->Increment(d->bytes_euclid);
+  series.bytes_sent[1]->Increment(d->bytes_gift);
+  series.bytes_sent[2]->Increment(d->bytes_control);
+  series.bytes_sent[3]->Increment(d->bytes_audit);
+  series.audit_steps->Increment(d->audit_steps);
+  series.audit_seconds->Increment(d->audit_seconds);
   // Each difference is below 2^62: their sum of four fits a double, and
   // only what was saved counts (the audits' FP32 bytes are sent too).
   const double sent = static_cast<double>(d->bytes_euclid) +
                       static_cast<double>(d->bytes_gift) +
                       static_cast<double>(d->bytes_control) +
                       static_cast<double>(d->bytes_audit);
-  m.bytes_saved->Add(by_rank).Increment(
+  series.bytes_saved->Increment(
       std::max(0.0, static_cast<double>(d->bytes_fp32_equivalent) - sent));
-  m.transform_seconds->Add(by_rank).Increment(d->transform_seconds);
-  m.nonfinite_layers->Add(by_rank).Increment(d->nonfinite_layers);
+  series.transform_seconds->Increment(d->transform_seconds);
+  series.nonfinite_layers->Increment(d->nonfinite_layers);
   std::vector<double> counts(shm::kDurationBuckets);
   for (int b = 0; b < shm::kDurationBuckets; ++b) {
     counts[b] = static_cast<double>(d->duration_buckets[b]);
   }
-  metrics::ObserveBuckets(
-      &m.collective_duration->Add(by_rank, m.duration_bounds),
-      m.duration_bounds, counts, d->collective_seconds);
-  m.rank_step->Add(by_rank).Set(t.steps);
+  metrics::ObserveBuckets(series.collective_duration,
+                          p_.metrics->duration_bounds, counts,
+                          d->collective_seconds);
+  series.rank_step->Set(t.steps);
   s.last_totals = t;
 }
 
@@ -336,12 +311,9 @@ void Telemetry::Read() {
     // The probe's local round trip of both paths, beside the audits.
     if (samples[i].probes > 0) {
       const double n = static_cast<double>(samples[i].probes);
-      p_.metrics->probe_rel_l2
-          ->Add(p_.layout->Labels({{"layer", l.name}, {"path", "euclid"}}))
-          .Set(samples[i].probe_euclid_sum / n);
-      p_.metrics->probe_rel_l2
-          ->Add(p_.layout->Labels({{"layer", l.name}, {"path", "gift"}}))
-          .Set(samples[i].probe_gift_sum / n);
+      LayerSeries& series = p_.series->Layer(static_cast<int>(i));
+      series.probe_rel_l2[0]->Set(samples[i].probe_euclid_sum / n);
+      series.probe_rel_l2[1]->Set(samples[i].probe_gift_sum / n);
     }
   }
 }

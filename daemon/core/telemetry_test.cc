@@ -3,6 +3,7 @@
 #include <string>
 
 #include "common/status_matchers.h"
+#include "daemon/core/series.h"
 #include "daemon/metrics/metrics.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -116,7 +117,9 @@ TEST(TelemetryTest, AFollowersReportReachesTheLeadersNextPoll) {
     return planner.selector().AddLayer({l.name, l.d_out, l.d_in});
   }));
   const std::string instance = "inst";
-  Telemetry t({&c, &instance, &layout, &sessions, &planner, &peers, &m});
+  SeriesCache series(&m, &layout);
+  Telemetry t(
+      {&c, &instance, &layout, &sessions, &planner, &peers, &m, &series});
   v1::ReportTelemetryRequest r;
   *r.add_layers() = Sample("fc1", 3);
   *r.add_layers() = Sample("not-adopted", 3);  // ignored

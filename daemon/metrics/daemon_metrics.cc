@@ -45,6 +45,10 @@ void AddJobFamilies(metrics::Registry* r, DaemonMetrics* m) {
   m->ranks_reaped = AddCounter(
       r, "gift_ranks_reaped_total",
       "Ranks removed because their heartbeat stopped or their process died.");
+  m->polls = AddCounter(
+      r, "gift_daemon_polls_total",
+      "Polls of the ranks' shared memory: full (something to read) or quiet "
+      "(nothing changed since the last full poll: only the reaper ran).");
   m->plan_epoch =
       AddGauge(r, "gift_plan_epoch", "Epoch of the newest published plan.");
   m->refresh_interval =

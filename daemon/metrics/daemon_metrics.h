@@ -26,6 +26,8 @@ struct DaemonMetrics {
   // {job_id, node}
   metrics::Family<metrics::Gauge>* ranks_registered;
   metrics::Family<metrics::Counter>* ranks_reaped;
+  // {job_id, node, kind = full|quiet}
+  metrics::Family<metrics::Counter>* polls;
   metrics::Family<metrics::Gauge>* plan_epoch;
   metrics::Family<metrics::Gauge>* refresh_interval;
   metrics::Family<metrics::Gauge>* selected_layers;
