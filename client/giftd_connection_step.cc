@@ -410,7 +410,7 @@ absl::Status GiftdConnection::Impl::OpenWindow(int j,
   // opens this window under the same plan, so their k agree).
   s.window_omega = shm::FirstColumns(
       s.omega_version >= 0 ? s.omega : mapping->omega0[j], e->d_in, e->k_cap,
-      shm::SketchColumns(e->k_cap, agreed.layers[j].rank));
+      shm::SketchColumns(e->k_cap, e->oversample, agreed.layers[j].rank));
   if (sketcher != nullptr) {
     if (!s.usable) return absl::OkStatus();
     return sketcher->Open(j, e->d_in, s.window_omega, s.full,

@@ -57,6 +57,10 @@ struct DaemonConfig {
   // measuring what was applied); 0 = none. REQUIRES: [0, kMaxAuditInterval].
   int audit_interval = 100;
   int sketch_rows = 512;  // rows per layer and step. REQUIRES: >= 1.
+  // Sketch oversampling p: a window sketches r + p columns of Ω (DESIGN
+  // §2), the shared memory holds max_rank + p. REQUIRES: [0,
+  // shm::kMaxOversample]. Every member of a multi-node job must agree.
+  int sketch_oversample = 16;
   // Steps a factor may age before a rank drops the layer to Euclidean.
   // Default: 200. REQUIRES: >= 1.
   int staleness_limit = 200;

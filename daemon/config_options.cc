@@ -379,6 +379,9 @@ std::vector<Option> Plan() {
                      "Audit step interval: an FP32 allreduce beside the "
                      "quantized one measures what was applied; 0 = none"),
       GIFT_INT(sketch_rows, 1, "Sampled input rows per layer and step"),
+      GIFT_INT_RANGE(sketch_oversample, 0, shm::kMaxOversample,
+                     "Sketch oversampling p: a window sketches r + p columns "
+                     "(the same on every node of a job)"),
       GIFT_INT(staleness_limit, 1,
                "Steps a factor may age before a rank falls back to Euclidean"),
       BetaOption(),

@@ -55,11 +55,13 @@ namespace gift::shm {
 inline constexpr uint64_t kMagic = 0x3130'4D48'5354'4947ULL;  // "GIFTSHM01"
 // Bump on any change (2: audit counters and interval; 3: β auto; 4: the plan's
 // format is a kernels::WireFormat code, 0..3, no longer 0/1 FP8 only; 5: probe
-// and accepted factor versions).
-inline constexpr uint32_t kLayoutVersion = 5;
+// and accepted factor versions; 6: each layer's sketch oversampling p).
+inline constexpr uint32_t kLayoutVersion = 6;
 
-// Sketch oversampling p (DESIGN §2): k = r + p columns.
-inline constexpr int kOversample = 16;
+// Sketch oversampling p (DESIGN §2): a window sketches k = r + p columns.
+// giftd's sketch_oversample sets it (this default), at most kMaxOversample.
+inline constexpr int kDefaultOversample = 16;
+inline constexpr int kMaxOversample = 1024;
 // Largest d_in of a layer (2^24): a full region's d_in × d_in floats and
 // every offset of LayerRegionLayout then stay far inside 64 bits. The
 // daemon's own limit (max_layer_d_in) is lower.
@@ -219,8 +221,10 @@ struct LayerEntry {
   char name[kNameBytes];
   int64_t d_out;
   int64_t d_in;
-  int32_t r_cap;  // factor slot columns
-  int32_t k_cap;  // Ω columns = min(d_in, r_cap + kOversample)
+  int32_t r_cap;       // factor slot columns
+  int32_t k_cap;       // Ω columns = min(d_in, r_cap + oversample)
+  int32_t oversample;  // p: a window sketches min(k_cap, r + p) columns
+  int32_t reserved;
 
   // ---- daemon → client, under ControlHeader::plan_lock
   uint8_t path;       // client::LayerPath

@@ -167,10 +167,11 @@ absl::Status CopySlot(const LayerEntry& e, const LayerGeometry& g, int i,
 
 absl::Status CheckGeometry(const LayerGeometry& g, uint32_t i) {
   if (g.d_in < 1 || g.d_in > kMaxDIn || g.r_cap < 1 || g.r_cap > g.d_in ||
-      g.k_cap != std::min<int64_t>(g.d_in, int64_t{g.r_cap} + kOversample)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("control block layer ", i, " is malformed (d_in ", g.d_in,
-                     ", r_cap ", g.r_cap, ", k_cap ", g.k_cap, ")"));
+      g.oversample < 0 || g.oversample > kMaxOversample ||
+      g.k_cap != std::min<int64_t>(g.d_in, int64_t{g.r_cap} + g.oversample)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "control block layer ", i, " is malformed (d_in ", g.d_in, ", r_cap ",
+        g.r_cap, ", k_cap ", g.k_cap, ", oversample ", g.oversample, ")"));
   }
   return absl::OkStatus();
 }
@@ -181,6 +182,7 @@ LayerGeometry CopyGeometry(const LayerEntry& e) {
   g.d_in = e.d_in;
   g.r_cap = e.r_cap;
   g.k_cap = e.k_cap;
+  g.oversample = e.oversample;
   return g;
 }
 
@@ -201,8 +203,9 @@ LayerGeometry GeometryOf(const LayerDecl& d) {
   LayerGeometry g;
   g.d_in = d.d_in;
   g.r_cap = d.r_cap;
+  g.oversample = d.oversample;
   g.k_cap = static_cast<int32_t>(
-      std::min<int64_t>(d.d_in, int64_t{d.r_cap} + kOversample));
+      std::min<int64_t>(d.d_in, int64_t{d.r_cap} + d.oversample));
   return g;
 }
 
@@ -233,6 +236,7 @@ void InitControlBlock(void* block, const std::string& daemon_instance,
     e->d_in = g.d_in;
     e->r_cap = g.r_cap;
     e->k_cap = g.k_cap;
+    e->oversample = g.oversample;
     for (FactorSlot& s : e->slots) {
       s.version = -1;
       s.window = -1;

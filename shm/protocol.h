@@ -42,6 +42,8 @@ struct LayerDecl {
   int64_t d_out = 0;
   int64_t d_in = 0;
   int32_t r_cap = 0;  // REQUIRES: 1 <= r_cap <= d_in
+  // Sketch oversampling p. REQUIRES: 0 <= oversample <= kMaxOversample.
+  int32_t oversample = kDefaultOversample;
 };
 
 // A layer's sizes as the daemon created its regions: what the daemon reads
@@ -50,9 +52,10 @@ struct LayerDecl {
 struct LayerGeometry {
   int64_t d_in = 0;
   int32_t r_cap = 0;
-  int32_t k_cap = 0;  // min(d_in, r_cap + kOversample)
+  int32_t k_cap = 0;       // min(d_in, r_cap + oversample)
+  int32_t oversample = 0;  // p, in [0, kMaxOversample]
 };
-// REQUIRES: 1 <= d.r_cap <= d.d_in.
+// REQUIRES: 1 <= d.r_cap <= d.d_in, 0 <= d.oversample <= kMaxOversample.
 LayerGeometry GeometryOf(const LayerDecl& d);
 // The entry's copy, for the client (which trusts the daemon's block):
 // INVALID_ARGUMENT when the entry is malformed.
@@ -178,11 +181,11 @@ struct SketchData {
 };
 
 // The columns of Ω a window of a layer sketches (DESIGN §3: Ω is
-// d_in × (r + p)): min(k_cap, rank + kOversample) for the rank r of the
-// plan the window opened under; k_cap when rank <= 0. Ω = orth[U | G]
-// keeps U first, so its first k columns are U and p columns of G,
-// orthonormal.
-int32_t SketchColumns(int32_t k_cap, int32_t rank);
+// d_in × (r + p)): min(k_cap, rank + oversample) for the rank r of the
+// plan the window opened under (at least 1); k_cap when rank <= 0.
+// Ω = orth[U | G] keeps U first, so its first k columns are U and p
+// columns of G, orthonormal.
+int32_t SketchColumns(int32_t k_cap, int32_t oversample, int32_t rank);
 // The first k columns of the rows × cols row-major m, as a rows × k
 // row-major matrix; empty unless 0 <= k <= cols and m.size() == rows · cols.
 std::vector<float> FirstColumns(const std::vector<float>& m, int64_t rows,

@@ -113,6 +113,24 @@ TEST_F(ProtocolTest, InitFillsHeaderAndLayers) {
               StatusIs(absl::StatusCode::kNotFound));
 }
 
+// giftd's sketch_oversample reaches each entry: k_cap = min(d_in, r_cap +
+// p) and the window width SketchColumns takes p from the entry.
+TEST(ProtocolOversampleTest, EachEntryCarriesItsOversampling) {
+  const std::vector<LayerDecl> layers = {
+      {"a", 4, 100, 32, 8}, {"b", 4, 36, 32, 8}, {"c", 4, 64, 32, 0}};
+  std::unique_ptr<Region> block = MustCreate("ovs", ControlBlockBytes(3));
+  ASSERT_NE(block, nullptr);
+  InitControlBlock(block->data(), "d", "s", 0, 1, layers);
+  ASSERT_OK(CheckControlBlock(block->data(), block->bytes()));
+  const LayerEntry* a = Entry(block->data(), 0);
+  EXPECT_EQ(a->oversample, 8);
+  EXPECT_EQ(a->k_cap, 40);
+  EXPECT_EQ(SketchColumns(a->k_cap, a->oversample, 16), 24);
+  EXPECT_EQ(Entry(block->data(), 1)->k_cap, 36);  // capped by d_in
+  EXPECT_EQ(Entry(block->data(), 2)->k_cap, 32);  // p = 0
+  EXPECT_EQ(GeometryOf(layers[0]).k_cap, 40);
+}
+
 TEST_F(ProtocolTest, CheckControlBlockExplainsMismatches) {
   void* b = block_->data();
   Header(b)->layout_version = kLayoutVersion + 1;
@@ -130,6 +148,16 @@ TEST_F(ProtocolTest, CheckControlBlockExplainsMismatches) {
   EXPECT_THAT(CheckControlBlock(b, block_->bytes()),
               StatusIs(absl::StatusCode::kInvalidArgument));
   Entry(b, 1)->r_cap = 20;
+  ASSERT_OK(CheckControlBlock(b, block_->bytes()));
+  // The oversampling must be in range and agree with k_cap.
+  Entry(b, 0)->oversample = 15;  // k_cap 24 is r_cap 8 + 16
+  EXPECT_THAT(
+      CheckControlBlock(b, block_->bytes()),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("oversample 15")));
+  Entry(b, 0)->oversample = -1;
+  EXPECT_THAT(CheckControlBlock(b, block_->bytes()),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  Entry(b, 0)->oversample = 16;
   ASSERT_OK(CheckControlBlock(b, block_->bytes()));
   Header(b)->magic = 0;
   s = CheckControlBlock(b, block_->bytes());
@@ -440,7 +468,7 @@ TEST_F(ProtocolTest, SketchOfAnImpossibleWidthIsDataLoss) {
 // k_cap = r_cap + p its buffer has room for: the daemon reads d_in × k,
 // stored compactly, and nothing of the columns beyond.
 TEST_F(ProtocolTest, ANarrowerWindowIsReadCompactly) {
-  const int32_t k = SketchColumns(e_->k_cap, 2);
+  const int32_t k = SketchColumns(e_->k_cap, e_->oversample, 2);
   ASSERT_EQ(k, 18);  // rank 2 + 16 < k_cap 24
   ASSERT_TRUE(*BeginWindow(e_, data_.get(), nullptr, 0, false));
   const LayerRegionLayout l =
@@ -460,12 +488,15 @@ TEST_F(ProtocolTest, ANarrowerWindowIsReadCompactly) {
 }
 
 TEST(SketchColumnsTest, RankPlusOversamplingCappedByTheBuffer) {
-  EXPECT_EQ(SketchColumns(80, 32), 48);
-  EXPECT_EQ(SketchColumns(80, 64), 80);
-  EXPECT_EQ(SketchColumns(80, 70), 80);  // never wider than the buffer
-  EXPECT_EQ(SketchColumns(20, 4), 20);   // k_cap capped by d_in
-  EXPECT_EQ(SketchColumns(80, 0), 80);   // no rank in the plan: all
-  EXPECT_EQ(SketchColumns(80, std::numeric_limits<int32_t>::max()), 80);
+  EXPECT_EQ(SketchColumns(80, 16, 32), 48);
+  EXPECT_EQ(SketchColumns(80, 16, 64), 80);
+  EXPECT_EQ(SketchColumns(80, 16, 70), 80);  // never wider than the buffer
+  EXPECT_EQ(SketchColumns(20, 16, 4), 20);   // k_cap capped by d_in
+  EXPECT_EQ(SketchColumns(80, 16, 0), 80);   // no rank in the plan: all
+  EXPECT_EQ(SketchColumns(80, 16, std::numeric_limits<int32_t>::max()), 80);
+  EXPECT_EQ(SketchColumns(72, 8, 32), 40);   // sketch_oversample 8
+  EXPECT_EQ(SketchColumns(64, 0, 32), 32);   // p = 0: the rank alone
+  EXPECT_EQ(SketchColumns(64, -5, 32), 32);  // a negative p counts as 0
 }
 
 TEST(FirstColumnsTest, KeepsTheLeadingColumnsOfEachRow) {

@@ -58,10 +58,11 @@ absl::Status CopyBuffers(const LayerGeometry& g, const Region& region,
 
 }  // namespace
 
-int32_t SketchColumns(int32_t k_cap, int32_t rank) {
+int32_t SketchColumns(int32_t k_cap, int32_t oversample, int32_t rank) {
   if (rank <= 0) return k_cap;
+  const int64_t k = int64_t{rank} + std::max(0, oversample);
   return static_cast<int32_t>(
-      std::min<int64_t>(k_cap, int64_t{rank} + kOversample));
+      std::max<int64_t>(1, std::min<int64_t>(k_cap, k)));
 }
 
 std::vector<float> FirstColumns(const std::vector<float>& m, int64_t rows,

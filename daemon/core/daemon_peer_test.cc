@@ -56,7 +56,8 @@ struct PeerRank : FakeRank {
   void CloseWindow(int i, int64_t w = 0) {
     shm::LayerEntry* e = entry(i);
     const int64_t d = e->d_in, k = e->k_cap, count = 1000 / kWorld;
-    const int64_t ks = shm::SketchColumns(e->k_cap, Plan().layers[i].rank);
+    const int64_t ks =
+        shm::SketchColumns(e->k_cap, e->oversample, Plan().layers[i].rank);
     std::vector<float> omega;
     int64_t omega_version = -1;
     if (shm::NewestFactorVersion(*e) >= 1) {

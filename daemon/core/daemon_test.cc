@@ -345,7 +345,7 @@ TEST_F(DaemonTest, WindowRefreshPublishesFactor) {
   ASSERT_NO_FATAL_FAILURE(PinFc2(*daemon_, rank, 32));
   // fc2 (d_in 48): r_cap 48, k_cap 48; rank 32 + 16 sketches all of it.
   ASSERT_EQ(rank.entry(1)->k_cap, 48);
-  ASSERT_EQ(shm::SketchColumns(rank.entry(1)->k_cap, 32), 48);
+  ASSERT_EQ(shm::SketchColumns(rank.entry(1)->k_cap, 16, 32), 48);
   shm::FactorData f;
   ASSERT_NO_FATAL_FAILURE(RefreshFromKnownWindow(*daemon_, rank, 48, &f));
   EXPECT_EQ(f.r, 32);
@@ -365,7 +365,7 @@ TEST_F(DaemonTest, AWindowOfRankPlusOversamplingColumnsRefreshes) {
   ASSERT_OK(resp);
   FakeRank rank = FakeRank::Map(*resp);
   ASSERT_NO_FATAL_FAILURE(PinFc2(*daemon_, rank, 8));
-  const int32_t ks = shm::SketchColumns(rank.entry(1)->k_cap, 8);
+  const int32_t ks = shm::SketchColumns(rank.entry(1)->k_cap, 16, 8);
   ASSERT_EQ(ks, 24);
   shm::FactorData f;
   ASSERT_NO_FATAL_FAILURE(RefreshFromKnownWindow(*daemon_, rank, ks, &f));

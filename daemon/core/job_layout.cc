@@ -21,7 +21,8 @@ bool JobLayout::DefaultFull(int64_t d_in) const {
 std::vector<shm::LayerDecl> JobLayout::Decls() const {
   std::vector<shm::LayerDecl> out;
   for (const JobLayer& l : layers_) {
-    out.push_back({l.name, l.d_out, l.d_in, l.r_cap});
+    out.push_back(
+        {l.name, l.d_out, l.d_in, l.r_cap, config_.sketch_oversample});
   }
   return out;
 }
@@ -152,7 +153,7 @@ absl::Status JobLayout::Adopt(
     l.d_in = s.d_in();
     l.r_cap = RankCap(l.d_in);
     l.k_cap = static_cast<int32_t>(
-        std::min<int64_t>(l.d_in, l.r_cap + shm::kOversample));
+        std::min<int64_t>(l.d_in, l.r_cap + config_.sketch_oversample));
     l.settings.set_pin(v1::PIN_AUTO);
     // A layer wider than full_max_d_in stays low-rank whatever the default.
     l.settings.set_transform(DefaultFull(l.d_in) ? v1::TRANSFORM_FULL

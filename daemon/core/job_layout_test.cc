@@ -28,6 +28,23 @@ LayerShapes Shapes(std::vector<std::pair<std::string, int64_t>> d_in) {
 
 absl::Status Keep(const JobLayer&) { return absl::OkStatus(); }
 
+// sketch_oversample p sizes Ω (k_cap = min(d_in, r_cap + p)) and reaches
+// the ranks' entries through the declarations.
+TEST(JobLayoutTest, SketchOversampleSizesOmegaAndTheDeclarations) {
+  DaemonConfig c;
+  c.max_rank = 32;
+  c.sketch_oversample = 4;
+  JobLayout layout(c);
+  ASSERT_OK(layout.Adopt("job", 1, Shapes({{"fc1", 34}, {"fc2", 96}}), Keep));
+  EXPECT_EQ(layout.layers()[0].k_cap, 34);  // capped by d_in
+  EXPECT_EQ(layout.layers()[1].k_cap, 36);
+  EXPECT_EQ(layout.layers()[1].omega0.size(), 96u * 36u);
+  const std::vector<shm::LayerDecl> decls = layout.Decls();
+  ASSERT_EQ(decls.size(), 2u);
+  EXPECT_EQ(decls[1].oversample, 4);
+  EXPECT_EQ(shm::GeometryOf(decls[1]).k_cap, 36);
+}
+
 TEST(JobLayoutTest, AdoptsLayersWithTheConfigDefaults) {
   DaemonConfig c;
   c.max_rank = 32;
@@ -46,7 +63,7 @@ TEST(JobLayoutTest, AdoptsLayersWithTheConfigDefaults) {
   EXPECT_EQ(fc1.r_cap, 24);
   EXPECT_EQ(fc2.r_cap, 32);
   EXPECT_EQ(fc1.k_cap, 24);
-  EXPECT_EQ(fc2.k_cap, std::min<int64_t>(48, 32 + shm::kOversample));
+  EXPECT_EQ(fc2.k_cap, std::min<int64_t>(48, 32 + shm::kDefaultOversample));
   // The full default only within full_max_d_in; β auto only when low-rank.
   EXPECT_EQ(fc1.settings.transform(), v1::TRANSFORM_FULL);
   EXPECT_EQ(fc2.settings.transform(), v1::TRANSFORM_LOWRANK);

@@ -42,6 +42,13 @@ absl::StatusOr<v1::PeerPlan> PeerMessages::Join(const v1::JoinRequest& r) {
         p_.peers->term(), r.self().node(), r.term()));
   }
   // Every check before anything changes.
+  if (r.has_sketch_oversample() &&
+      r.sketch_oversample() != c.sketch_oversample) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "join of %s: its sketch_oversample p = %d differs from the leader's "
+        "%d; every node of a job must sketch the same r + p columns",
+        r.self().node(), r.sketch_oversample(), c.sketch_oversample));
+  }
   if (r.has_plan()) {
     RETURN_IF_ERROR(layout.CheckPlanFormats(r.plan(), r.self().node()));
   }
@@ -153,6 +160,7 @@ v1::JoinRequest PeerMessages::JoinState() const {
   v1::JoinRequest j;
   j.set_job_id(c.job_id);
   j.set_layout_version(shm::kLayoutVersion);
+  j.set_sketch_oversample(c.sketch_oversample);
   j.mutable_self()->set_node(c.node);
   j.mutable_self()->set_instance(*p_.instance);
   j.mutable_self()->set_address(c.peer_advertise_address.empty()

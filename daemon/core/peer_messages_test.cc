@@ -101,6 +101,24 @@ TEST(PeerMessagesTest, ALeadersReportsAreCheckedAndKept) {
   EXPECT_GT(core.planner.epoch(), epoch + 5);
 }
 
+// Windows of different widths never sum: a follower sketching another
+// r + p is refused before anything changes, and JoinState says its p.
+TEST(PeerMessagesTest, AJoinerOfAnotherSketchOversampleIsRefused) {
+  CoreParts core(Peered("pmover"));
+  EXPECT_EQ(core.messages.JoinState().sketch_oversample(),
+            core.config.sketch_oversample);
+  v1::JoinRequest j = Joiner(0);
+  j.set_sketch_oversample(core.config.sketch_oversample + 8);
+  EXPECT_THAT(core.messages.Join(j),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("sketch_oversample p = 24 differs from the "
+                                 "leader's 16")));
+  EXPECT_TRUE(core.layout.empty());
+  j.set_sketch_oversample(core.config.sketch_oversample);
+  EXPECT_OK(core.messages.Join(j));
+  EXPECT_EQ(core.layout.size(), 1u);
+}
+
 TEST(PeerMessagesTest, CheckJoinLayoutRefusesAnotherVersion) {
   v1::JoinRequest j = Joiner(0);
   EXPECT_OK(CheckJoinLayout(j));
