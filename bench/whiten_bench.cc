@@ -1,9 +1,12 @@
-// CPU cost of the low-rank whitening pair (forward X·T with fused error
-// feedback, then inverse ·T⁻¹) against the GEMMs it is made of: one "GEMM
-// pair" is P = X·U (d_out × d_in × r) then P·Uᵀ, issued with the same Eigen
-// row-major maps. The whitening pair contains two GEMM pairs plus the
-// element-wise adds, so the expected ratio is about 2. After the runs a
-// summary line per shape prints both times and the ratio.
+// CPU cost of the low-rank whitening transforms against the GEMMs they are
+// made of: one "GEMM pair" is P = X·U (d_out × d_in × r) then P·Uᵀ, two plain
+// Eigen sgemm calls on row-major maps. Each transform (forward X·T with fused
+// error feedback, inverse ·T⁻¹) is one GEMM pair's flops, so the target is
+// about 1× the GEMM pair per transform and 2× for the pair. The pair also
+// runs through internal::ApplyLowRankPortable (whole-matrix Eigen GEMMs plus
+// an element-wise pass, the CPU path before the tiled one) for a side-by-side
+// figure. After the runs a summary per shape prints each time and its ratio
+// to the GEMM pair.
 #include <benchmark/benchmark.h>
 
 #include <Eigen/Core>
@@ -40,19 +43,59 @@ struct Problem {
   }
 };
 
-void BM_WhitenPair(benchmark::State& state) {
+// Forward with error feedback alone: out = X T + R.
+void BM_WhitenForward(benchmark::State& state) {
   Problem p(state.range(0), state.range(1));
   for (auto _ : state) {
     absl::Status s =
         ApplyLowRank(p.x.data(), p.rows, {p.u.data(), p.c.data(), p.d, kRank},
                      p.residual.data(), p.out.data(), p.ws.data());
-    s.Update(ApplyLowRank(p.out.data(), p.rows,
-                          {p.u.data(), p.c_inv.data(), p.d, kRank}, nullptr,
-                          p.back.data(), p.ws.data()));
+    if (!s.ok()) state.SkipWithError(s.ToString().c_str());
+    benchmark::DoNotOptimize(p.out.data());
+    benchmark::ClobberMemory();
+  }
+}
+
+// Inverse alone: back = X T⁻¹ (no add).
+void BM_WhitenInverse(benchmark::State& state) {
+  Problem p(state.range(0), state.range(1));
+  for (auto _ : state) {
+    absl::Status s = ApplyLowRank(p.x.data(), p.rows,
+                                  {p.u.data(), p.c_inv.data(), p.d, kRank},
+                                  nullptr, p.back.data(), p.ws.data());
     if (!s.ok()) state.SkipWithError(s.ToString().c_str());
     benchmark::DoNotOptimize(p.back.data());
     benchmark::ClobberMemory();
   }
+}
+
+// The pair through `apply`: ApplyLowRank (tiled AVX2 path on this CPU) or
+// internal::ApplyLowRankPortable (whole-matrix Eigen GEMMs, as before the
+// tiled path).
+using ApplyFn = absl::Status (*)(const float*, int64_t, const LowRankView&,
+                                 const float*, float*, float*);
+
+void WhitenPair(benchmark::State& state, ApplyFn apply) {
+  Problem p(state.range(0), state.range(1));
+  for (auto _ : state) {
+    absl::Status s =
+        apply(p.x.data(), p.rows, {p.u.data(), p.c.data(), p.d, kRank},
+              p.residual.data(), p.out.data(), p.ws.data());
+    s.Update(apply(p.out.data(), p.rows,
+                   {p.u.data(), p.c_inv.data(), p.d, kRank}, nullptr,
+                   p.back.data(), p.ws.data()));
+    if (!s.ok()) state.SkipWithError(s.ToString().c_str());
+    benchmark::DoNotOptimize(p.back.data());
+    benchmark::ClobberMemory();
+  }
+}
+
+void BM_WhitenPair(benchmark::State& state) {
+  WhitenPair(state, &ApplyLowRank);
+}
+
+void BM_WhitenPairPortable(benchmark::State& state) {
+  WhitenPair(state, &internal::ApplyLowRankPortable);
 }
 
 void BM_GemmPair(benchmark::State& state) {
@@ -74,27 +117,39 @@ void Shapes(benchmark::internal::Benchmark* b) {
   b->Unit(benchmark::kMillisecond);
 }
 
+BENCHMARK(BM_WhitenForward)->Apply(Shapes);
+BENCHMARK(BM_WhitenInverse)->Apply(Shapes);
 BENCHMARK(BM_WhitenPair)->Apply(Shapes);
+BENCHMARK(BM_WhitenPairPortable)->Apply(Shapes);
 BENCHMARK(BM_GemmPair)->Apply(Shapes);
 
 // Console output plus the per-shape summary (seconds per iteration by run
-// name, e.g. "BM_WhitenPair/1024/4096").
+// name, e.g. "BM_WhitenPair/1024/4096"): each whitening run against the
+// GEMM pair of its shape.
 class SummaryReporter : public bench::TimesReporter {
  public:
   // Ratios by wall time and by CPU time: the latter is the steadier figure
   // on a shared machine.
   void PrintSummary() const {
-    std::printf("\n%-11s | %12s | %14s | %s\n", "d_out×d_in", "pair ms",
-                "GEMM pair ms", "ratio wall / cpu (expect ~2)");
-    for (const auto& [name, t] : seconds_) {
-      const std::string prefix = "BM_WhitenPair/";
-      if (name.rfind(prefix, 0) != 0) continue;
-      const std::string gemm = "BM_GemmPair/" + name.substr(prefix.size());
-      if (seconds_.count(gemm) == 0) continue;
-      std::printf("%-11s | %12.2f | %14.2f | %.2f / %.2f\n",
-                  name.substr(prefix.size()).c_str(), t * 1e3,
-                  seconds_.at(gemm) * 1e3, t / seconds_.at(gemm),
-                  cpu_seconds_.at(name) / cpu_seconds_.at(gemm));
+    static constexpr std::pair<const char*, const char*> kRuns[] = {
+        {"BM_WhitenForward/", "forward+EF (expect ~1)"},
+        {"BM_WhitenInverse/", "inverse (expect ~1)"},
+        {"BM_WhitenPair/", "pair (expect ~2)"},
+        {"BM_WhitenPairPortable/", "pair, portable path"}};
+    std::printf("\n%-11s | %-22s | %8s | %12s | %s\n", "d_out×d_in",
+                "transform", "ms", "GEMM pair ms", "× GEMM pair, wall / cpu");
+    for (const auto& [gemm, gemm_t] : seconds_) {
+      const std::string gemm_prefix = "BM_GemmPair/";
+      if (gemm.rfind(gemm_prefix, 0) != 0) continue;
+      const std::string shape = gemm.substr(gemm_prefix.size());
+      for (const auto& [prefix, label] : kRuns) {
+        const std::string name = prefix + shape;
+        if (seconds_.count(name) == 0) continue;
+        std::printf("%-11s | %-22s | %8.2f | %12.2f | %.2f / %.2f\n",
+                    shape.c_str(), label, seconds_.at(name) * 1e3, gemm_t * 1e3,
+                    seconds_.at(name) / gemm_t,
+                    cpu_seconds_.at(name) / cpu_seconds_.at(gemm));
+      }
     }
   }
 };

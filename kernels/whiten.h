@@ -12,8 +12,15 @@
 // Residual re-projection at a factor switch v → v′ (in place):
 //   R ← (R T_v⁻¹) T_v′.
 //
-// Arithmetic is float32 GEMMs (Eigen on the CPU, cuBLAS on the GPU); results
-// of the two agree to GEMM rounding, not bitwise.
+// Arithmetic is float32 GEMMs (cuBLAS on the GPU; on the CPU a tiled AVX2 +
+// FMA kernel, or whole-matrix Eigen GEMMs on CPUs without AVX2); results
+// agree to GEMM rounding, not bitwise. The CPU low-rank kernel makes one pass
+// over the rows in blocks of 96: P_b = (X_b U) diag(c) into the workspace,
+// then out_b = X_b + add_b + P_b Uᵀ written once while X_b is in cache (no
+// element-wise pass, no allocation; a 32 KiB stack buffer holds a transposed
+// chunk of U; r > 512 takes the Eigen path). Per transform it runs at about the
+// speed of the two plain sgemm calls of the same shapes
+// (bench/whiten_bench.cc).
 //
 //   LowRankView f{u, c, d_in, r};
 //   std::vector<float> ws(WhitenWorkspaceFloats(rows, d_in, r));
@@ -47,7 +54,8 @@ struct LowRankView {
 // pass r = max(old_inverse.r, new_forward.r). 0 for negative arguments.
 int64_t WhitenWorkspaceFloats(int64_t rows, int64_t d, int64_t r);
 
-// out (rows × d) = x + ((x U) diag(c)) Uᵀ + add. out may alias x or add.
+// out (rows × d) = x + ((x U) diag(c)) Uᵀ + add. out may alias x or add
+// (the same buffer; not a partial overlap). add may be null.
 absl::Status ApplyLowRank(const float* x, int64_t rows, const LowRankView& f,
                           const float* add, float* out, float* workspace);
 
@@ -75,6 +83,12 @@ absl::Status CheckReprojectArgs(const float* residual, int64_t rows,
                                 const LowRankView& old_inverse,
                                 const LowRankView& new_forward,
                                 const float* workspace);
+
+// ApplyLowRank's portable path (whole-matrix Eigen GEMMs), which CPUs without
+// AVX2 take; same contract. For tests and benchmarks.
+absl::Status ApplyLowRankPortable(const float* x, int64_t rows,
+                                  const LowRankView& f, const float* add,
+                                  float* out, float* workspace);
 }  // namespace internal
 
 namespace cuda {

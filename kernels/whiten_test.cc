@@ -6,9 +6,11 @@
 #include <Eigen/Dense>
 #include <cmath>
 #include <limits>
+#include <ostream>
 #include <random>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "common/status_matchers.h"
 
 namespace gift::kernels {
@@ -169,6 +171,78 @@ TEST(WhitenTest, RankZeroIsCopyPlusAdd) {
     ASSERT_EQ(out[i], k.x[i] + k.add[i]) << i;
   }
 }
+
+// ApplyLowRank (the tiled AVX2 path where the CPU has it) and the portable
+// path against x + ((x U) diag(c)) Uᵀ + add in double, to float GEMM
+// rounding, on shapes that leave ragged edges: the last block of rows
+// (blocks are 96 rows), the last register tile of rows (6), of P's columns
+// (16) and of out's columns (16), and the last chunk of Uᵀ (r · chunk <=
+// 8192); d and r not multiples of 8; r = 0 and r = d. With and without add,
+// out of place and in place (out aliasing x, or add).
+struct Shape {
+  int64_t rows, d, r;
+};
+
+void PrintTo(const Shape& s, std::ostream* os) {
+  *os << s.rows << " × " << s.d << ", r = " << s.r;
+}
+
+class LowRankShapeTest : public ::testing::TestWithParam<Shape> {};
+
+TEST_P(LowRankShapeTest, MatchesDoubleReference) {
+  const auto [rows, d, r] = GetParam();
+  const std::vector<float> x = RandomVector(rows * d, 21);
+  const std::vector<float> add = RandomVector(rows * d, 22, 0.1f);
+  const std::vector<float> u = OrthonormalFactor(d, r, 23);
+  std::vector<float> c, c_inv;
+  Coefficients(r, &c, &c_inv);
+  const LowRankView f{u.data(), c.data(), d, r};
+  const RowMatD xd = ToDouble(x, rows, d);
+  const RowMatD ud = ToDouble(u, d, r);
+  const Eigen::VectorXd cd =
+      Eigen::Map<const Eigen::VectorXf>(c.data(), r).cast<double>();
+  const RowMatD plain = xd + (xd * ud) * cd.asDiagonal() * ud.transpose();
+  const RowMatD with_add = plain + ToDouble(add, rows, d);
+
+  using Apply = absl::Status (*)(const float*, int64_t, const LowRankView&,
+                                 const float*, float*, float*);
+  for (Apply apply :
+       {Apply{&ApplyLowRank}, Apply{&internal::ApplyLowRankPortable}}) {
+    // The workspace holds exactly rows · r floats, NaN-filled.
+    std::vector<float> ws(rows * r, kSentinel);
+    std::vector<float> out(rows * d, kSentinel);
+    ASSERT_OK(apply(x.data(), rows, f, nullptr, out.data(), ws.data()));
+    ASSERT_TRUE(AllFinite(out));
+    EXPECT_LT(RelErr(out, plain), 1e-5);
+    std::vector<float> in_place = x;
+    ASSERT_OK(
+        apply(in_place.data(), rows, f, nullptr, in_place.data(), ws.data()));
+    EXPECT_EQ(in_place, out);
+
+    std::fill(out.begin(), out.end(), kSentinel);
+    ASSERT_OK(apply(x.data(), rows, f, add.data(), out.data(), ws.data()));
+    ASSERT_TRUE(AllFinite(out));
+    EXPECT_LT(RelErr(out, with_add), 1e-5);
+
+    std::vector<float> in_x = x;
+    ASSERT_OK(apply(in_x.data(), rows, f, add.data(), in_x.data(), ws.data()));
+    EXPECT_EQ(in_x, out);
+    std::vector<float> in_add = add;
+    ASSERT_OK(
+        apply(x.data(), rows, f, in_add.data(), in_add.data(), ws.data()));
+    EXPECT_EQ(in_add, out);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, LowRankShapeTest,
+    ::testing::Values(Shape{205, 1003, 20},  // 3 blocks, 3 chunks of Uᵀ
+                      Shape{7, 77, 40}, Shape{1, 33, 33}, Shape{96, 16, 16},
+                      Shape{100, 13, 0}, Shape{13, 600, 520}),  // r > 512
+    [](const ::testing::TestParamInfo<Shape>& info) {
+      return absl::StrCat(info.param.rows, "x", info.param.d, "_r",
+                          info.param.r);
+    });
 
 TEST(WhitenTest, DenseMatchesReference) {
   Case k(16);
