@@ -412,7 +412,10 @@ std::vector<Option> Daemon() {
       GIFT_INT(heartbeat_interval_ms, 10, "Rank heartbeat interval, ms"),
       GIFT_INT(rank_timeout_ms, 1,
                "A rank silent this long is reaped, ms (> heartbeat)"),
-      GIFT_INT(poll_interval_ms, 10, "Telemetry poll / selector period, ms"),
+      GIFT_INT(poll_interval_ms, 10,
+               "Telemetry poll / selector period, ms: the shortest; while no "
+               "rank steps the waits double, with a full poll at least every "
+               "second"),
       GIFT_ENUM(log_level, "Log level", "debug", "info", "warning", "error"),
   };
 }

@@ -45,8 +45,9 @@ Daemon::Daemon(const DaemonConfig& config, metrics::Registry* registry)
       registrar_({core_, &plans_, &factors_, &store_}),
       control_({core_, started_, &plans_, &factors_, &registrar_}),
       messages_({core_, &plans_, &telemetry_, &registrar_, &gauges_}),
-      poll_gate_(std::max(0, 1000 / std::max(1, config.poll_interval_ms) - 1)) {
-}
+      poll_gate_(absl::Milliseconds(config.poll_interval_ms),
+                 std::max(absl::Seconds(1),
+                          absl::Milliseconds(config.poll_interval_ms))) {}
 
 absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(
     const DaemonConfig& config, metrics::Registry* registry,
@@ -114,13 +115,15 @@ void Daemon::Stop() {
 }
 
 void Daemon::PollLoop() {
-  const absl::Duration period = absl::Milliseconds(config_.poll_interval_ms);
-  while (!stop_.WaitForNotificationWithTimeout(period)) {
+  const absl::Duration interval = absl::Milliseconds(config_.poll_interval_ms);
+  absl::Duration wait = interval;
+  while (!stop_.WaitForNotificationWithTimeout(wait)) {
     if (peers_.coordinated()) peers_.ApplyElection();  // may rebuild the link
     {
       absl::MutexLock lock(&mu_);
       if (stopped_) return;
       const bool quiet = Quiet();
+      wait = quiet ? poll_gate_.wait() : interval;
       if (!sessions_.empty()) series_.Polls(quiet).Increment();
       if (quiet) {
         registrar_.ReapDead();
@@ -141,7 +144,7 @@ bool Daemon::Quiet() {
         s->header()->step.load(std::memory_order_acquire));
   }
   now.refreshes = refresher_ != nullptr ? refresher_->Pending() : 0;
-  return poll_gate_.Quiet(now);
+  return poll_gate_.Quiet(now, absl::Now());
 }
 
 void Daemon::PollOnce() {

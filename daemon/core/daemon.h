@@ -32,8 +32,9 @@
 // FactorPipeline::PublishResults and Gauges::Update. Nothing here waits for
 // a rank, and a rank never waits for the daemon. A poll that would find
 // nothing new (Quiet: no rank stepped, none came or left, no refresh
-// finished or started, no peers) runs only Registrar::ReapDead, for at most
-// 1 s in a row: giftd's work follows the ranks' steps, not the poll rate.
+// finished or started, no peers) runs only Registrar::ReapDead, and doubles
+// the wait before the next poll, for at most 1 s since the last full poll
+// (poll_gate.h): giftd's work follows the ranks' steps, not the poll rate.
 //
 // With config.peer_address set the daemon is one member of a multi-node job
 // (DESIGN §4): it serves config.job_id only and the job's world size spans
@@ -204,7 +205,7 @@ class Daemon : public DaemonCore, public PeerHandler {
 
   absl::Notification stop_;
   std::thread poll_thread_;
-  // At most 1 s of quiet polls in a row.
+  // Quiet polls and the wait before the next poll (1 s at most).
   PollGate poll_gate_ ABSL_GUARDED_BY(mu_);
 };
 

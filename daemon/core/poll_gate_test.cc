@@ -5,38 +5,50 @@
 namespace gift::daemon {
 namespace {
 
-TEST(PollGateTest, UnchangedActivityIsQuietForAtMostMaxQuietPolls) {
-  PollGate gate(3);
+constexpr absl::Duration kInterval = absl::Milliseconds(100);
+constexpr absl::Duration kMaxQuiet = absl::Seconds(1);
+
+TEST(PollGateTest, IdleRanksBackOffToOnePollASecond) {
+  PollGate gate(kInterval, kMaxQuiet);
   const PollGate::Activity idle{2, 40, 0};
-  EXPECT_FALSE(gate.Quiet(idle));  // the first poll reads everything
-  EXPECT_TRUE(gate.Quiet(idle));
-  EXPECT_TRUE(gate.Quiet(idle));
-  EXPECT_TRUE(gate.Quiet(idle));
-  EXPECT_FALSE(gate.Quiet(idle));  // the fourth in a row is full
-  EXPECT_TRUE(gate.Quiet(idle));
+  absl::Time t = absl::UnixEpoch();
+  EXPECT_FALSE(gate.Quiet(idle, t));  // the first poll reads everything
+  EXPECT_EQ(gate.wait(), kInterval);
+  // Quiet polls double the wait (200, 400 ms) up to when the next full
+  // poll is due, 1 s after the last (300 ms from t = 700 ms).
+  for (int ms : {200, 400, 300}) {
+    t += gate.wait();
+    EXPECT_TRUE(gate.Quiet(idle, t)) << ms;
+    EXPECT_EQ(gate.wait(), absl::Milliseconds(ms));
+  }
+  t += gate.wait();
+  EXPECT_EQ(t, absl::UnixEpoch() + kMaxQuiet);
+  EXPECT_FALSE(gate.Quiet(idle, t));  // full again, at the interval
+  EXPECT_EQ(gate.wait(), kInterval);
+  // Four wake-ups a second while nothing changes.
+  for (int ms : {200, 400, 300}) {
+    t += gate.wait();
+    EXPECT_TRUE(gate.Quiet(idle, t)) << ms;
+  }
 }
 
-TEST(PollGateTest, AStepASessionOrARefreshMakesTheNextPollFull) {
-  PollGate gate(100);
+TEST(PollGateTest, AStepASessionOrARefreshMakesThePollFull) {
+  PollGate gate(kInterval, kMaxQuiet);
+  absl::Time t = absl::UnixEpoch();
   PollGate::Activity a{2, 40, 0};
-  EXPECT_FALSE(gate.Quiet(a));
-  EXPECT_TRUE(gate.Quiet(a));
+  EXPECT_FALSE(gate.Quiet(a, t));
+  EXPECT_TRUE(gate.Quiet(a, t += kInterval));
   a.steps = 41;  // a rank stepped
-  EXPECT_FALSE(gate.Quiet(a));
-  EXPECT_TRUE(gate.Quiet(a));
+  EXPECT_FALSE(gate.Quiet(a, t += kInterval));
+  EXPECT_EQ(gate.wait(), kInterval);
+  EXPECT_TRUE(gate.Quiet(a, t += kInterval));
   a.sessions = 3;  // a rank came
-  EXPECT_FALSE(gate.Quiet(a));
+  EXPECT_FALSE(gate.Quiet(a, t += kInterval));
   a.refreshes = 1;  // a refresh was queued
-  EXPECT_FALSE(gate.Quiet(a));
+  EXPECT_FALSE(gate.Quiet(a, t += kInterval));
   a.refreshes = 0;  // and finished: its factor is to publish
-  EXPECT_FALSE(gate.Quiet(a));
-  EXPECT_TRUE(gate.Quiet(a));
-}
-
-TEST(PollGateTest, ZeroMaxQuietPollsEveryTime) {
-  PollGate gate(0);
-  const PollGate::Activity a{1, 5, 0};
-  for (int i = 0; i < 4; ++i) EXPECT_FALSE(gate.Quiet(a));
+  EXPECT_FALSE(gate.Quiet(a, t += kInterval));
+  EXPECT_TRUE(gate.Quiet(a, t += kInterval));
 }
 
 }  // namespace
