@@ -46,8 +46,7 @@ Daemon::Daemon(const DaemonConfig& config, metrics::Registry* registry)
       control_({core_, started_, &plans_, &factors_, &registrar_}),
       messages_({core_, &plans_, &telemetry_, &registrar_, &gauges_}),
       poll_gate_(absl::Milliseconds(config.poll_interval_ms),
-                 std::max(absl::Seconds(1),
-                          absl::Milliseconds(config.poll_interval_ms))) {}
+                 MaxQuiet(config)) {}
 
 absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Create(
     const DaemonConfig& config, metrics::Registry* registry,
@@ -134,10 +133,22 @@ void Daemon::PollLoop() {
   }
 }
 
+absl::Duration Daemon::MaxQuiet(const DaemonConfig& c) {
+  const absl::Duration interval = absl::Milliseconds(c.poll_interval_ms);
+  if (c.peer_address.empty()) return std::max(absl::Seconds(1), interval);
+  // A follower's report is also its liveness: four within the leader's
+  // peer_timeout_ms (never quiet when that leaves less than one interval).
+  return std::clamp(absl::Milliseconds(c.peer_timeout_ms) / 4, interval,
+                    std::max(absl::Seconds(1), interval));
+}
+
 bool Daemon::Quiet() {
-  if (peers_.peered() || sessions_.empty()) return false;
+  if (sessions_.empty()) return false;
   PollGate::Activity now;
   now.sessions = sessions_.size();
+  now.peer_messages = peer_messages_;
+  now.term = peers_.term();
+  now.follower = peers_.IsFollower();
   for (const auto& [id, s] : sessions_) {
     // The rank's own word (untrusted): only compared, so wrapping is fine.
     now.steps += static_cast<uint64_t>(

@@ -32,9 +32,11 @@
 // FactorPipeline::PublishResults and Gauges::Update. Nothing here waits for
 // a rank, and a rank never waits for the daemon. A poll that would find
 // nothing new (Quiet: no rank stepped, none came or left, no refresh
-// finished or started, no peers) runs only Registrar::ReapDead, and doubles
-// the wait before the next poll, for at most 1 s since the last full poll
-// (poll_gate.h): giftd's work follows the ranks' steps, not the poll rate.
+// finished or started, no peer message came, the term and role unchanged)
+// runs only Registrar::ReapDead, and doubles the wait before the next poll,
+// for at most 1 s since the last full poll (with peers also a quarter of
+// peer_timeout_ms: a follower's report is its liveness; poll_gate.h):
+// giftd's work follows the ranks' steps, not the poll rate.
 //
 // With config.peer_address set the daemon is one member of a multi-node job
 // (DESIGN §4): it serves config.job_id only and the job's world size spans
@@ -170,6 +172,9 @@ class Daemon : public DaemonCore, public PeerHandler {
   // Whether nothing a poll reads changed since the last full poll (see
   // above, poll_gate.h).
   bool Quiet() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The longest a poll may stay quiet (1 s; with peers also a quarter of
+  // peer_timeout_ms).
+  static absl::Duration MaxQuiet(const DaemonConfig& c);
 
   // Declared first: released last, after every session's memory is gone.
   std::unique_ptr<shm::PrefixLock> prefix_lock_;
@@ -205,8 +210,11 @@ class Daemon : public DaemonCore, public PeerHandler {
 
   absl::Notification stop_;
   std::thread poll_thread_;
-  // Quiet polls and the wait before the next poll (1 s at most).
+  // Quiet polls and the wait before the next poll (MaxQuiet at most).
   PollGate poll_gate_ ABSL_GUARDED_BY(mu_);
+  // Messages taken from peers (plans, reports, windows, factors, joins,
+  // membership changes): a full poll follows each.
+  uint64_t peer_messages_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace gift::daemon

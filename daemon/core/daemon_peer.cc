@@ -41,6 +41,7 @@ absl::StatusOr<v1::PeerPlan> Daemon::OnJoin(const v1::JoinRequest& r) {
   RETURN_IF_ERROR(peers_.CheckPeerJob(r.job_id()));
   RETURN_IF_ERROR(CheckJoinLayout(r));
   absl::MutexLock lock(&mu_);
+  ++peer_messages_;
   if (stopped_) return absl::UnavailableError("giftd is stopping");
   return messages_.Join(r);
 }
@@ -54,12 +55,14 @@ absl::Status Daemon::OnPlan(const v1::PeerPlan& plan) {
   RETURN_IF_ERROR(peers_.CheckPeerJob(plan.job_id()));
   PeerLink* link = peers_.link();
   absl::MutexLock lock(&mu_);
+  ++peer_messages_;
   if (stopped_) return absl::UnavailableError("giftd is stopping");
   return messages_.Plan(plan, link);
 }
 
 void Daemon::OnMembersChanged() {
   absl::MutexLock lock(&mu_);
+  ++peer_messages_;
   if (stopped_) return;
   messages_.MembersChanged();
 }
@@ -67,6 +70,7 @@ void Daemon::OnMembersChanged() {
 absl::Status Daemon::OnTelemetry(const v1::ReportTelemetryRequest& r) {
   RETURN_IF_ERROR(peers_.CheckPeerJob(r.job_id()));
   absl::MutexLock lock(&mu_);
+  ++peer_messages_;
   if (stopped_) return absl::UnavailableError("giftd is stopping");
   return messages_.Report(r);
 }
@@ -74,6 +78,7 @@ absl::Status Daemon::OnTelemetry(const v1::ReportTelemetryRequest& r) {
 absl::Status Daemon::OnSketch(const v1::PushSketchRequest& r) {
   RETURN_IF_ERROR(peers_.CheckPeerJob(r.job_id()));
   absl::MutexLock lock(&mu_);
+  ++peer_messages_;
   if (stopped_) return absl::UnavailableError("giftd is stopping");
   return factors_.AcceptSketch(r);
 }
@@ -81,6 +86,7 @@ absl::Status Daemon::OnSketch(const v1::PushSketchRequest& r) {
 absl::Status Daemon::OnFactor(const v1::PublishFactorRequest& r) {
   RETURN_IF_ERROR(peers_.CheckPeerJob(r.job_id()));
   absl::MutexLock lock(&mu_);
+  ++peer_messages_;
   if (stopped_) return absl::UnavailableError("giftd is stopping");
   RETURN_IF_ERROR(messages_.CheckTerm(r.term(), "factor"));
   return factors_.AcceptFactor(r);

@@ -31,11 +31,15 @@ namespace gift::daemon {
 class PollGate {
  public:
   // What a full poll would read from: the local sessions, the sum of their
-  // ranks' step words (only compared), refreshes queued or running.
+  // ranks' step words (only compared), refreshes queued or running; with
+  // peers the messages taken from them, the term and the role.
   struct Activity {
     size_t sessions = 0;
     uint64_t steps = 0;
     int refreshes = 0;
+    uint64_t peer_messages = 0;
+    int64_t term = 0;
+    bool follower = false;
     bool operator==(const Activity&) const = default;
   };
 

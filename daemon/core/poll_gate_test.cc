@@ -49,6 +49,22 @@ TEST(PollGateTest, AStepASessionOrARefreshMakesThePollFull) {
   a.refreshes = 0;  // and finished: its factor is to publish
   EXPECT_FALSE(gate.Quiet(a, t += kInterval));
   EXPECT_TRUE(gate.Quiet(a, t += kInterval));
+  a.peer_messages = 1;  // a peer's report, window, factor or plan
+  EXPECT_FALSE(gate.Quiet(a, t += kInterval));
+  a.term = 2;  // a new leader
+  EXPECT_FALSE(gate.Quiet(a, t += kInterval));
+  a.follower = true;
+  EXPECT_FALSE(gate.Quiet(a, t += kInterval));
+  EXPECT_TRUE(gate.Quiet(a, t += kInterval));
+}
+
+// max_quiet equal to the interval (a peer_timeout_ms below four poll
+// intervals): never quiet.
+TEST(PollGateTest, MaxQuietOfOneIntervalPollsInFull) {
+  PollGate gate(kInterval, kInterval);
+  const PollGate::Activity a{1, 5, 0};
+  absl::Time t = absl::UnixEpoch();
+  for (int i = 0; i < 4; ++i) EXPECT_FALSE(gate.Quiet(a, t += kInterval));
 }
 
 }  // namespace
