@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <fstream>
 
@@ -453,14 +452,10 @@ TEST_F(DaemonPeerTest, PlansAndFactorsOfAnOlderTermAreRefused) {
   // (term 0) that reach it after term 5 are refused and counted too, so the
   // checks below are on how much each count grew.
   const auto refused = [&](const char* kind) {
-    const std::string key =
+    return SeriesValue(
+        registry_[1],
         absl::StrCat("gift_peer_refused_total{job_id=\"job\",kind=\"", kind,
-                     "\",node=\"n1\"} ");
-    const std::string text = metrics::Serialize(registry_[1]);
-    const size_t at = text.find(key);
-    return at == std::string::npos
-               ? 0.0
-               : std::strtod(text.c_str() + at + key.size(), nullptr);
+                     "\",node=\"n1\"}"));
   };
   v1::PeerPlan plan;
   plan.set_job_id("job");

@@ -7,7 +7,6 @@
 #include <unistd.h>
 
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <random>
 
@@ -314,14 +313,10 @@ TEST_F(DaemonTest, PollsOfAnIdleRankAreQuietUntilItSteps) {
   ASSERT_OK(resp);
   FakeRank rank = FakeRank::Map(*resp);
   const auto polls = [&](const char* kind) {
-    const std::string key =
+    return SeriesValue(
+        registry_,
         absl::StrCat("gift_daemon_polls_total{job_id=\"job\",kind=\"", kind,
-                     "\",node=\"test\"} ");
-    const std::string text = metrics::Serialize(registry_);
-    const size_t at = text.find(key);
-    return at == std::string::npos
-               ? 0.0
-               : std::strtod(text.c_str() + at + key.size(), nullptr);
+                     "\",node=\"test\"}"));
   };
   ASSERT_TRUE(gift::testing::WaitUntil([&] { return polls("quiet") >= 5; },
                                        absl::Seconds(20)));

@@ -12,6 +12,7 @@
 
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -50,6 +51,19 @@ inline size_t ShmObjects(const DaemonConfig& c) {
   auto names = shm::ListPosixObjects(c.shm_prefix + "-");
   EXPECT_OK(names);
   return names.ok() ? names->size() : 0;
+}
+
+// The value of one series (its name and labels as exported, e.g.
+// `gift_steps_total{job_id="job",node="test",rank="0"}`) in the registry's
+// text; 0 when it is absent.
+inline double SeriesValue(const metrics::Registry& registry,
+                          const std::string& series) {
+  const std::string key = series + " ";
+  const std::string text = metrics::Serialize(registry);
+  const size_t at = text.find(key);
+  return at == std::string::npos
+             ? 0.0
+             : std::strtod(text.c_str() + at + key.size(), nullptr);
 }
 
 // Job "job", layers fc1 (16 × 24) and fc2 (16 × 48), this process's pid.
