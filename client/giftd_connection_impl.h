@@ -131,6 +131,9 @@ struct GiftdConnection::Impl {
   std::map<int64_t, shm::PlanView> plans ABSL_GUARDED_BY(mu);  // by epoch
   int64_t newest_epoch ABSL_GUARDED_BY(mu);  // highest epoch given to AddPlan
   int64_t step ABSL_GUARDED_BY(mu) = 0;      // steps completed
+  // The agreed plan's sketch stride: the next step is a sketch step when
+  // shm::SketchStepDue(step, sketch_stride).
+  int32_t sketch_stride ABSL_GUARDED_BY(mu) = 1;
   // options.resume.gift_layers went to a daemon (they are sent once).
   bool resume_registered ABSL_GUARDED_BY(mu) = false;
   // Probation: a resumed rank keeps the GIFT path on the versions its state

@@ -207,7 +207,8 @@ bool GiftdConnection::WantsSketch(const std::string& layer) const {
   auto it = impl_->by_name.find(layer);
   if (it == impl_->by_name.end() || impl_->mapping == nullptr) return false;
   const Impl::LayerState& s = impl_->layers[it->second];
-  return s.open && s.usable;
+  return s.open && s.usable &&
+         shm::SketchStepDue(impl_->step, impl_->sketch_stride);
 }
 
 absl::Status GiftdConnection::Sketch(const std::string& layer,
@@ -224,7 +225,8 @@ absl::Status GiftdConnection::Sketch(const std::string& layer,
     return absl::InvalidArgumentError("Sketch: bad rows or null activations");
   }
   Impl::LayerState& s = m.layers[it->second];
-  if (m.mapping == nullptr || !s.open || !s.usable || rows == 0) {
+  if (m.mapping == nullptr || !s.open || !s.usable || rows == 0 ||
+      !shm::SketchStepDue(m.step, m.sketch_stride)) {
     return absl::OkStatus();
   }
   const shm::PlanView* plan = m.AgreedPlan(m.stats.current_epoch);
@@ -376,7 +378,8 @@ absl::Status GiftdConnection::AfterStep(const AllReduceEngine& allreduce,
 }
 
 absl::Status GiftdConnection::Impl::StepWindows(const shm::PlanView& agreed) {
-  const int64_t k = std::max(1, agreed.refresh_interval);
+  const int32_t k = std::max(1, agreed.refresh_interval);
+  sketch_stride = std::max(1, agreed.sketch_stride);
   for (size_t j = 0; j < layers.size(); ++j) {
     LayerState& s = layers[j];
     const shm::PlanView::Layer& p = agreed.layers[j];
@@ -384,7 +387,10 @@ absl::Status GiftdConnection::Impl::StepWindows(const shm::PlanView& agreed) {
         (!p.candidate || step % k == 0 || p.refresh_seq > s.refresh_seq)) {
       RETURN_IF_ERROR(CloseWindow(static_cast<int>(j)));
     }
-    if (!s.open && p.candidate) {
+    // Only the windows giftd refreshes from are sketched: a GIFT-path
+    // layer whose factor holds may be refreshed every sketch_period-th one.
+    if (!s.open && p.candidate &&
+        shm::SketchWindowDue(step, k, p.sketch_period)) {
       RETURN_IF_ERROR(OpenWindow(static_cast<int>(j), agreed));
     }
   }

@@ -42,6 +42,7 @@ struct Record {
   bool full;  // the factor used is a `full` (dense) one
   bool probed;
   int64_t probe_version;
+  bool sketched;  // WantsSketch("w") before the step
 };
 
 // Two Gloo ranks in threads training the layers "w" (GIFT-capable) and "b"
@@ -103,9 +104,8 @@ class TwoRanks {
           comm.AllReduce(&stop, &stop, 1, DataType::kInt64, ReduceOp::kMax));
       if (stop != 0) break;
       MakeStep(comm.rank(), step, &acts, &bucket);
-      if ((*att)->WantsSketch("w")) {
-        ASSERT_OK((*att)->Sketch("w", acts.data(), kRows));
-      }
+      const bool sketched = (*att)->WantsSketch("w");
+      if (sketched) ASSERT_OK((*att)->Sketch("w", acts.data(), kRows));
       ASSERT_OK((*att)->BeforeStep(ar->get(), &factors));
       StepTelemetry t;
       absl::Status st = (*ar)->Run(bucket.data(), factors, &t);
@@ -121,7 +121,7 @@ class TwoRanks {
       records_[comm.rank()].push_back(
           {t.layers[0].path, t.layers[0].factor_version, s.attached, s.attaches,
            used != nullptr && used->kind == GiftTransform::kFull,
-           t.layers[0].probed, t.layers[0].probe_version});
+           t.layers[0].probed, t.layers[0].probe_version, sketched});
       absl::SleepFor(absl::Milliseconds(2));
     }
   }
@@ -272,6 +272,61 @@ TEST(GiftdConnectionTest, WindowsSketchRankPlusOversamplingColumns) {
     }
     EXPECT_GE(windows, 1) << block->desc().name;
   }
+}
+
+// Sketch only when it is used: with stride 2 the ranks sketch every other
+// step, and once the pinned layer's factors hold (a steady subspace) giftd
+// refreshes it in every 2nd window only (staleness 30, K 8: the longest
+// period), so the ranks skip whole windows. (On this data the selector also
+// asks for an early refresh now and then, which sketches every window until
+// the next steady factor.)
+TEST(GiftdConnectionTest, SketchesOnlyStrideStepsOfTheWindowsGiftdRefreshes) {
+  gift::testing::TempDir tmp("gift_attach");
+  ASSERT_TRUE(tmp.ok());
+  const std::string socket = absl::StrCat(tmp.path(), "/agent.sock");
+  const std::string prefix = absl::StrCat("/gift-stest", ::getpid());
+  constexpr int kK = 8;
+  auto giftd = std::make_unique<Giftd>(
+      socket, prefix, kK, [](daemon::DaemonConfig& c) { c.sketch_stride = 2; });
+  TwoRanks ranks(socket);
+  giftd->Pin("w");
+  auto layer = [&] {
+    absl::StatusOr<v1::ListLayersResponse> l =
+        giftd->core().ListLayers(v1::ListLayersRequest());
+    return l.ok() && l->layers_size() > 0 ? l->layers(0) : v1::LayerStatus();
+  };
+  EXPECT_TRUE(
+      gift::testing::WaitUntil([&] { return layer().sketch_period() == 2; },
+                               absl::Seconds(60), absl::Milliseconds(5)))
+      << layer().sketch_reason();
+  EXPECT_THAT(layer().sketch_reason(),
+              ::testing::HasSubstr("factor subspace steady"));
+  EXPECT_THAT(layer().sketch_reason(),
+              ::testing::HasSubstr("sketched every 2nd window"));
+  const size_t from = ranks.records()[0].size();
+  EXPECT_TRUE(gift::testing::WaitUntil(
+      [&] { return ranks.records()[1].size() >= from + 16 * kK; },
+      absl::Seconds(60)));
+  ranks.Stop();
+  ASSERT_EQ(ranks.failures(), 0);
+  const std::vector<std::vector<Record>> records = ranks.records();
+  ASSERT_GE(records[0].size(), from + 16 * kK);
+  int skipped = 0, whole = 0;
+  // Whole windows from `from` on, the same on both ranks.
+  for (size_t w = from / kK + 1; (w + 1) * kK <= records[0].size(); ++w) {
+    int sketched = 0;
+    for (size_t step = w * kK; step < (w + 1) * kK; ++step) {
+      EXPECT_EQ(records[0][step].sketched, records[1][step].sketched) << step;
+      if (records[0][step].sketched) {
+        EXPECT_EQ(step % 2, 0u) << "step " << step;
+        ++sketched;
+      }
+    }
+    skipped += sketched == 0;
+    whole += sketched == kK / 2;
+  }
+  EXPECT_GE(skipped, 1) << "no window was left out";
+  EXPECT_GE(whole, 1) << "no window was sketched on all its stride steps";
 }
 
 // The `full` transform: giftd gives the layer a full region, the ranks

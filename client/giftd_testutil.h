@@ -14,6 +14,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -84,9 +85,11 @@ inline ConnectionOptions RankOptions(const std::string& socket,
 // interval 4, polling every 10 ms; stopped by the destructor.
 class Giftd {
  public:
-  // `refresh_interval`: steps between factor refreshes.
+  // `refresh_interval`: steps between factor refreshes; `tweak` may change
+  // the rest of the config.
   Giftd(const std::string& socket, const std::string& prefix,
-        int refresh_interval = 4) {
+        int refresh_interval = 4,
+        const std::function<void(daemon::DaemonConfig&)>& tweak = nullptr) {
     daemon::DaemonConfig c;
     c.node = "test";
     c.shm_prefix = prefix;
@@ -99,6 +102,7 @@ class Giftd {
     c.rank_timeout_ms = 3000;
     c.staleness_limit = 30;
     c.refresh_threads = 1;
+    if (tweak) tweak(c);
     auto d = daemon::Daemon::Create(c, &registry_);
     EXPECT_OK(d);
     daemon_ = *std::move(d);

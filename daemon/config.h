@@ -61,6 +61,13 @@ struct DaemonConfig {
   // §2), the shared memory holds max_rank + p. REQUIRES: [0,
   // shm::kMaxOversample]. Every member of a multi-node job must agree.
   int sketch_oversample = 16;
+  // Sketch stride s: a window samples rows on every s-th step only; 0 =
+  // auto, max(1, K / 16). REQUIRES: >= 0.
+  int sketch_stride = 0;
+  // A GIFT-path layer whose factor subspace holds is sketched in every P-th
+  // window only, P up to this; 0 = auto (staleness_limit / K - 1), 1 =
+  // every window. REQUIRES: >= 0.
+  int max_sketch_period = 0;
   // Steps a factor may age before a rank drops the layer to Euclidean.
   // Default: 200. REQUIRES: >= 1.
   int staleness_limit = 200;

@@ -382,6 +382,14 @@ std::vector<Option> Plan() {
       GIFT_INT_RANGE(sketch_oversample, 0, shm::kMaxOversample,
                      "Sketch oversampling p: a window sketches r + p columns "
                      "(the same on every node of a job)"),
+      GIFT_INT(sketch_stride, 0,
+               "Sketch stride s: a window samples rows on every s-th step; "
+               "0 = auto, K / 16 (at least 1)"),
+      GIFT_INT(max_sketch_period, 0,
+               "Longest sketch period: a GIFT-path layer whose factor "
+               "subspace holds is refreshed (and sketched) every P-th window "
+               "only, P up to this; 0 = auto, staleness_limit / K - 1; 1 = "
+               "every window"),
       GIFT_INT(staleness_limit, 1,
                "Steps a factor may age before a rank falls back to Euclidean"),
       BetaOption(),

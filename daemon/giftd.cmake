@@ -10,6 +10,7 @@ add_library(gift_daemon
   core/window_collector.cc
   core/factor_store.cc
   core/planner.cc
+  core/sketch_schedule.cc
   core/job_layout.cc
   core/series.cc
   core/peer_coordinator.cc
@@ -42,7 +43,7 @@ if(GIFT_BUILD_TESTS)
   foreach(t kv_store session_table window_collector factor_store planner
           job_layout telemetry factor_pipeline registrar control_plane
           plan_publisher gauges peer_messages daemon daemon_shm daemon_control
-          daemon_limits series poll_gate)
+          daemon_limits series poll_gate sketch_schedule)
     gift_add_test(${t}_test SOURCES core/${t}_test.cc LIBS gift_daemon)
   endforeach()
   gift_add_test(peer_coordinator_test SOURCES core/peer_coordinator_test.cc

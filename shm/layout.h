@@ -55,8 +55,9 @@ namespace gift::shm {
 inline constexpr uint64_t kMagic = 0x3130'4D48'5354'4947ULL;  // "GIFTSHM01"
 // Bump on any change (2: audit counters and interval; 3: β auto; 4: the plan's
 // format is a kernels::WireFormat code, 0..3, no longer 0/1 FP8 only; 5: probe
-// and accepted factor versions; 6: each layer's sketch oversampling p).
-inline constexpr uint32_t kLayoutVersion = 6;
+// and accepted factor versions; 6: each layer's sketch oversampling p; 7: the
+// plan's sketch stride and each layer's sketch period).
+inline constexpr uint32_t kLayoutVersion = 7;
 
 // Sketch oversampling p (DESIGN §2): a window sketches k = r + p columns.
 // giftd's sketch_oversample sets it (this default), at most kMaxOversample.
@@ -150,6 +151,10 @@ struct ControlHeader {
   uint64_t omega_seed;       // Ω₀ seed of the job
   int32_t sketch_rows;       // rows sampled per layer and step
   int32_t audit_interval;    // steps between audit steps; 0 = none
+  // A window's sketch steps: the steps whose completed-step count before
+  // them is a multiple of it (>= 1; 1 = every step).
+  int32_t sketch_stride;
+  int32_t reserved;
 };
 
 struct FactorSlot {
@@ -232,6 +237,11 @@ struct LayerEntry {
   uint8_t format;     // kernels::WireFormat::code(), 0..3
   uint8_t candidate;  // 1: the daemon wants sketches (and probes) of it
   int32_t rank;       // r of the next factor
+  // Windows per sketched window (>= 1): the layer is sketched in the
+  // windows w (the completed-step count at their start / K) with
+  // w % sketch_period == sketch_period - 1; 1 = every window.
+  int32_t sketch_period;
+  int32_t reserved_plan;
   // Bumped by the daemon to ask for an early window close (TriggerRefresh,
   // decaying gain): ranks close the layer's open window in the first step
   // whose agreed plan epoch carries a higher value than the window's.

@@ -290,6 +290,7 @@ void PublishPlan(void* block, const PlanView& plan) {
   h->omega_seed = plan.omega_seed;
   h->sketch_rows = plan.sketch_rows;
   h->audit_interval = plan.audit_interval;
+  h->sketch_stride = plan.sketch_stride;
   // The caller's count, never the block's n_layers (the rank's to
   // overwrite).
   for (size_t i = 0; i < plan.layers.size(); ++i) {
@@ -302,6 +303,7 @@ void PublishPlan(void* block, const PlanView& plan) {
     e->rank = l.rank;
     e->refresh_seq = l.refresh_seq;
     e->accepted_version = l.accepted_version;
+    e->sketch_period = l.sketch_period;
   }
   SeqlockWriteEnd(&h->plan_lock);
 }
@@ -319,11 +321,12 @@ bool ReadPlan(const void* block, PlanView* plan) {
     copy.omega_seed = h->omega_seed;
     copy.sketch_rows = h->sketch_rows;
     copy.audit_interval = h->audit_interval;
+    copy.sketch_stride = h->sketch_stride;
     for (uint32_t i = 0; i < copy.layers.size(); ++i) {
       const LayerEntry* e = Entry(b, i);
       copy.layers[i] = {
-          e->path, e->transform,   e->format,          e->candidate,
-          e->rank, e->refresh_seq, e->accepted_version};
+          e->path, e->transform,   e->format,           e->candidate,
+          e->rank, e->refresh_seq, e->accepted_version, e->sketch_period};
     }
   });
   if (ok) *plan = std::move(copy);

@@ -80,6 +80,7 @@ struct PlanView {
   uint64_t omega_seed = 0;
   int32_t sketch_rows = 0;
   int32_t audit_interval = 0;  // steps between audit steps; 0 = none
+  int32_t sketch_stride = 1;   // ControlHeader::sketch_stride
   struct Layer {
     uint8_t path = 0;
     uint8_t transform = 0;
@@ -91,6 +92,7 @@ struct PlanView {
     // are for probes until the daemon accepts them). Untrusted: a rank that
     // does not hold it keeps the layer Euclidean, on every rank alike.
     int64_t accepted_version = -1;
+    int32_t sketch_period = 1;  // LayerEntry::sketch_period
   };
   std::vector<Layer> layers;  // n_layers entries
 };
@@ -186,6 +188,20 @@ struct SketchData {
 // Ω = orth[U | G] keeps U first, so its first k columns are U and p
 // columns of G, orthonormal.
 int32_t SketchColumns(int32_t k_cap, int32_t oversample, int32_t rank);
+
+// Sketch only when it is used (DESIGN §3): with `step` steps completed and
+// refresh interval k, is the window that opens now one a layer of sketch
+// period `period` sketches (its index step / k is period − 1 modulo
+// period)? And is the next step a sketch step under stride `stride`?
+// Values below 1 (a block before its first plan) mean 1: every window,
+// every step. Every rank evaluates them on the agreed plan and the same
+// step count, so all of a job's ranks sketch the same windows and steps.
+inline bool SketchWindowDue(int64_t step, int32_t k, int32_t period) {
+  return period <= 1 || k <= 0 || (step / k) % period == period - 1;
+}
+inline bool SketchStepDue(int64_t step, int32_t stride) {
+  return stride <= 1 || step % stride == 0;
+}
 // The first k columns of the rows × cols row-major m, as a rows × k
 // row-major matrix; empty unless 0 <= k <= cols and m.size() == rows · cols.
 std::vector<float> FirstColumns(const std::vector<float>& m, int64_t rows,

@@ -171,8 +171,17 @@ TEST_F(ProtocolTest, PlanRoundTrip) {
   ASSERT_EQ(plan.layers.size(), 3u);
   EXPECT_EQ(plan.layers[0].accepted_version, -1);  // none accepted yet
 
-  PlanView p{7, 50, 10, 200, 0x1234567890ULL, 512, /*audit_interval=*/0, {}};
-  p.layers = {{1, 2, 0, 1, 32, 4, 9}, {0, 0, 1, 0, 16, 0}, {}};
+  PlanView p{7,
+             50,
+             10,
+             200,
+             0x1234567890ULL,
+             512,
+             /*audit_interval=*/0,
+             /*sketch_stride=*/3,
+             {}};
+  p.layers = {
+      {1, 2, 0, 1, 32, 4, 9, /*sketch_period=*/2}, {0, 0, 1, 0, 16, 0}, {}};
   PublishPlan(block_->data(), p);
   ASSERT_TRUE(ReadPlan(block_->data(), &plan));
   EXPECT_EQ(plan.plan_epoch, 7);
@@ -181,7 +190,10 @@ TEST_F(ProtocolTest, PlanRoundTrip) {
   EXPECT_EQ(plan.staleness_limit, 200);
   EXPECT_EQ(plan.omega_seed, 0x1234567890ULL);
   EXPECT_EQ(plan.sketch_rows, 512);
+  EXPECT_EQ(plan.sketch_stride, 3);
   ASSERT_EQ(plan.layers.size(), 3u);
+  EXPECT_EQ(plan.layers[0].sketch_period, 2);
+  EXPECT_EQ(plan.layers[1].sketch_period, 1);
   EXPECT_EQ(plan.layers[0].path, 1);
   EXPECT_EQ(plan.layers[0].transform, 2);
   EXPECT_EQ(plan.layers[0].candidate, 1);

@@ -92,6 +92,10 @@ def parse_args(argv=None):
     p.add_argument("--window", type=int, default=50, help="drift window")
     p.add_argument("--report-only", action="store_true",
                    help="the report of the cached runs; trains nothing")
+    p.add_argument("--giftd-flag", action="append", default=[],
+                   help="a flag for the GIFT runs' giftd (repeatable; "
+                   "keyed into the runs' cache), e.g. --giftd-flag="
+                   "--sketch-stride=1")
     p.add_argument("--pool", default="",
                    help="comma-separated format_study.json files of earlier "
                    "studies of the same setting: their held-out losses of "
@@ -159,6 +163,7 @@ def cache_key(args, config, seed):
     keyed = list(extra)
     if mode == "gift":
         keyed.append(file_hash(args.giftd_path))
+        keyed += args.giftd_flag
     return demo.run_key(args, mode, keyed, package)
 
 
@@ -186,7 +191,8 @@ def run_one(args, config, seed, env, n, total):
         if mode == "gift":
             daemon = demo.Giftd(args.giftd_path, args.ctl, run_dir,
                                 [f"--audit-interval={args.audit_interval}",
-                                 "--beta=auto"], private=True)
+                                 "--beta=auto", *args.giftd_flag],
+                                private=True)
             flags += ["--agent-socket", daemon.socket, "--job-id",
                       f"study-{config}-{seed}"]
         elif mode == "euclid":  # no giftd: a socket nobody serves
@@ -438,7 +444,9 @@ def markdown(args, table):
         f"{args.eval_rows} fixed rows; audits every {args.audit_interval} "
         f"steps, drift over the whole run ({args.window}-step windows); "
         f"corpus {args.corpus or 'the license texts (default)'}; lr "
-        f"{args.lr} ({args.schedule}).",
+        f"{args.lr} ({args.schedule})"
+        + (f"; giftd flags {' '.join(args.giftd_flag)}"
+           if args.giftd_flag else "") + ".",
         "", f"Rule: {RULE}.", "",
         "| configuration | held-out loss | Δ vs FP32 (paired) | outside "
         "noise | bytes/step | vs FP32 | RelL2 model | RelL2 protected | "

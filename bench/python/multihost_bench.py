@@ -93,14 +93,21 @@ def split_mode(mode):
     piece_mb (gpt_train.py --gift-piece-mb; @0 = DDP's buckets whole, as
     before the pieces), side by side with the default; (mode, None) else.
     A gift mode may end in :FORMAT (gift.init's format, gpt_train.py
-    --gift-format), e.g. gift:nvfp4 or euclid@0:mxfp4: see mode_format."""
-    base, _, piece = mode.partition(":")[0].partition("@")
+    --gift-format), e.g. gift:nvfp4 or euclid@0:mxfp4: see mode_format;
+    and a gift mode in ~NAME, giftd flags of --variant NAME (variant)."""
+    base, _, piece = variant(mode)[0].partition(":")[0].partition("@")
     return base, (piece or None)
 
 
 def mode_format(mode):
     """"nvfp4" for "gift:nvfp4"; None (gift's default, e4m3) without one."""
-    return mode.partition(":")[2] or None
+    return variant(mode)[0].partition(":")[2] or None
+
+
+def variant(mode):
+    """("gift:nvfp4", "dense") for "gift:nvfp4~dense"; (mode, None) else."""
+    rest, _, name = mode.partition("~")
+    return rest, (name or None)
 
 
 def label(mode):
@@ -111,6 +118,8 @@ def label(mode):
         text = text.replace("FP8", fmt.upper())
     if base == "powersgd":
         return text if piece is None else f"torch PowerSGD rank {piece}"
+    if variant(mode)[1] is not None:
+        text += f" ~{variant(mode)[1]}"
     if piece is None:
         return text
     return text + (", DDP's buckets whole (piece_mb=0)"
@@ -665,6 +674,11 @@ def parse_args(argv=None):
                          "for the refresh interval and one refresh thread; "
                          "--giftd-flag=--poll-interval-ms=20 makes them "
                          "poll 5x as often, at a measured cost")
+    ap.add_argument("--variant", action="append", default=[],
+                    help="NAME=FLAG[,FLAG...]: giftd flags of the mode "
+                         "gift~NAME (repeatable), side by side with plain "
+                         "gift, e.g. --variant dense=--sketch-stride=1,"
+                         "--max-sketch-period=1 --modes gift,gift~dense")
     ap.add_argument("--timeout", type=float, default=300,
                     help="seconds per run before its ranks are killed")
     ap.add_argument("--grace", type=float, default=15,
@@ -681,10 +695,19 @@ def parse_args(argv=None):
     a.build = os.path.abspath(a.build)
     a.rates = [r.strip() for r in a.rates.split(",") if r.strip()]
     a.modes = [m.strip() for m in a.modes.split(",") if m.strip()]
+    a.variants = {}
+    for v in a.variant:
+        name, eq, flags = v.partition("=")
+        if not name or not eq:
+            ap.error(f"--variant {v!r}: NAME=FLAG[,FLAG...]")
+        a.variants[name] = [f for f in flags.split(",") if f]
     for m in a.modes:
         base, piece = split_mode(m)
         if base not in MODES:
             ap.error(f"unknown mode {m!r} ({', '.join(MODES)})")
+        name = variant(m)[1]
+        if name is not None and (base != "gift" or name not in a.variants):
+            ap.error(f"{m!r}: ~NAME goes with gift and a --variant NAME")
         if piece is not None and base == "powersgd":
             if not (piece.isdigit() and int(piece) >= 1):
                 ap.error(f"{m!r}: powersgd@R takes a rank R >= 1")
@@ -752,7 +775,9 @@ def run_all(a, ns, giftd, ctl, tmp_root):
                                          [f"--refresh-interval="
                                           f"{a.refresh_interval}",
                                           "--refresh-threads=1"]
-                                         + a.giftd_flag, timeout=60)
+                                         + a.giftd_flag
+                                         + a.variants.get(variant(mode)[1],
+                                                          []), timeout=60)
                         daemons.timed_interval = a.timed_refresh_interval
                         rec["giftd_command"] = daemons.command
                     res = run_job(a, ns, mode, tmp, port, daemons)

@@ -148,6 +148,12 @@ v1::LayerStatus ControlPlane::LayerStatusOf(const JobLayer& l) const {
   s.set_held(l.score.held);
   s.set_format_reason(l.format_note);
   s.set_bytes_sent(l.bytes_sent);
+  s.set_sketch_period(l.sketch.period());
+  s.set_sketched(l.candidate &&
+                 shm::SketchWindowDue(p_.sessions->SlowestStep(),
+                                      p_.planner->refresh_interval(),
+                                      l.sketch.period()));
+  s.set_sketch_reason(l.sketch.reason());
   return s;
 }
 
@@ -163,6 +169,7 @@ v1::GetStatusResponse ControlPlane::Status() const {
   s.set_plan_epoch(p_.planner->epoch());
   s.set_refresh_interval(p_.planner->refresh_interval());
   s.set_audit_interval(p_.planner->audit_interval());
+  s.set_sketch_stride(p_.planner->sketch_stride());
   s.set_rank(p_.planner->rank());
   *s.mutable_policy() = ToProto(p_.planner->selector().policy());
   s.set_step(p_.sessions->empty() ? 0 : p_.sessions->SlowestStep());

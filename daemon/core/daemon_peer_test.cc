@@ -131,6 +131,9 @@ class DaemonPeerTest : public ::testing::Test {
     c->peer_address = Address(node);
     c->leader_address = Address(0);
     c->job_token_file = token_file_;
+    // The leader's stride, not the followers' auto 50 / 16 = 3, is the
+    // job's (ExpectAllRanksOnFc2).
+    if (node == 0) c->sketch_stride = 5;
     return *c;
   }
   void PollAll() {
@@ -169,6 +172,7 @@ class DaemonPeerTest : public ::testing::Test {
     for (int rank = 0; rank < kWorld; ++rank) {
       shm::PlanView p = ranks_[rank].Plan();
       EXPECT_EQ(p.plan_epoch, epoch) << "rank " << rank;
+      EXPECT_EQ(p.sketch_stride, 5) << "rank " << rank;
       ASSERT_EQ(p.layers.size(), 2u);
       EXPECT_EQ(p.layers[0].path, 0) << "rank " << rank;
       EXPECT_EQ(p.layers[kFc2].path, 1) << "rank " << rank;

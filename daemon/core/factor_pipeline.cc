@@ -3,6 +3,7 @@
 #include "daemon/core/factor_pipeline.h"
 
 #include <algorithm>
+#include <limits>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -193,6 +194,10 @@ std::unique_ptr<shm::FactorData> FactorPipeline::FactorOf(
 absl::StatusOr<bool> FactorPipeline::InstallFactor(
     JobLayer& l, std::unique_ptr<shm::FactorData> f, double seconds) {
   const int64_t version = f->version;
+  const shm::FactorData* previous = l.factors.newest();
+  const double kept = previous != nullptr
+                          ? SubspaceKept(*previous, *f)
+                          : std::numeric_limits<double>::quiet_NaN();
   absl::StatusOr<bool> installed = l.factors.Install(std::move(f), seconds);
   if (!installed.ok()) {
     p_.metrics->factors_rejected->Add(p_.layout->Labels({{"layer", l.name}}))
@@ -203,6 +208,7 @@ absl::StatusOr<bool> FactorPipeline::InstallFactor(
     return installed.status();
   }
   if (!*installed) return false;
+  l.sketch.NoteFactor(version, kept);
   p_.sessions->PublishFactor(p_.layout->IndexOf(l), *l.factors.newest(),
                              l.name);
   ++refreshes_total_;

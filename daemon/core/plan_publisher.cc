@@ -19,6 +19,7 @@ void PlanPublisher::PublishTo(RankSession& s) {
   plan.staleness_limit = c.staleness_limit;
   plan.omega_seed = c.omega_seed;
   plan.sketch_rows = c.sketch_rows;
+  plan.sketch_stride = planner.sketch_stride();
   for (const JobLayer& l : p_.layout->layers()) {
     shm::PlanView::Layer p;
     p.path = l.selected ? 1 : 0;
@@ -32,6 +33,7 @@ void PlanPublisher::PublishTo(RankSession& s) {
     p.rank = std::min<int32_t>(l.r_cap, planner.RankOf(l.settings));
     p.refresh_seq = l.refresh_seq;
     p.accepted_version = l.selected ? l.accepted_version : -1;
+    p.sketch_period = l.sketch.period();
     plan.layers.push_back(p);
   }
   shm::PublishPlan(s.block(), plan);

@@ -11,6 +11,9 @@ Planner::Planner(const PlannerOptions& options)
     : beta_(options.beta),
       peered_(options.peered),
       refresh_interval_(options.refresh_interval),
+      sketch_stride_(options.sketch_stride),
+      max_sketch_period_(options.max_sketch_period),
+      staleness_limit_(options.staleness_limit),
       audit_interval_(options.audit_interval),
       rank_(options.rank),
       selector_(options.selection) {}
@@ -99,6 +102,17 @@ Planner::Selection Planner::ApplySelection(
       out.moves.push_back(name + " early refresh (gain decayed)");
     }
   }
+  // Which windows each layer is sketched in (after the moves above: a
+  // layer's period follows its place and its early refresh).
+  const int max_period =
+      MaxSketchPeriod(max_sketch_period_, staleness_limit_, refresh_interval_);
+  for (PlanLayer* l : layers) {
+    if (l->sketch.Decide(l->candidate, l->selected && l->accepted_version >= 0,
+                         l->refresh_seq, max_period)) {
+      out.changed = true;
+      out.moves.push_back(l->name + " " + l->sketch.reason());
+    }
+  }
   return out;
 }
 
@@ -112,6 +126,7 @@ v1::PeerPlan Planner::BuildPlan(
   p.set_audit_interval(audit_interval_);
   p.set_rank(rank_);
   p.set_world_size(world_size);
+  p.set_sketch_stride(sketch_stride());
   for (const PlanLayer* l : layers) {
     v1::PeerLayerPlan* x = p.add_layers();
     x->set_name(l->name);
@@ -122,6 +137,7 @@ v1::PeerPlan Planner::BuildPlan(
     *x->mutable_settings() = l->settings;
     x->set_refresh_seq(l->refresh_seq);
     x->set_accepted_version(l->accepted_version);
+    x->set_sketch_period(l->sketch.period());
   }
   return p;
 }
@@ -189,6 +205,10 @@ void Planner::ApplyPlan(const v1::PeerPlan& plan, int* world_size,
     audit_interval_ = plan.audit_interval();
   }
   if (plan.rank() >= 1) rank_ = plan.rank();
+  // An older leader's plan has no stride: every step, as it sketched.
+  sketch_stride_ = plan.has_sketch_stride() && plan.sketch_stride() >= 1
+                       ? plan.sketch_stride()
+                       : 1;
   if (*world_size == 0) *world_size = plan.world_size();
   for (const v1::PeerLayerPlan& x : plan.layers()) {
     for (PlanLayer* l : layers) {
@@ -208,6 +228,8 @@ void Planner::ApplyPlan(const v1::PeerPlan& plan, int* world_size,
           x.has_accepted_version() && x.accepted_version() >= 0
               ? x.accepted_version()
               : -1;
+      l->sketch.Follow(l->candidate,
+                       x.has_sketch_period() ? x.sketch_period() : 1);
     }
   }
 }

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "daemon/core/sketch_schedule.h"
 #include "daemon/selector.h"
 #include "gift/v1/peer.pb.h"
 #include "gift/v1/types.pb.h"
@@ -46,6 +47,9 @@ struct PlanLayer {
   // the other nodes by one).
   int64_t accepted_version = -1;
   LayerScore score;  // the selector's last decision
+  // Which windows of the layer the ranks sketch (the leader decides, the
+  // plan carries its period).
+  SketchSchedule sketch;
 };
 
 struct PlannerOptions {
@@ -53,8 +57,11 @@ struct PlannerOptions {
   int audit_interval = 0;
   int rank = 32;  // r of the layers without a rank of their own
   SelectorPolicy selection;
-  double beta = 1.0;    // β of low-rank layers without one of their own
-  bool peered = false;  // a member of a multi-node job
+  double beta = 1.0;          // β of low-rank layers without one of their own
+  bool peered = false;        // a member of a multi-node job
+  int sketch_stride = 0;      // DaemonConfig::sketch_stride (0: auto)
+  int max_sketch_period = 0;  // DaemonConfig::max_sketch_period (0: auto)
+  int64_t staleness_limit = 200;
 };
 
 class Planner {
@@ -71,6 +78,10 @@ class Planner {
   void RaiseEpoch(int64_t epoch) { epoch_ = std::max(epoch_, epoch); }
   int refresh_interval() const { return refresh_interval_; }
   void set_refresh_interval(int k) { refresh_interval_ = k; }
+  // The plan's sketch stride for the current K (sketch_schedule.h).
+  int sketch_stride() const {
+    return SketchStride(sketch_stride_, refresh_interval_);
+  }
   int audit_interval() const { return audit_interval_; }
   void set_audit_interval(int steps) { audit_interval_ = steps; }
   int rank() const { return rank_; }
@@ -164,6 +175,10 @@ class Planner {
   const bool peered_;
   int64_t epoch_ = 1;
   int refresh_interval_;
+  // The config's sketch stride, or on a follower the leader's.
+  int sketch_stride_;
+  const int max_sketch_period_;
+  const int64_t staleness_limit_;
   int audit_interval_;
   int rank_;
   LayerSelector selector_;

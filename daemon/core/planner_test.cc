@@ -325,6 +325,56 @@ TEST_F(PlannerTest, EarlyRefreshBumpsRefreshSeq) {
   EXPECT_EQ(layers_[0].refresh_seq, 1);
 }
 
+// Sketch only when it is used: a layer on the GIFT path whose new factor
+// keeps its subspace is sketched in every 2nd, then 3rd window (K 50,
+// staleness 200: at most 3); an early refresh sketches every window again.
+// The plan carries the period and the stride (auto: 50 / 16 = 3) to the
+// followers.
+TEST_F(PlannerTest, SteadyFactorsOfGiftLayersLengthenTheSketchPeriod) {
+  ASSERT_OK(planner_.selector().Observe("fc1", Sample(0.4, 1)));
+  ASSERT_OK(planner_.selector().Observe("fc2", Sample(0.0, 1)));
+  layers_[1].settings.set_pin(v1::PIN_IN);  // a candidate without a factor
+  planner_.ApplySelection(Layers());
+  ASSERT_TRUE(layers_[0].selected);
+  ASSERT_EQ(layers_[0].accepted_version, 1);
+  EXPECT_EQ(layers_[0].sketch.period(), 1);
+  for (int64_t v : {2, 3, 4}) {
+    layers_[0].sketch.NoteFactor(v, 0.99);
+    ASSERT_OK(planner_.selector().Observe("fc1", Sample(0.4, v)));
+    Planner::Selection s = planner_.ApplySelection(Layers());
+    EXPECT_EQ(s.changed, v < 4) << v;
+  }
+  EXPECT_EQ(layers_[0].sketch.period(), 3);
+  EXPECT_EQ(layers_[1].sketch.period(), 1);
+  v1::PeerPlan p = planner_.BuildPlan("job", 2, ConstLayers());
+  EXPECT_EQ(p.sketch_stride(), 3);
+  EXPECT_EQ(p.layers(0).sketch_period(), 3);
+  EXPECT_EQ(p.layers(1).sketch_period(), 1);
+  Planner follower(Options());
+  std::vector<PlanLayer> theirs(2);
+  theirs[0].name = "fc1";
+  theirs[1].name = "fc2";
+  int world = 0;
+  follower.ApplyPlan(p, &world, {&theirs[0], &theirs[1]});
+  EXPECT_EQ(theirs[0].sketch.period(), 3);
+  EXPECT_EQ(follower.sketch_stride(), 3);
+  // An older leader's plan has neither: every window, every step.
+  p.clear_sketch_stride();
+  p.mutable_layers(0)->clear_sketch_period();
+  follower.ApplyPlan(p, &world, {&theirs[0], &theirs[1]});
+  EXPECT_EQ(theirs[0].sketch.period(), 1);
+  EXPECT_EQ(follower.sketch_stride(), 1);
+  // The gain decayed: an early refresh (and off the GIFT path), every
+  // window again.
+  ASSERT_OK(planner_.selector().Observe("fc1", Sample(0.03, 4)));
+  Planner::Selection s = planner_.ApplySelection(Layers());
+  EXPECT_THAT(s.moves, Contains("fc1 early refresh (gain decayed)"));
+  EXPECT_THAT(s.moves, Contains(HasSubstr("fc1 candidate: its factors are "
+                                          "probed before the GIFT path takes "
+                                          "one: sketched every window")));
+  EXPECT_EQ(layers_[0].sketch.period(), 1);
+}
+
 // Grid probes whose β = 3 clearly beats the factors in use (probe GIFT
 // RelL2 0.025 against 0.020).
 // One step each: the 10-step window holds several.

@@ -41,34 +41,44 @@ std::string Audit(double v, const std::string& path) {
   return absl::StrCat(Fixed(v, 4), " ", path);
 }
 
+// Which windows the ranks sketch: "every", "1/3 now" (a window of every
+// third, this one sketched), "1/3 off"; "-" when not a candidate.
+std::string Sketch(const gift::v1::LayerStatus& l) {
+  if (!l.candidate()) return "-";
+  if (l.sketch_period() <= 1) return "every";
+  return absl::StrCat("1/", l.sketch_period(), l.sketched() ? " now" : " off");
+}
+
 std::vector<std::string> LayerRow(const gift::v1::LayerStatus& l) {
   const gift::v1::LayerSettings& s = l.settings();
   bool has_factor = l.factor_version() >= 0;
-  return {l.name(),
-          absl::StrCat(l.d_out(), "×", l.d_in()),
-          l.selected() ? "yes" : "-",
-          l.candidate() ? "yes" : "-",
-          PinName(s.pin()),
-          TransformName(s.transform()),
-          s.rank() > 0 ? absl::StrCat(s.rank()) : "-",
-          s.beta_auto()  ? absl::StrFormat("auto:%g", s.beta())
-          : s.beta() > 0 ? absl::StrFormat("%g", s.beta())
-                         : "-",
-          FormatName(s.format()),
-          Bytes(l.bytes_sent()),
-          Fixed(l.vulnerability(), 4),
-          Fixed(l.gain(), 3),
-          has_factor ? absl::StrCat(l.factor_version()) : "-",
-          has_factor ? Fixed(l.factor_age_steps(), 0) : "-",
-          Audit(l.audit_path() == "gift" ? l.audit_rel_l2_gift()
-                                         : l.audit_rel_l2_euclid(),
-                l.audit_path()),
-          Audit(l.audit_path() == "gift" ? l.audit_drift_gift()
-                                         : l.audit_drift_euclid(),
-                l.audit_path()),
-          l.format_reason().empty()
-              ? l.reason()
-              : absl::StrCat(l.reason(), "; format ", l.format_reason())};
+  return {
+      l.name(),
+      absl::StrCat(l.d_out(), "×", l.d_in()),
+      l.selected() ? "yes" : "-",
+      l.candidate() ? "yes" : "-",
+      PinName(s.pin()),
+      TransformName(s.transform()),
+      s.rank() > 0 ? absl::StrCat(s.rank()) : "-",
+      s.beta_auto()  ? absl::StrFormat("auto:%g", s.beta())
+      : s.beta() > 0 ? absl::StrFormat("%g", s.beta())
+                     : "-",
+      FormatName(s.format()),
+      Bytes(l.bytes_sent()),
+      Fixed(l.vulnerability(), 4),
+      Fixed(l.gain(), 3),
+      has_factor ? absl::StrCat(l.factor_version()) : "-",
+      has_factor ? Fixed(l.factor_age_steps(), 0) : "-",
+      Sketch(l),
+      Audit(l.audit_path() == "gift" ? l.audit_rel_l2_gift()
+                                     : l.audit_rel_l2_euclid(),
+            l.audit_path()),
+      Audit(l.audit_path() == "gift" ? l.audit_drift_gift()
+                                     : l.audit_drift_euclid(),
+            l.audit_path()),
+      absl::StrCat(l.reason(), l.format_reason().empty() ? "" : "; format ",
+                   l.format_reason(), l.sketch_period() > 1 ? "; sketch: " : "",
+                   l.sketch_period() > 1 ? l.sketch_reason() : "")};
 }
 
 }  // namespace
@@ -241,6 +251,9 @@ std::string FormatStatus(const gift::v1::GetStatusResponse& s) {
       {"step", absl::StrCat(s.step())},
       {"plan_epoch", absl::StrCat(s.plan_epoch())},
       {"refresh_interval", absl::StrCat(s.refresh_interval(), " steps")},
+      {"sketch_stride",
+       absl::StrCat("every ", std::max(1, s.sketch_stride()),
+                    s.sketch_stride() > 1 ? " steps" : " step")},
       {"audit_interval", s.audit_interval() > 0
                              ? absl::StrCat(s.audit_interval(), " steps")
                              : std::string("off")},
@@ -261,7 +274,8 @@ std::string FormatLayers(
     const google::protobuf::RepeatedPtrField<gift::v1::LayerStatus>& layers) {
   std::vector<std::vector<std::string>> rows = {
       {"LAYER", "SHAPE", "SEL", "CAND", "PIN", "TRANSFORM", "R", "BETA", "FMT",
-       "BYTES", "VULN", "GAIN", "FACTOR", "AGE", "AUDIT", "DRIFT", "REASON"}};
+       "BYTES", "VULN", "GAIN", "FACTOR", "AGE", "SKETCH", "AUDIT", "DRIFT",
+       "REASON"}};
   for (const gift::v1::LayerStatus& layer : layers) {
     rows.push_back(LayerRow(layer));
   }

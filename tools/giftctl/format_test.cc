@@ -42,6 +42,11 @@ gift::v1::LayerStatus Layer(const std::string& name, bool selected) {
                          : gift::v1::WIRE_FORMAT_E4M3);
   l.set_bytes_sent(selected ? 3 * 1024 * 1024 + 512 * 1024 : 0);
   if (!selected) l.set_format_reason("e4m3, not the job's nvfp4: d_in 40");
+  l.set_sketch_period(selected ? 3 : 1);
+  l.set_sketched(false);
+  l.set_sketch_reason(selected ? "GIFT path, factor subspace steady: "
+                                 "sketched every 3rd window"
+                               : "candidate: sketched every window");
   return l;
 }
 
@@ -77,14 +82,18 @@ TEST(FormatLayersTest, OneAlignedRowPerLayer) {
   // The format's reason follows the selector's.
   EXPECT_THAT(lines[2], HasSubstr("gain unmeasured; format e4m3, not the "
                                   "job's nvfp4: d_in 40"));
-  EXPECT_THAT(lines[1], HasSubstr("0.0123  0.312  7       12"));
+  EXPECT_THAT(lines[1], HasSubstr("0.0123  0.312  7       12   1/3 off"));
+  // Which windows are sketched, and why when not every one.
+  EXPECT_THAT(lines[1], HasSubstr("; sketch: GIFT path, factor subspace "
+                                  "steady: sketched every 3rd window"));
+  EXPECT_THAT(lines[2], Not(HasSubstr("sketch:")));
   // The newest audit and its path.
   EXPECT_THAT(lines[1], HasSubstr("0.0123 gift  0.0020 gift"));
   EXPECT_THAT(lines[1], HasSubstr("selected: gain 0.31 >= 0.05"));
   // No gain measured and no factor yet: dashes, not NaN / -1.
   EXPECT_THAT(lines[2],
-              HasSubstr("0.0123  -      -       -    -            -            "
-                        "gain unmeasured"));
+              HasSubstr("0.0123  -      -       -    every    -            -  "
+                        "          gain unmeasured"));
   EXPECT_THAT(t, Not(HasSubstr("nan")));
   // β auto shows the β in use.
   r.mutable_layers(0)->mutable_settings()->set_beta_auto(true);
@@ -99,6 +108,7 @@ TEST(FormatStatusTest, KeyValueLines) {
   s.set_ranks_registered(3);
   s.set_world_size(4);
   s.set_refresh_interval(50);
+  s.set_sketch_stride(3);
   s.set_plan_epoch(12);
   s.mutable_policy()->set_kind(gift::v1::SELECTION_KIND_TOP_K);
   s.mutable_policy()->set_top_k(8);
@@ -109,6 +119,7 @@ TEST(FormatStatusTest, KeyValueLines) {
   EXPECT_THAT(t, HasSubstr("uptime            1h02m05s\n"));
   EXPECT_THAT(t, HasSubstr("ranks             3/4 registered, 0 reaped\n"));
   EXPECT_THAT(t, HasSubstr("refresh_interval  50 steps\n"));
+  EXPECT_THAT(t, HasSubstr("sketch_stride     every 3 steps\n"));
   EXPECT_THAT(t, HasSubstr("policy            top-k k=8 "));
   EXPECT_THAT(t, HasSubstr("layers            24 (6 selected)\n"));
 }

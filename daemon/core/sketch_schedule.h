@@ -1,0 +1,89 @@
+// Sketch only when it is used (DESIGN §3): which windows and steps the
+// ranks sketch. Two plan values decide it, both agreed like the rest of
+// the plan, so every rank of a job sketches the same windows and steps
+// (shm::SketchWindowDue, shm::SketchStepDue):
+//  * the plan's sketch stride s: a window's rows are sampled on every s-th
+//    step only (sketch_stride; auto: about kAutoSketchSteps steps per
+//    window);
+//  * each layer's sketch period P: a candidate is sketched in every window
+//    while its factors are on probation (not yet on the GIFT path), but a
+//    GIFT-path layer whose factor subspace holds from one refresh to the
+//    next is refreshed, and so sketched, in every P-th window only. P grows
+//    by one per steady refresh up to the largest period that keeps its
+//    factor younger than staleness_limit, and falls back to 1 when the
+//    subspace moved, the gain decayed (early refresh) or the layer left
+//    the GIFT path.
+//
+//   SketchSchedule& s = layer.sketch;
+//   s.NoteFactor(version, SubspaceKept(old_factor, new_factor));
+//   if (s.Decide(candidate, on_gift_path, refresh_seq,
+//                MaxSketchPeriod(0, 200, 50)))
+//     /* the plan changed */;
+//
+// Thread safety: not thread-safe; guarded by the daemon's mutex.
+#ifndef GIFT_DAEMON_CORE_SKETCH_SCHEDULE_H_
+#define GIFT_DAEMON_CORE_SKETCH_SCHEDULE_H_
+
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include "shm/protocol.h"
+
+namespace gift::daemon {
+
+// Sketch steps per window the automatic stride aims for.
+inline constexpr int kAutoSketchSteps = 16;
+// A refresh is steady when the previous factor's basis holds at least this
+// share of the new factor's energy (SubspaceKept).
+inline constexpr double kSteadySubspace = 0.98;
+
+// The plan's stride for refresh interval k: `option` (>= 1) at most k, or
+// with 0 (auto) max(1, k / kAutoSketchSteps).
+int SketchStride(int option, int k);
+// The longest sketch period: `option` (>= 1), or with 0 (auto) the most
+// windows that keep a factor younger than the staleness limit while its
+// successor is sketched: max(1, staleness_limit / k - 1).
+int MaxSketchPeriod(int option, int64_t staleness_limit, int k);
+
+// Σᵢ λᵢ ‖U_oldᵀ uᵢ‖² / Σᵢ λᵢ over the new low-rank factor's eigenpairs
+// (uᵢ, λᵢ): the share of its energy inside the old factor's basis, in
+// [0, 1]. NaN when the two are not comparable (a full factor, other d_in,
+// no eigenvalues).
+double SubspaceKept(const shm::FactorData& old_factor,
+                    const shm::FactorData& new_factor);
+
+class SketchSchedule {
+ public:
+  int32_t period() const { return period_; }
+  // Why the layer is sketched as it is (ListLayers' sketch_reason).
+  const std::string& reason() const { return reason_; }
+  // The newest factor's SubspaceKept against the one before (NaN: none).
+  double subspace_kept() const { return kept_; }
+
+  // Factor `version` was installed; `kept`: its SubspaceKept.
+  void NoteFactor(int64_t version, double kept) {
+    kept_ = kept;
+    kept_version_ = version;
+  }
+  // The leader's decision for the next plan; true when the period changed.
+  // on_gift_path: selected with an accepted factor; refresh_seq: the
+  // layer's (a bump since the last call asks for a window now: an early
+  // refresh, new settings, TriggerRefresh).
+  bool Decide(bool candidate, bool on_gift_path, int64_t refresh_seq,
+              int max_period);
+  // A follower takes the leader's period (below 1: 1).
+  void Follow(bool candidate, int32_t period);
+
+ private:
+  int32_t period_ = 1;
+  std::string reason_ = "not a candidate: not sketched";
+  double kept_ = std::numeric_limits<double>::quiet_NaN();
+  int64_t kept_version_ = -1;
+  int64_t judged_version_ = -1;  // the newest factor the period followed
+  int64_t refresh_seq_ = 0;      // the layer's refresh_seq last seen
+};
+
+}  // namespace gift::daemon
+
+#endif  // GIFT_DAEMON_CORE_SKETCH_SCHEDULE_H_
