@@ -65,7 +65,8 @@ struct DaemonConfig {
   // auto, max(1, K / 16). REQUIRES: >= 0.
   int sketch_stride = 0;
   // A GIFT-path layer whose factor subspace holds is sketched in every P-th
-  // window only, P up to this; 0 = auto (staleness_limit / K - 1), 1 =
+  // window only, P up to this; 0 = auto ((staleness_limit - max(K,
+  // staleness_limit / 4)) / K: the factor stays younger than the limit), 1 =
   // every window. REQUIRES: >= 0.
   int max_sketch_period = 0;
   // Steps a factor may age before a rank drops the layer to Euclidean.

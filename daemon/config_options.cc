@@ -388,7 +388,8 @@ std::vector<Option> Plan() {
       GIFT_INT(max_sketch_period, 0,
                "Longest sketch period: a GIFT-path layer whose factor "
                "subspace holds is refreshed (and sketched) every P-th window "
-               "only, P up to this; 0 = auto, staleness_limit / K - 1; 1 = "
+               "only, P up to this; 0 = auto, (staleness_limit - max(K, "
+               "staleness_limit / 4)) / K; 1 = "
                "every window"),
       GIFT_INT(staleness_limit, 1,
                "Steps a factor may age before a rank falls back to Euclidean"),

@@ -16,7 +16,11 @@ int SketchStride(int option, int k) {
 
 int MaxSketchPeriod(int option, int64_t staleness_limit, int k) {
   if (option >= 1) return option;
-  const int64_t windows = staleness_limit / std::max(1, k) - 1;
+  // P windows between refreshes age a factor by P·K steps plus the time its
+  // successor takes to arrive: leave max(K, staleness_limit / 4) for that.
+  k = std::max(1, k);
+  const int64_t margin = std::max<int64_t>(k, staleness_limit / 4);
+  const int64_t windows = (staleness_limit - margin) / k;
   return static_cast<int>(std::clamp<int64_t>(windows, 1, 1 << 20));
 }
 

@@ -43,7 +43,9 @@ inline constexpr double kSteadySubspace = 0.98;
 int SketchStride(int option, int k);
 // The longest sketch period: `option` (>= 1), or with 0 (auto) the most
 // windows that keep a factor younger than the staleness limit while its
-// successor is sketched: max(1, staleness_limit / k - 1).
+// successor is sketched and built, with a margin of max(k,
+// staleness_limit / 4) steps for the build: max(1, (staleness_limit −
+// margin) / k).
 int MaxSketchPeriod(int option, int64_t staleness_limit, int k);
 
 // Σᵢ λᵢ ‖U_oldᵀ uᵢ‖² / Σᵢ λᵢ over the new low-rank factor's eigenpairs

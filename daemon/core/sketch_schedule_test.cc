@@ -15,11 +15,13 @@ TEST(SketchScheduleTest, StrideAndLongestPeriod) {
   EXPECT_EQ(SketchStride(0, 4), 1);
   EXPECT_EQ(SketchStride(0, 0), 1);
   EXPECT_EQ(SketchStride(2, 50), 2);
-  EXPECT_EQ(SketchStride(9, 4), 4);  // never longer than the window
-  EXPECT_EQ(MaxSketchPeriod(0, 200, 50), 3);
+  EXPECT_EQ(SketchStride(9, 4), 4);           // never longer than the window
+  EXPECT_EQ(MaxSketchPeriod(0, 200, 50), 3);  // 150 steps + 50 margin
+  EXPECT_EQ(MaxSketchPeriod(0, 200, 4), 37);  // 148 steps + 52
   EXPECT_EQ(MaxSketchPeriod(0, 200, 100), 1);
   EXPECT_EQ(MaxSketchPeriod(0, 50, 50), 1);
-  EXPECT_EQ(MaxSketchPeriod(0, 200, 0), 199);
+  EXPECT_EQ(MaxSketchPeriod(0, 30, 8), 2);  // 16 steps + 14
+  EXPECT_EQ(MaxSketchPeriod(0, 200, 0), 150);
   EXPECT_EQ(MaxSketchPeriod(5, 200, 50), 5);  // the operator's choice
 }
 
