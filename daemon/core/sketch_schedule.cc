@@ -63,7 +63,12 @@ namespace {
 
 std::string Every(int32_t period) {
   if (period <= 1) return "every window";
-  const char* suffix = period == 2 ? "nd" : period == 3 ? "rd" : "th";
+  const int tens = period % 100, ones = period % 10;
+  const char* suffix = tens >= 11 && tens <= 13 ? "th"
+                       : ones == 1              ? "st"
+                       : ones == 2              ? "nd"
+                       : ones == 3              ? "rd"
+                                                : "th";
   return absl::StrFormat("every %d%s window", period, suffix);
 }
 
@@ -105,8 +110,8 @@ bool SketchSchedule::Decide(bool candidate, bool on_gift_path,
       period_ = 1;
       why = std::isnan(kept_)
                 ? absl::StrFormat(
-                      "GIFT path, v%d has no low-rank factor "
-                      "before it to compare with",
+                      "GIFT path, v%d cannot be compared with the factor "
+                      "before it (a full transform, or none before)",
                       kept_version_)
                 : absl::StrFormat(
                       "GIFT path, factor subspace moved (v%d keeps %.4f of "

@@ -4,6 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
 
 namespace gift::daemon {
 namespace {
@@ -117,6 +120,16 @@ TEST(SketchScheduleTest, SteadyGiftLayersAreSketchedLessOften) {
   EXPECT_EQ(s.period(), 1);
   s.Follow(true, 3);
   EXPECT_EQ(s.reason(), "the leader's plan: sketched every 3rd window");
+  for (auto [period, text] : {std::pair{11, "11th"},
+                              {21, "21st"},
+                              {22, "22nd"},
+                              {112, "112th"},
+                              {4, "4th"}}) {
+    s.Follow(true, period);
+    EXPECT_EQ(s.reason(), absl::StrCat("the leader's plan: sketched every ",
+                                       text, " window"));
+  }
+  s.Follow(true, 3);
   EXPECT_TRUE(s.Decide(false, false, 1, 3));
   EXPECT_EQ(s.period(), 1);
 }
