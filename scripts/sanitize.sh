@@ -56,7 +56,8 @@ ASAN_TARGETS=(
   daemon_shm_test daemon_control_test factor_check_test daemon_limits_test
   daemon_peer_test metrics_http_test metrics_process_test
   session_table_test window_collector_test factor_store_test planner_test
-  series_test beta_grid_test etcd_client_test election_test
+  series_test sketch_schedule_test beta_grid_test etcd_client_test
+  election_test
   # libgift.so's public API: the C ABI's bad-input handling above all
   gift_c_api_test gift_c_api_allreduce_test gift_c_api_attachment_test
   gift_cpp_api_test
