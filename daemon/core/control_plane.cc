@@ -122,10 +122,10 @@ v1::LayerStatus ControlPlane::LayerStatusOf(const JobLayer& l) const {
   s.set_gain(l.score.gain);
   s.set_factor_version(l.factors.newest_version());
   const int64_t factor_step = l.factors.factor_step();
-  s.set_factor_age_steps(
-      factor_step < 0
-          ? std::numeric_limits<double>::quiet_NaN()
-          : std::max<int64_t>(0, p_.sessions->SlowestStep() - factor_step));
+  const int64_t step = p_.sessions->SlowestStep();
+  s.set_factor_age_steps(factor_step < 0
+                             ? std::numeric_limits<double>::quiet_NaN()
+                             : std::max<int64_t>(0, step - factor_step));
   s.set_last_refresh_seconds(l.factors.last_refresh_seconds());
   s.set_refreshes(l.factors.refreshes());
   s.set_rel_l2(l.rel_l2);
@@ -150,8 +150,7 @@ v1::LayerStatus ControlPlane::LayerStatusOf(const JobLayer& l) const {
   s.set_bytes_sent(l.bytes_sent);
   s.set_sketch_period(l.sketch.period());
   s.set_sketched(l.candidate &&
-                 shm::SketchWindowDue(p_.sessions->SlowestStep(),
-                                      p_.planner->refresh_interval(),
+                 shm::SketchWindowDue(step, p_.planner->refresh_interval(),
                                       l.sketch.period()));
   s.set_sketch_reason(l.sketch.reason());
   return s;

@@ -3,7 +3,6 @@
 #include "daemon/core/factor_pipeline.h"
 
 #include <algorithm>
-#include <limits>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -194,10 +193,6 @@ std::unique_ptr<shm::FactorData> FactorPipeline::FactorOf(
 absl::StatusOr<bool> FactorPipeline::InstallFactor(
     JobLayer& l, std::unique_ptr<shm::FactorData> f, double seconds) {
   const int64_t version = f->version;
-  const shm::FactorData* previous = l.factors.newest();
-  const double kept = previous != nullptr
-                          ? SubspaceKept(*previous, *f)
-                          : std::numeric_limits<double>::quiet_NaN();
   absl::StatusOr<bool> installed = l.factors.Install(std::move(f), seconds);
   if (!installed.ok()) {
     p_.metrics->factors_rejected->Add(p_.layout->Labels({{"layer", l.name}}))
@@ -208,7 +203,7 @@ absl::StatusOr<bool> FactorPipeline::InstallFactor(
     return installed.status();
   }
   if (!*installed) return false;
-  l.sketch.NoteFactor(version, kept);
+  l.sketch.NoteFactor(version, l.factors.subspace_kept());
   p_.sessions->PublishFactor(p_.layout->IndexOf(l), *l.factors.newest(),
                              l.name);
   ++refreshes_total_;

@@ -19,6 +19,7 @@
 #define GIFT_DAEMON_CORE_FACTOR_STORE_H_
 
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <memory>
 #include <vector>
@@ -27,6 +28,13 @@
 #include "shm/protocol.h"
 
 namespace gift::daemon {
+
+// Σᵢ λᵢ ‖U_oldᵀ uᵢ‖² / Σᵢ λᵢ over the new low-rank factor's eigenpairs
+// (uᵢ, λᵢ): the share of its energy inside the old factor's basis, in
+// [0, 1]. NaN when the two are not comparable (a full factor, other d_in,
+// no eigenvalues).
+double SubspaceKept(const shm::FactorData& old_factor,
+                    const shm::FactorData& new_factor);
 
 // Ω of this many recent versions is kept (a window is sketched in the basis
 // of the factor its rank held when it began).
@@ -63,6 +71,9 @@ class FactorStore {
   double last_refresh_seconds() const { return last_refresh_seconds_; }
   // Factors installed.
   int64_t refreshes() const { return refreshes_; }
+  // SubspaceKept of the newest factor against the one it replaced; NaN
+  // before the second or when they are not comparable.
+  double subspace_kept() const { return subspace_kept_; }
 
  private:
   shm::LayerGeometry geometry_;
@@ -72,6 +83,7 @@ class FactorStore {
   int64_t factor_step_ = -1;
   double last_refresh_seconds_ = 0;
   int64_t refreshes_ = 0;
+  double subspace_kept_ = std::numeric_limits<double>::quiet_NaN();
 };
 
 }  // namespace gift::daemon

@@ -87,6 +87,24 @@ TEST(FactorStoreTest, RefusesAFactorOutOfBoundsAndKeepsTheOldOne) {
   EXPECT_EQ(f.next_version(), 2);
 }
 
+// Each installed factor's SubspaceKept against the one it replaced; a
+// refused factor changes nothing.
+TEST(FactorStoreTest, MeasuresHowMuchOfTheNewSubspaceTheOldBasisKeeps) {
+  FactorStore f(kGeometry);
+  ASSERT_OK(f.Install(Factor(1), 0).status());
+  EXPECT_TRUE(std::isnan(f.subspace_kept()));  // nothing before it
+  ASSERT_OK(f.Install(Factor(2), 0).status());
+  EXPECT_DOUBLE_EQ(f.subspace_kept(), 1.0);  // the same basis
+  std::unique_ptr<shm::FactorData> turned = Factor(3);
+  turned->u = {0.6f, 0.8f, 0, 0};
+  ASSERT_OK(f.Install(std::move(turned), 0).status());
+  EXPECT_NEAR(f.subspace_kept(), 0.36, 1e-6);
+  std::unique_ptr<shm::FactorData> bad = Factor(4);
+  bad->sigma2 = std::numeric_limits<double>::quiet_NaN();
+  EXPECT_FALSE(f.Install(std::move(bad), 0).ok());
+  EXPECT_NEAR(f.subspace_kept(), 0.36, 1e-6);
+}
+
 TEST(FactorStoreTest, KeepsTheBasisOfRecentVersions) {
   FactorStore f(kGeometry);
   for (int64_t v = 1; v <= static_cast<int64_t>(kOmegaVersionsKept) + 2; ++v) {

@@ -79,6 +79,26 @@ class PlannerTest : public ::testing::Test {
   std::vector<PlanLayer> layers_;
 };
 
+// A follower node's planner and its own layers fc1, fc2, which apply the
+// leader's plans (`world`: its world size until a plan sets it).
+struct Follower {
+  explicit Follower(bool peered = false, int world_size = 0)
+      : planner(Options(peered)), layers(2), world(world_size) {
+    layers[0].name = "fc1";
+    layers[1].name = "fc2";
+  }
+  void Apply(const v1::PeerPlan& p) {
+    planner.ApplyPlan(p, &world, {&layers[0], &layers[1]});
+  }
+  v1::PeerPlan Plan() const {
+    return planner.BuildPlan("job", world, {&layers[0], &layers[1]});
+  }
+
+  Planner planner;
+  std::vector<PlanLayer> layers;
+  int world;
+};
+
 v1::PeerPlan Plan(int64_t epoch, int64_t term = 0) {
   v1::PeerPlan p;
   p.set_job_id("job");
@@ -239,15 +259,9 @@ TEST_F(PlannerTest, BuildingAPlanReflectsTheState) {
   EXPECT_EQ(planner_.RankOf(layers_[1].settings), 16);
 
   // A follower applying it holds the same plan.
-  Planner follower(Options());
-  std::vector<PlanLayer> theirs(2);
-  theirs[0].name = "fc1";
-  theirs[1].name = "fc2";
-  int world = 0;
-  follower.ApplyPlan(p, &world, {&theirs[0], &theirs[1]});
-  EXPECT_EQ(follower.BuildPlan("job", world, {&theirs[0], &theirs[1]})
-                .SerializeAsString(),
-            p.SerializeAsString());
+  Follower follower;
+  follower.Apply(p);
+  EXPECT_EQ(follower.Plan().SerializeAsString(), p.SerializeAsString());
 }
 
 TEST_F(PlannerTest, SelectorSettingsFollowPinsTransformAndRank) {
@@ -350,20 +364,16 @@ TEST_F(PlannerTest, SteadyFactorsOfGiftLayersLengthenTheSketchPeriod) {
   EXPECT_EQ(p.sketch_stride(), 3);
   EXPECT_EQ(p.layers(0).sketch_period(), 3);
   EXPECT_EQ(p.layers(1).sketch_period(), 1);
-  Planner follower(Options());
-  std::vector<PlanLayer> theirs(2);
-  theirs[0].name = "fc1";
-  theirs[1].name = "fc2";
-  int world = 0;
-  follower.ApplyPlan(p, &world, {&theirs[0], &theirs[1]});
-  EXPECT_EQ(theirs[0].sketch.period(), 3);
-  EXPECT_EQ(follower.sketch_stride(), 3);
+  Follower follower;
+  follower.Apply(p);
+  EXPECT_EQ(follower.layers[0].sketch.period(), 3);
+  EXPECT_EQ(follower.planner.sketch_stride(), 3);
   // An older leader's plan has neither: every window, every step.
   p.clear_sketch_stride();
   p.mutable_layers(0)->clear_sketch_period();
-  follower.ApplyPlan(p, &world, {&theirs[0], &theirs[1]});
-  EXPECT_EQ(theirs[0].sketch.period(), 1);
-  EXPECT_EQ(follower.sketch_stride(), 1);
+  follower.Apply(p);
+  EXPECT_EQ(follower.layers[0].sketch.period(), 1);
+  EXPECT_EQ(follower.planner.sketch_stride(), 1);
   // The gain decayed: an early refresh (and off the GIFT path), every
   // window again.
   ASSERT_OK(planner_.selector().Observe("fc1", Sample(0.03, 4)));
@@ -448,16 +458,12 @@ TEST_F(PeeredPlannerTest, AnAcceptedVersionChangesThePlanWithPeers) {
   EXPECT_THAT(s.moves, ElementsAre("fc1 accepts factor v2"));
   // A follower takes it from the plan; a plan without one means none.
   v1::PeerPlan p = planner_.BuildPlan("job", 2, ConstLayers());
-  Planner follower(Options(true));
-  std::vector<PlanLayer> theirs(2);
-  theirs[0].name = "fc1";
-  theirs[1].name = "fc2";
-  int world = 2;
-  follower.ApplyPlan(p, &world, {&theirs[0], &theirs[1]});
-  EXPECT_EQ(theirs[0].accepted_version, 2);
+  Follower follower(/*peered=*/true, /*world_size=*/2);
+  follower.Apply(p);
+  EXPECT_EQ(follower.layers[0].accepted_version, 2);
   p.mutable_layers(0)->clear_accepted_version();
-  follower.ApplyPlan(p, &world, {&theirs[0], &theirs[1]});
-  EXPECT_EQ(theirs[0].accepted_version, -1);
+  follower.Apply(p);
+  EXPECT_EQ(follower.layers[0].accepted_version, -1);
 }
 
 TEST_F(PlannerTest, AJoiningFollowersNewerPlanIsTakenOver) {

@@ -15,7 +15,7 @@
 //    the GIFT path.
 //
 //   SketchSchedule& s = layer.sketch;
-//   s.NoteFactor(version, SubspaceKept(old_factor, new_factor));
+//   s.NoteFactor(version, factors.subspace_kept());  // factor_store.h
 //   if (s.Decide(candidate, on_gift_path, refresh_seq,
 //                MaxSketchPeriod(0, 200, 50)))
 //     /* the plan changed */;
@@ -48,22 +48,15 @@ int SketchStride(int option, int k);
 // margin) / k).
 int MaxSketchPeriod(int option, int64_t staleness_limit, int k);
 
-// Σᵢ λᵢ ‖U_oldᵀ uᵢ‖² / Σᵢ λᵢ over the new low-rank factor's eigenpairs
-// (uᵢ, λᵢ): the share of its energy inside the old factor's basis, in
-// [0, 1]. NaN when the two are not comparable (a full factor, other d_in,
-// no eigenvalues).
-double SubspaceKept(const shm::FactorData& old_factor,
-                    const shm::FactorData& new_factor);
-
 class SketchSchedule {
  public:
   int32_t period() const { return period_; }
-  // Why the layer is sketched as it is (ListLayers' sketch_reason).
-  const std::string& reason() const { return reason_; }
-  // The newest factor's SubspaceKept against the one before (NaN: none).
-  double subspace_kept() const { return kept_; }
+  // Why the layer is sketched as it is, and in which windows (ListLayers'
+  // sketch_reason).
+  std::string reason() const;
 
-  // Factor `version` was installed; `kept`: its SubspaceKept.
+  // Factor `version` was installed; `kept`: its SubspaceKept against the
+  // one before (FactorStore::subspace_kept).
   void NoteFactor(int64_t version, double kept) {
     kept_ = kept;
     kept_version_ = version;
@@ -79,7 +72,9 @@ class SketchSchedule {
 
  private:
   int32_t period_ = 1;
-  std::string reason_ = "not a candidate: not sketched";
+  bool candidate_ = false;
+  bool on_path_ = false;  // on the GIFT path at the last Decide
+  std::string why_;       // the cause of the period, for reason()
   double kept_ = std::numeric_limits<double>::quiet_NaN();
   int64_t kept_version_ = -1;
   int64_t judged_version_ = -1;  // the newest factor the period followed

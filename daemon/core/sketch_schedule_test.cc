@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/core/factor_store.h"
 
 namespace gift::daemon {
 namespace {
