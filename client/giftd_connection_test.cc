@@ -105,7 +105,9 @@ class TwoRanks {
       if (stop != 0) break;
       MakeStep(comm.rank(), step, &acts, &bucket);
       const bool sketched = (*att)->WantsSketch("w");
-      if (sketched) ASSERT_OK((*att)->Sketch("w", acts.data(), kRows));
+      if (sketched) {
+        ASSERT_OK((*att)->Sketch("w", acts.data(), kRows));
+      }
       ASSERT_OK((*att)->BeforeStep(ar->get(), &factors));
       StepTelemetry t;
       absl::Status st = (*ar)->Run(bucket.data(), factors, &t);

@@ -56,8 +56,10 @@ inline constexpr uint64_t kMagic = 0x3130'4D48'5354'4947ULL;  // "GIFTSHM01"
 // Bump on any change (2: audit counters and interval; 3: β auto; 4: the plan's
 // format is a kernels::WireFormat code, 0..3, no longer 0/1 FP8 only; 5: probe
 // and accepted factor versions; 6: each layer's sketch oversampling p; 7: the
-// plan's sketch stride and each layer's sketch period).
-inline constexpr uint32_t kLayoutVersion = 7;
+// plan's sketch stride and each layer's sketch period; 8: the peer plan's
+// window owners, so a daemon of 7 that would send its windows to
+// members[i % size] is refused).
+inline constexpr uint32_t kLayoutVersion = 8;
 
 // Sketch oversampling p (DESIGN §2): a window sketches k = r + p columns.
 // giftd's sketch_oversample sets it (this default), at most kMaxOversample.

@@ -34,9 +34,14 @@ class FakePeerLink : public PeerLink {
     return plan_members_;
   }
   v1::Member OwnerOf(int layer_index) const override {
-    const std::vector<v1::Member> m = members();
-    if (m.empty()) return self_;
-    return m[static_cast<size_t>(layer_index) % m.size()];
+    std::vector<std::string> owners;
+    if (is_leader()) {
+      owners = net_->Owners();
+    } else {
+      absl::MutexLock lock(&mu_);
+      owners = plan_owners_;
+    }
+    return OwnerIn(members(), owners, layer_index, self_);
   }
   bool IsSelf(const v1::Member& m) const override {
     return m.address() == address_;
@@ -44,6 +49,7 @@ class FakePeerLink : public PeerLink {
   void SetPlan(const v1::PeerPlan& plan) override {
     absl::MutexLock lock(&mu_);
     plan_members_.assign(plan.members().begin(), plan.members().end());
+    if (plan.layers_size() > 0) plan_owners_ = OwnersOf(plan);
     joined_ = true;
   }
 
@@ -54,9 +60,7 @@ class FakePeerLink : public PeerLink {
     });
   }
   void BroadcastPlan(v1::PeerPlan plan) override {
-    plan.clear_members();
-    for (const v1::Member& m : net_->Members()) *plan.add_members() = m;
-    plan.set_leader_instance(o_.instance);
+    net_->CompletePlan(plan, o_.instance);
     for (const v1::Member& m : plan.members()) {
       if (IsSelf(m)) continue;
       Send(m.address(), [plan](FakePeerNetwork::Endpoint& e) {
@@ -136,6 +140,7 @@ class FakePeerLink : public PeerLink {
   std::atomic<bool> stopped_{false};
   mutable absl::Mutex mu_;
   std::vector<v1::Member> plan_members_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> plan_owners_ ABSL_GUARDED_BY(mu_);
   bool joined_ ABSL_GUARDED_BY(mu_) = false;
 };
 
@@ -300,6 +305,23 @@ std::vector<v1::Member> FakePeerNetwork::Members() const {
   return members_;
 }
 
+void FakePeerNetwork::CompletePlan(v1::PeerPlan& plan,
+                                   const std::string& leader_instance) {
+  absl::MutexLock lock(&mu_);
+  plan.clear_members();
+  for (const v1::Member& m : members_) *plan.add_members() = m;
+  if (plan.layers_size() > 0) {
+    window_owners_.Assign(plan);
+    owners_ = OwnersOf(plan);
+  }
+  plan.set_leader_instance(leader_instance);
+}
+
+std::vector<std::string> FakePeerNetwork::Owners() const {
+  absl::MutexLock lock(&mu_);
+  return owners_;
+}
+
 // The real link's join: the follower's state to the leader, which admits
 // it, answers with the plan (members filled in) and publishes a new epoch.
 void FakePeerNetwork::Join(const std::string& address,
@@ -332,9 +354,7 @@ void FakePeerNetwork::Join(const std::string& address,
                    members_.end());
     return;
   }
-  plan->clear_members();
-  for (const v1::Member& m : Members()) *plan->add_members() = m;
-  plan->set_leader_instance(leader_instance);
+  CompletePlan(*plan, leader_instance);
   Call(address, address, [&](Endpoint& e) {
     e.link->SetPlan(*plan);
     RETURN_IF_ERROR(e.handler->OnPlan(*plan));

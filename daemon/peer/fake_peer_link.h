@@ -36,6 +36,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "daemon/peer/peer_link.h"
+#include "daemon/peer/window_owners.h"
 
 namespace gift::daemon {
 
@@ -84,6 +85,9 @@ class FakePeerNetwork {
   void Post(std::function<void()> delivery);
   void Admit(const v1::Member& m);
   std::vector<v1::Member> Members() const;
+  // The leader's completion of a plan: members, window owners, leader.
+  void CompletePlan(v1::PeerPlan& plan, const std::string& leader_instance);
+  std::vector<std::string> Owners() const;  // the last completed plan's
   void Join(const std::string& address, const std::string& leader);
   void Deliver();
 
@@ -92,6 +96,8 @@ class FakePeerNetwork {
       ABSL_GUARDED_BY(mu_);
   std::map<std::string, bool> cut_ ABSL_GUARDED_BY(mu_);
   std::vector<v1::Member> members_ ABSL_GUARDED_BY(mu_);  // leader's view
+  WindowOwners window_owners_ ABSL_GUARDED_BY(mu_);       // the leader's
+  std::vector<std::string> owners_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::string> leader_of_ ABSL_GUARDED_BY(mu_);
   std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
   int delivering_ ABSL_GUARDED_BY(mu_) = 0;

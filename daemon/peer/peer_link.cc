@@ -196,8 +196,7 @@ std::vector<v1::Member> PeerLinkImpl::members() const {
 
 v1::Member PeerLinkImpl::OwnerOf(int layer_index) const {
   absl::MutexLock lock(&mu_);
-  if (members_.empty() || layer_index < 0) return self_;
-  return members_[static_cast<size_t>(layer_index) % members_.size()];
+  return OwnerIn(members_, owners_, layer_index, self_);
 }
 
 bool PeerLinkImpl::IsSelf(const v1::Member& m) const {

@@ -14,8 +14,10 @@
 //  * Leader: admits members (Join), drops a member whose reports stopped
 //    for options.member_timeout, and tells the daemon (OnMembersChanged)
 //    so that the next plan carries the new member list.
-// Layer i of the job is owned by members()[i % members().size()], the
-// leader first, then followers in join order.
+// The members are the leader first, then followers in join order. A
+// layer's windows go to the owner the plan names (the leader spreads the
+// sketched layers over the members: window_owners.h), else to
+// members()[i % members().size()].
 //
 // Sends never block the caller: each peer has a bounded queue and a
 // sender thread; a message that cannot be delivered within

@@ -25,6 +25,7 @@
 #include "common/grpc_status.h"
 #include "daemon/peer/peer_link.h"
 #include "daemon/peer/peer_link_internal.h"
+#include "daemon/peer/window_owners.h"
 
 namespace gift::daemon::internal {
 
@@ -97,8 +98,9 @@ class PeerLinkImpl final : public PeerLink, public PeerServerBackend {
   // ---- membership (peer_link_members.cc)
   // Leader: the members with `self` in place; true when the list changed.
   bool AdmitLocked(const v1::Member& m) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The plan as every member must see it: members and leader instance.
-  void CompletePlanLocked(v1::PeerPlan& plan) const
+  // The plan as every member must see it: members, the layers' window
+  // owners and the leader instance.
+  void CompletePlanLocked(v1::PeerPlan& plan)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool AdoptPlanLocked(const v1::PeerPlan& plan)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -128,6 +130,10 @@ class PeerLinkImpl final : public PeerLink, public PeerServerBackend {
   // of its last join or report. Follower: the last plan's members.
   std::vector<v1::Member> members_ ABSL_GUARDED_BY(mu_);
   std::vector<absl::Time> last_seen_ ABSL_GUARDED_BY(mu_);
+  // Leader: who owns which layer's windows, kept across plans. Both: the
+  // owner node of each layer in the last plan ("" where it names none).
+  WindowOwners window_owners_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> owners_ ABSL_GUARDED_BY(mu_);
   std::string leader_instance_ ABSL_GUARDED_BY(mu_);
   int64_t plan_epoch_ ABSL_GUARDED_BY(mu_) = 0;
   bool connected_ ABSL_GUARDED_BY(mu_) = false;

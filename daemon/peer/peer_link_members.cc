@@ -62,10 +62,14 @@ bool PeerLinkImpl::AdmitLocked(const v1::Member& m) {
   return changed;
 }
 
-void PeerLinkImpl::CompletePlanLocked(v1::PeerPlan& plan) const {
+void PeerLinkImpl::CompletePlanLocked(v1::PeerPlan& plan) {
   if (plan.job_id().empty()) plan.set_job_id(options_.job_id);
   plan.clear_members();
   for (const v1::Member& m : members_) *plan.add_members() = m;
+  if (plan.layers_size() > 0) {
+    window_owners_.Assign(plan);
+    owners_ = OwnersOf(plan);
+  }
   plan.set_leader_instance(self_.instance());
 }
 
@@ -174,6 +178,7 @@ bool PeerLinkImpl::AdoptPlanLocked(const v1::PeerPlan& plan) {
   if (plan.members_size() > 0) {
     members_.assign(plan.members().begin(), plan.members().end());
   }
+  if (plan.layers_size() > 0) owners_ = OwnersOf(plan);
   return true;
 }
 

@@ -263,6 +263,46 @@ TEST_F(PeerLinkTest, FollowersJoinAndAgreeOnMembersAndOwners) {
   }
 }
 
+TEST_F(PeerLinkTest, PlansNameTheWindowOwnersEveryMemberSendsTo) {
+  StartJob();
+  // Three layers per block, the GIFT path on each block's third: with three
+  // members, index modulo size would put all six on members[2].
+  v1::PeerPlan plan;
+  plan.set_plan_epoch(100);
+  for (int i = 0; i < 18; ++i) {
+    v1::PeerLayerPlan* l = plan.add_layers();
+    l->set_name(absl::StrCat("layer", i));
+    l->set_selected(i % 3 == 2);
+  }
+  nodes_[0].link->BroadcastPlan(plan);
+  for (int i = 1; i < 3; ++i) {
+    FakeHandler& h = nodes_[i].handler;
+    ASSERT_TRUE(Eventually([&] {
+      return h.With([](auto& f) {
+        return !f.plans.empty() && f.plans.back().plan_epoch() == 100;
+      });
+    }));
+    // The link adopts the plan right after its handler saw it; adopting it
+    // here too (idempotent) leaves no race with the checks below.
+    nodes_[i].link->SetPlan(h.With([](auto& f) { return f.plans.back(); }));
+  }
+  std::map<std::string, int> load;
+  for (int layer = 2; layer < 18; layer += 3) {
+    const v1::Member owner = nodes_[0].link->OwnerOf(layer);
+    ++load[owner.node()];
+    for (Node& n : nodes_) {
+      EXPECT_EQ(n.link->OwnerOf(layer).address(), owner.address()) << layer;
+    }
+  }
+  EXPECT_EQ(load,
+            (std::map<std::string, int>{{"n0", 2}, {"n1", 2}, {"n2", 2}}));
+  // The layers off the GIFT path keep members[i % size].
+  const std::vector<v1::Member> members = nodes_[0].link->members();
+  for (Node& n : nodes_) {
+    EXPECT_EQ(n.link->OwnerOf(4).address(), members[1].address());
+  }
+}
+
 TEST_F(PeerLinkTest, FollowerWithoutMembersOwnsEveryLayer) {
   FakeHandler handler;
   // Nobody listens at the leader address: the follower stays detached.
