@@ -198,13 +198,15 @@ def digests_agree(module):
     return hexes, len(set(hexes)) == 1
 
 
-def gift_bytes(state):
-    """gift's own byte counters (state.stats()): totals since init.
-    bytes_sent is what this rank sent (gradients and control); the
-    per-path totals come with it; bytes_vs_fp32 is a ratio, left out."""
+def gift_counters(state):
+    """gift's own byte counters and its transform time (state.stats()):
+    totals since init. bytes_sent is what this rank sent (gradients and
+    control); the per-path totals come with it; bytes_vs_fp32 is a ratio,
+    left out. transform_seconds: the whitening pairs' wall time."""
     s = state.stats()
     out = {k: v for k, v in s.items()
-           if k.startswith("bytes") and k != "bytes_vs_fp32"
+           if (k.startswith("bytes") and k != "bytes_vs_fp32"
+               or k == "transform_seconds")
            and isinstance(v, (int, float)) and not isinstance(v, bool)}
     if "bytes_sent" not in out:  # an older gift: the sum of the paths
         out["bytes_sent"] = sum(out.get(k, 0) for k in
@@ -327,7 +329,8 @@ def train(a, rank, world):
     for step in range(a.steps):
         if step == a.warmup:
             window = {"net": net_counters(a.iface), "t": time.perf_counter(),
-                      "gift": gift_bytes(gstate) if gstate else None}
+                      "cpu": time.process_time(),
+                      "gift": gift_counters(gstate) if gstate else None}
         x, y = batch(data, a.seed, step, rank, a.batch, a.seq_len)
         net0 = net_counters(a.iface)
         t0 = time.perf_counter()
@@ -366,7 +369,8 @@ def train(a, rank, world):
     # answered a barrier; then the window closes.
     dist.barrier()
     end = {"net": net_counters(a.iface), "t": time.perf_counter(),
-           "gift": gift_bytes(gstate) if gstate else None}
+           "cpu": time.process_time(),
+           "gift": gift_counters(gstate) if gstate else None}
     timed = [s for s in steps if s["step"] >= a.warmup]
     mine = {"rank": rank, "steps": steps,
             "netns_addr": os.environ.get("GIFT_NETNS_ADDR")}
@@ -374,6 +378,11 @@ def train(a, rank, world):
         mine["wire_tx_bytes_per_step"] = (end["net"][0] - window["net"][0]) \
             / len(timed)
         mine["wire_rx_bytes_per_step"] = (end["net"][1] - window["net"][1]) \
+            / len(timed)
+    if "cpu" in window and timed:
+        # This rank's process CPU (every thread: torch, the hook's
+        # communication thread, Gloo) per timed step.
+        mine["cpu_seconds_per_step"] = (end["cpu"] - window["cpu"]) \
             / len(timed)
     if gstate is not None:
         if window.get("gift") is not None and timed:
@@ -416,10 +425,18 @@ def report(a, world, n_params, ranks, mismatch):
             if "wire_tx_bytes_per_step" in r]
     if wire:
         out["wire_tx_bytes_per_rank_step"] = sum(wire) / len(wire)
+    cpu = [r["cpu_seconds_per_step"] for r in ranks
+           if "cpu_seconds_per_step" in r]
+    if cpu:
+        out["cpu_seconds_per_rank_step"] = sum(cpu) / len(cpu)
     gb = [r["gift_bytes_per_step"] for r in ranks if "gift_bytes_per_step" in r]
     if gb:
         out["gift_bytes_per_rank_step"] = {
-            k: sum(g[k] for g in gb) / len(gb) for k in gb[0]}
+            k: sum(g[k] for g in gb) / len(gb) for k in gb[0]
+            if k.startswith("bytes")}
+        ts = [g["transform_seconds"] for g in gb if "transform_seconds" in g]
+        if ts:
+            out["transform_seconds_per_rank_step"] = sum(ts) / len(ts)
     if a.check_identical:
         out["identical"] = mismatch is None
         out["mismatch"] = mismatch

@@ -485,7 +485,8 @@ def merge(runs):
     out["seconds_per_step_median"] = statistics.median(secs) if secs else None
     out["seconds_per_step_min"] = min(secs) if secs else None
     out["timed_steps"] = len(secs)
-    for key in ("wire_tx_bytes_per_rank_step", "giftd_peer_bytes_per_rank_step"):
+    for key in ("wire_tx_bytes_per_rank_step", "giftd_peer_bytes_per_rank_step",
+                "cpu_seconds_per_rank_step", "transform_seconds_per_rank_step"):
         v = [r[key] for r in ok if r.get(key) is not None]
         out[key] = statistics.mean(v) if v else None
     g = [r["gift_bytes_per_rank_step"] for r in ok
@@ -588,12 +589,22 @@ def ttl_ratio(t, ref):
         else "n/a"
 
 
+def cpu_cell(r):
+    """A rank's process CPU per timed step (all its threads), and of it the
+    whitening pairs' wall time where the mode whitens."""
+    cpu = r.get("cpu_seconds_per_rank_step")
+    if cpu is None:
+        return "n/a"
+    t = r.get("transform_seconds_per_rank_step")
+    return f"{cpu:.3f}" + (f" ({t:.3f})" if t else "")
+
+
 def table(results, rates, modes):
     lines = ["| egress/rank | mode | s/step (median) | vs DDP FP32 | "
              "vs fp16 hook | wire MB/rank/step | of which giftd Peer | "
              "gift payload MB | GIFT-path layers | final loss | "
-             "time to DDP's loss | vs DDP |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "time to DDP's loss | vs DDP | rank CPU s/step (whitening) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     notes = []
     for rate in rates:
         row = results.get(rate, {})
@@ -608,7 +619,7 @@ def table(results, rates, modes):
                 err = "; ".join(e.splitlines()[0][:160]
                                 for e in r.get("errors", [])) or "not run"
                 lines.append(f"| {rate} | {label(m)} | **failed**: {err} "
-                             "| | | | | | | | | |")
+                             "| | | | | | | | | | |")
                 continue
             name = label(m)
             if r.get("errors"):
@@ -626,7 +637,8 @@ def table(results, rates, modes):
                 f"| {fmt(r.get('gift_path_layers_mean_timed'), '.1f')} "
                 f"| {fmt(r.get('final_loss'), '.4f')} "
                 f"| {ttl_cell(r.get('time_to_ddp_loss'))} "
-                f"| {ttl_ratio(r.get('time_to_ddp_loss'), ttl_ref)} |")
+                f"| {ttl_ratio(r.get('time_to_ddp_loss'), ttl_ref)} "
+                f"| {cpu_cell(r)} |")
     if notes:
         lines.append("")
         lines += [f"{i + 1}. {n}" for i, n in enumerate(notes)]
@@ -846,7 +858,10 @@ def main(argv=None):
             f"factors, then {a.timed_refresh_interval or a.refresh_interval}, "
             f"layers matching "
             f"`{a.gift_pin}` pinned (GIFT-path layers: mean over rank 0's "
-            f"timed steps). Load average before the runs: "
+            f"timed steps). Rank CPU: each rank process's CPU time (all "
+            f"threads) per timed step, mean over ranks and rounds; in "
+            f"brackets the wall time of its whitening pairs. "
+            f"Load average before the runs: "
             f"{min(loads) if loads else 0:.2f}–{max(loads) if loads else 0:.2f}"
             f" (2-core machine). Run time {total:.0f} s.\n")
     md = head + "\n" + table(results, a.rates, a.modes) + "\n"

@@ -101,8 +101,8 @@ def test_saved_buckets_split_a_first_iteration_bucket():
 def test_stats_total_whole_steps_under_a_lock():
     stats = _stats.StepStats()
     t = {"bytes_euclid": 10, "bytes_gift": 20, "bytes_control": 3,
-         "bytes_audit": 1, "audit_seconds": 0.5, "seconds": 1.0,
-         "audit_step": True}
+         "bytes_audit": 1, "audit_seconds": 0.5, "transform_seconds": 0.25,
+         "seconds": 1.0, "audit_step": True}
     threads = [threading.Thread(target=stats.record, args=(t,))
                for _ in range(8)]
     for th in threads:
@@ -112,6 +112,7 @@ def test_stats_total_whole_steps_under_a_lock():
     s = stats.summary("euclid", 2, 100, {"extra": 1})
     assert s["steps"] == 8 and s["audit_steps"] == 8
     assert s["bytes_sent"] == 8 * 34 and s["bytes_fp32_equivalent"] == 8 * 400
+    assert s["transform_seconds"] == 8 * 0.25
     assert list(s)[-2:] == ["extra", "last"] and s["last"] is t
 
 

@@ -13,7 +13,7 @@ import threading
 from typing import Any, Dict, Optional
 
 _SUMMED = ("bytes_euclid", "bytes_gift", "bytes_control", "bytes_audit",
-           "audit_seconds", "seconds")
+           "audit_seconds", "transform_seconds", "seconds")
 
 
 class StepStats:
@@ -24,7 +24,7 @@ class StepStats:
         self._totals = {"steps": 0, "bytes_euclid": 0, "bytes_gift": 0,
                         "bytes_control": 0, "bytes_audit": 0,
                         "audit_steps": 0, "audit_seconds": 0.0,
-                        "seconds": 0.0}
+                        "transform_seconds": 0.0, "seconds": 0.0}
         self._last: Optional[Dict[str, Any]] = None
 
     def record(self, t: Dict[str, Any]) -> None:
