@@ -52,8 +52,9 @@ ASAN_TARGETS=(
   shm_prefix_lock_test
   # daemon/ and daemon/metrics/
   selector_test factor_builder_test config_test grpc_server_test
-  peer_link_test peer_link_sender_test kv_store_test daemon_test
-  daemon_shm_test daemon_control_test factor_check_test daemon_limits_test
+  peer_link_test peer_link_sender_test window_owners_test kv_store_test
+  daemon_test daemon_shm_test daemon_control_test factor_check_test
+  daemon_limits_test
   daemon_peer_test metrics_http_test metrics_process_test
   session_table_test window_collector_test factor_store_test planner_test
   series_test sketch_schedule_test beta_grid_test etcd_client_test

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
+#include "daemon/core/peer_coordinator.h"
 #include "daemon/core/request_limits.h"
 #include "daemon/limits.h"
 #include "daemon/log.h"
@@ -153,6 +154,9 @@ v1::LayerStatus ControlPlane::LayerStatusOf(const JobLayer& l) const {
                  shm::SketchWindowDue(step, p_.planner->refresh_interval(),
                                       l.sketch.period()));
   s.set_sketch_reason(l.sketch.reason());
+  if (const PeerLink* link = p_.peers->link(); link != nullptr) {
+    s.set_owner(link->OwnerOf(p_.layout->IndexOf(l)).node());
+  }
   return s;
 }
 

@@ -316,6 +316,8 @@ TEST_F(DaemonPeerTest, WindowsOfEveryNodeMakeOneFactorEverywhere) {
     auto l = daemons_[n]->ListLayers({});
     ASSERT_OK(l);
     EXPECT_EQ(l->layers(kFc2).factor_version(), 1) << "node " << n;
+    // Every daemon names the same owner (the plan's).
+    EXPECT_EQ(l->layers(kFc2).owner(), "n1") << "node " << n;
   }
 }
 

@@ -42,11 +42,14 @@ std::string Audit(double v, const std::string& path) {
 }
 
 // Which windows the ranks sketch: "every", "1/3 now" (a window of every
-// third, this one sketched), "1/3 off"; "-" when not a candidate.
+// third, this one sketched), "1/3 off", then "@node", the daemon that owns
+// the windows, in a multi-node job; "-" when not a candidate.
 std::string Sketch(const gift::v1::LayerStatus& l) {
   if (!l.candidate()) return "-";
-  if (l.sketch_period() <= 1) return "every";
-  return absl::StrCat("1/", l.sketch_period(), l.sketched() ? " now" : " off");
+  const std::string owner = l.owner().empty() ? "" : "@" + l.owner();
+  if (l.sketch_period() <= 1) return "every" + owner;
+  return absl::StrCat("1/", l.sketch_period(), l.sketched() ? " now" : " off",
+                      owner);
 }
 
 std::vector<std::string> LayerRow(const gift::v1::LayerStatus& l) {

@@ -101,6 +101,21 @@ TEST(FormatLayersTest, OneAlignedRowPerLayer) {
   EXPECT_THAT(FormatLayers(r.layers()), HasSubstr("32  auto:0.3  nvfp4"));
 }
 
+TEST(FormatLayersTest, SketchNamesTheWindowOwnerInAMultiNodeJob) {
+  gift::v1::ListLayersResponse r;
+  *r.add_layers() = Layer("blocks.0.mlp.fc2", true);
+  *r.add_layers() = Layer("blocks.1.mlp.fc2", true);
+  r.mutable_layers(0)->set_owner("node-b");
+  r.mutable_layers(1)->set_sketch_period(1);
+  r.mutable_layers(1)->set_owner("node-a");
+  std::string t = FormatLayers(r.layers());
+  EXPECT_THAT(t, HasSubstr(" 1/3 off@node-b "));
+  EXPECT_THAT(t, HasSubstr(" every@node-a "));
+  // Not a candidate: no windows, no owner shown.
+  r.mutable_layers(1)->set_candidate(false);
+  EXPECT_THAT(FormatLayers(r.layers()), Not(HasSubstr("node-a")));
+}
+
 TEST(FormatStatusTest, KeyValueLines) {
   gift::v1::GetStatusResponse s;
   s.set_node("node-a");
