@@ -76,6 +76,11 @@ bool SketchSchedule::Decide(bool candidate, bool on_gift_path,
           "GIFT path, factor subspace steady (v%d keeps %.4f of its energy in "
           "the previous factor's basis, >= %.2f)",
           kept_version_, kept_, kSteadySubspace);
+    } else if (kept_ >= kMovedSubspace) {
+      why_ = absl::StrFormat(
+          "GIFT path, factor subspace holding (v%d keeps %.4f of its energy "
+          "in the previous factor's basis, in [%.2f, %.2f))",
+          kept_version_, kept_, kMovedSubspace, kSteadySubspace);
     } else {
       period_ = 1;
       why_ = std::isnan(kept_)
@@ -86,7 +91,7 @@ bool SketchSchedule::Decide(bool candidate, bool on_gift_path,
                  : absl::StrFormat(
                        "GIFT path, factor subspace moved (v%d keeps %.4f of "
                        "its energy in the previous factor's basis, < %.2f)",
-                       kept_version_, kept_, kSteadySubspace);
+                       kept_version_, kept_, kMovedSubspace);
     }
   } else if (!was_on_path) {
     why_ = "GIFT path, waiting for its next factor";

@@ -37,6 +37,12 @@ inline constexpr int kAutoSketchSteps = 16;
 // A refresh is steady when the previous factor's basis holds at least this
 // share of the new factor's energy (SubspaceKept).
 inline constexpr double kSteadySubspace = 0.98;
+// A refresh moved the subspace when the previous basis holds less than this
+// (or cannot be compared): the period falls back to 1. Between the two the
+// period stays, so a layer whose SubspaceKept hovers around 0.98 does not
+// flap between periods (each change is a plan epoch: at K = 4 in the main
+// job's test that was several epochs a second).
+inline constexpr double kMovedSubspace = 0.95;
 
 // The plan's stride for refresh interval k: `option` (>= 1) at most k, or
 // with 0 (auto) max(1, k / kAutoSketchSteps).

@@ -101,18 +101,25 @@ TEST(SketchScheduleTest, SteadyGiftLayersAreSketchedLessOften) {
   // A shorter longest period (a larger K) clamps it.
   EXPECT_TRUE(s.Decide(true, true, 0, 2));
   EXPECT_EQ(s.period(), 2);
+  // A subspace that holds without being steady (in [0.95, 0.98)): the
+  // period stays, no new plan epoch.
+  s.NoteFactor(41, 0.97);
+  EXPECT_FALSE(s.Decide(true, true, 0, 2));
+  EXPECT_EQ(s.period(), 2);
+  EXPECT_THAT(s.reason(), HasSubstr("holding (v41 keeps 0.9700"));
   // A moved subspace: every window again.
-  s.NoteFactor(5, 0.9);
+  s.NoteFactor(45, 0.9);
   EXPECT_TRUE(s.Decide(true, true, 0, 3));
   EXPECT_EQ(s.period(), 1);
-  EXPECT_THAT(s.reason(), HasSubstr("moved (v5 keeps 0.9000"));
-  s.NoteFactor(6, 0.99);
+  EXPECT_THAT(s.reason(), HasSubstr("moved (v45 keeps 0.9000"));
+  EXPECT_THAT(s.reason(), HasSubstr("< 0.95"));
+  s.NoteFactor(46, 0.99);
   EXPECT_TRUE(s.Decide(true, true, 0, 3));
   // A refresh asked for (refresh_seq bumped): every window.
   EXPECT_TRUE(s.Decide(true, true, 1, 3));
   EXPECT_EQ(s.period(), 1);
   EXPECT_THAT(s.reason(), HasSubstr("refresh asked"));
-  s.NoteFactor(7, 0.99);
+  s.NoteFactor(47, 0.99);
   EXPECT_TRUE(s.Decide(true, true, 1, 3));
   // Off the GIFT path, or no longer a candidate: back to 1.
   EXPECT_TRUE(s.Decide(true, false, 1, 3));
