@@ -174,6 +174,27 @@ class PeerLinkTest : public ::testing::Test {
     }
     ASSERT_TRUE(Eventually([&] { return AllSeeMembers(3); }));
   }
+  // Broadcasts `plan` from the leader and waits until each follower's
+  // handler saw its epoch; `got` (optional): the plans they saw, nodes 1, 2.
+  bool BroadcastAndAwait(const v1::PeerPlan& plan,
+                         std::vector<v1::PeerPlan>* got = nullptr) {
+    nodes_[0].link->BroadcastPlan(plan);
+    for (int i = 1; i < 3; ++i) {
+      FakeHandler& h = nodes_[i].handler;
+      if (!Eventually([&] {
+            return h.With([&](auto& f) {
+              return !f.plans.empty() &&
+                     f.plans.back().plan_epoch() == plan.plan_epoch();
+            });
+          })) {
+        return false;
+      }
+      if (got != nullptr) {
+        got->push_back(h.With([](auto& f) { return f.plans.back(); }));
+      }
+    }
+    return true;
+  }
   static void SetTls(PeerLinkOptions& o, const std::string& dir) {
     if (dir.empty()) return;
     o.tls_cert_file = dir + "/cert.pem";
@@ -274,18 +295,11 @@ TEST_F(PeerLinkTest, PlansNameTheWindowOwnersEveryMemberSendsTo) {
     l->set_name(absl::StrCat("layer", i));
     l->set_selected(i % 3 == 2);
   }
-  nodes_[0].link->BroadcastPlan(plan);
-  for (int i = 1; i < 3; ++i) {
-    FakeHandler& h = nodes_[i].handler;
-    ASSERT_TRUE(Eventually([&] {
-      return h.With([](auto& f) {
-        return !f.plans.empty() && f.plans.back().plan_epoch() == 100;
-      });
-    }));
-    // The link adopts the plan right after its handler saw it; adopting it
-    // here too (idempotent) leaves no race with the checks below.
-    nodes_[i].link->SetPlan(h.With([](auto& f) { return f.plans.back(); }));
-  }
+  std::vector<v1::PeerPlan> got;
+  ASSERT_TRUE(BroadcastAndAwait(plan, &got));
+  // The link adopts the plan right after its handler saw it; adopting it
+  // here too (idempotent) leaves no race with the checks below.
+  for (int i = 1; i < 3; ++i) nodes_[i].link->SetPlan(got[i - 1]);
   std::map<std::string, int> load;
   for (int layer = 2; layer < 18; layer += 3) {
     const v1::Member owner = nodes_[0].link->OwnerOf(layer);
@@ -317,15 +331,9 @@ TEST_F(PeerLinkTest, BroadcastPlanReachesEveryFollower) {
   StartJob();
   v1::PeerPlan plan;
   plan.set_plan_epoch(100);
-  nodes_[0].link->BroadcastPlan(plan);
-  for (int i = 1; i < 3; ++i) {
-    FakeHandler& h = nodes_[i].handler;
-    ASSERT_TRUE(Eventually([&] {
-      return h.With([](auto& f) {
-        return !f.plans.empty() && f.plans.back().plan_epoch() == 100;
-      });
-    }));
-    v1::PeerPlan got = h.With([](auto& f) { return f.plans.back(); });
+  std::vector<v1::PeerPlan> plans;
+  ASSERT_TRUE(BroadcastAndAwait(plan, &plans));
+  for (const v1::PeerPlan& got : plans) {
     EXPECT_EQ(got.job_id(), kJob);
     EXPECT_EQ(got.leader_instance(), "n0-1");
     EXPECT_EQ(got.members_size(), 3);
