@@ -8,7 +8,8 @@
 #   make test    install what is missing, build, run every test (ctest)
 #   make soak    the fault soak, 15 minutes (SOAK_SECONDS=N to change)
 #   make sanitize  ASan+UBSan, TSan and fuzzing passes (scripts/sanitize.sh;
-#                build-asan, build-tsan, build-fuzz), one closing line
+#                build-asan, shared by ASan and the fuzzers, and
+#                build-tsan), one closing line
 #   make fuzz    only the fuzzers (scripts/fuzz.sh; FUZZ_SECONDS=60)
 #   make bench   build and run the benchmarks (figures, no assertions)
 #   make format  clang-format every C++/CUDA file in place

@@ -1,10 +1,11 @@
 # Sanitizer builds (scripts/sanitize.sh). GIFT_SANITIZE selects one:
-#   address  ASan + UBSan (GCC or clang): every CPU test but the exhaustive
-#            ones, in build-asan;
+#   address  ASan + UBSan (GCC or clang);
 #   thread   TSan: the concurrency tests, in build-tsan;
 #   fuzz     clang only: libFuzzer coverage instrumentation + ASan + UBSan on
 #            the project code; the targets in fuzz/ add -fsanitize=fuzzer
-#            (GIFT_BUILD_FUZZ), in build-fuzz.
+#            (GIFT_BUILD_FUZZ). make sanitize's build-asan is this build
+#            with the tests too: its ASan part runs the CPU tests in it, its
+#            fuzz part the fuzz targets (make fuzz alone: build-fuzz).
 # Each is -O1 -g1 with frame pointers, applied to every C++ target defined
 # after this file is included (the whole project). System libraries (gRPC,
 # protobuf, abseil, gloo, yaml-cpp) stay uninstrumented; scripts/sanitize.sh
@@ -49,8 +50,9 @@ endif()
 # halves their compile time under ASan+UBSan (shm/protocol_test.cc: 12.9 s ->
 # 7.7 s), which was most of make sanitize. The fuzz targets keep -O1 (their
 # speed is their coverage).
-# Under ASan+UBSan they are not instrumented either (-fno-sanitize=all, the
-# test precompiled header too): what the sanitizers check is the libraries'
+# Under ASan+UBSan (address, fuzz) they are not instrumented either
+# (-fno-sanitize=all, the test precompiled header too; in the fuzz build it
+# drops the coverage instrumentation of the test files as well): what the sanitizers check is the libraries'
 # code, which every test links instrumented, and the test files' heap
 # allocations still come from ASan's allocator (redzones round every buffer
 # a test hands the library; their stack objects have none). That takes 0.5-0.7x
@@ -58,7 +60,7 @@ endif()
 # 26.2 -> 13.4 s, daemon/core/daemon_test.cc 10.7 -> 6.5 s), the test files
 # being half of the ASan build. Not under TSan, which must see every access
 # and atomic of the threads a test starts to judge the library's.
-if(GIFT_SANITIZE STREQUAL "address")
+if(GIFT_SANITIZE STREQUAL "address" OR GIFT_SANITIZE STREQUAL "fuzz")
   set(GIFT_TEST_COMPILE_OPTIONS -O0 -fno-sanitize=all)
 elseif(GIFT_SANITIZE STREQUAL "thread")
   set(GIFT_TEST_COMPILE_OPTIONS -O0)
