@@ -52,8 +52,9 @@ endif()
 # speed is their coverage).
 # Under ASan+UBSan (address, fuzz) they are not instrumented either
 # (-fno-sanitize=all, the test precompiled header too; in the fuzz build it
-# drops the coverage instrumentation of the test files as well): what the sanitizers check is the libraries'
-# code, which every test links instrumented, and the test files' heap
+# drops the coverage instrumentation of the test files as well): what the
+# sanitizers check is the libraries' code, which every test links
+# instrumented, and the test files' heap
 # allocations still come from ASan's allocator (redzones round every buffer
 # a test hands the library; their stack objects have none). That takes 0.5-0.7x
 # off each test file's compile time (tests/daemon/giftd_integration_test.cc

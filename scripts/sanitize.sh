@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# make sanitize: the CPU code under the sanitizers, in three parts, each in
-# a build folder of its own (-O1 -g1, the tests' own files -O0 and under
-# ASan uninstrumented, cmake/Sanitizers.cmake; GIFT_CUDA=OFF,
-# no benchmarks; only the targets the part runs are built):
+# make sanitize: the CPU code under the sanitizers, in three parts, in two
+# build folders (asan and fuzz share one, see below; -O1 -g1, the tests'
+# own files -O0 and under ASan uninstrumented, cmake/Sanitizers.cmake;
+# GIFT_CUDA=OFF, no benchmarks; only the targets the part runs are built):
 #   asan  ASan + UBSan (clang, build-asan): the unit tests of common/,
 #         client/, shm/, daemon/ and tools/ (its file readers and giftctl)
 #         and the CPU integration tests (multi-process
