@@ -179,6 +179,8 @@ bool PeerLinkImpl::AdoptPlanLocked(const v1::PeerPlan& plan) {
     members_.assign(plan.members().begin(), plan.members().end());
   }
   if (plan.layers_size() > 0) owners_ = OwnersOf(plan);
+  // Kept for the day this daemon is elected: its plans then keep the owners.
+  window_owners_.Adopt(plan);
   return true;
 }
 

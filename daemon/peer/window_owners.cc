@@ -18,6 +18,17 @@ std::vector<std::string> OwnersOf(const v1::PeerPlan& plan) {
   return out;
 }
 
+void WindowOwners::Adopt(const v1::PeerPlan& plan) {
+  if (plan.layers_size() == 0) return;
+  owner_.clear();
+  for (const v1::PeerLayerPlan& l : plan.layers()) {
+    if (!l.owner().empty()) owner_[l.name()] = l.owner();
+  }
+  if (plan.members_size() == 0) return;
+  last_members_.clear();
+  for (const v1::Member& m : plan.members()) last_members_.push_back(m.node());
+}
+
 void WindowOwners::Assign(v1::PeerPlan& plan) {
   const int n = plan.members_size();
   if (n == 0) return;

@@ -19,6 +19,7 @@
 //
 //   WindowOwners owners;                   // the leader's, kept across plans
 //   owners.Assign(plan);                   // plan has its members
+//   owners.Adopt(leaders_plan);            // a follower, ready to lead
 //   v1::Member m = OwnerIn(plan.members(), OwnersOf(plan), i, self);
 //
 // Thread safety: WindowOwners is not thread-safe (the link calls it under
@@ -39,6 +40,12 @@ class WindowOwners {
   // Sets the owner of every sketched layer of `plan` among plan.members()
   // (by node) and clears it on the others. Does nothing without members.
   void Assign(v1::PeerPlan& plan);
+
+  // Takes the owners and members a leader's `plan` names (a follower, for
+  // each plan it adopts), so that when this daemon becomes the leader its
+  // first Assign keeps them: only the layers of members that left move.
+  // Does nothing for a plan without layers.
+  void Adopt(const v1::PeerPlan& plan);
 
  private:
   std::map<std::string, std::string> owner_;  // layer -> node

@@ -128,6 +128,46 @@ TEST(WindowOwnersTest, JoinersTakeLayersFromTheLeaderAndALeaverHandsItsOn) {
   EXPECT_EQ(OwnersOf(plan), three);
 }
 
+TEST(WindowOwnersTest, AnElectedFollowerKeepsTheOwnersOfThePlansItAdopted) {
+  // n0 leads four nodes; n1 follows, adopting each of n0's plans.
+  v1::PeerPlan plan = Plan(8, {"n0", "n1", "n2", "n3"});
+  WindowOwners leader;
+  leader.Assign(plan);
+  WindowOwners follower;
+  follower.Adopt(plan);
+  const std::vector<std::string> before = OwnersOf(plan);
+  // n0 dies and n1 is elected: its first plan, without n0.
+  v1::PeerPlan next = plan;
+  SetMembers(next, {"n1", "n2", "n3"});
+  follower.Assign(next);
+  const std::vector<std::string> after = OwnersOf(next);
+  int moved = 0;
+  for (size_t i = 0; i < after.size(); ++i) {
+    EXPECT_NE(after[i], "n0");
+    if (before[i] != "n0") {
+      EXPECT_EQ(after[i], before[i]) << next.layers(static_cast<int>(i)).name();
+    }
+    moved += after[i] != before[i];
+  }
+  EXPECT_EQ(moved, 2);  // n0's two layers, nothing else
+  // Without the adopted owners the new leader would start over: more of
+  // the layers would change owner (their windows then go where no partial
+  // sum is).
+  v1::PeerPlan fresh = plan;
+  SetMembers(fresh, {"n1", "n2", "n3"});
+  WindowOwners empty;
+  empty.Assign(fresh);
+  int moved_fresh = 0;
+  for (size_t i = 0; i < before.size(); ++i) {
+    moved_fresh += OwnersOf(fresh)[i] != before[i];
+  }
+  EXPECT_GT(moved_fresh, moved);
+  // A plan without layers changes nothing.
+  follower.Adopt(Plan(0, {"n1"}));
+  follower.Assign(next);
+  EXPECT_EQ(OwnersOf(next), after);
+}
+
 TEST(WindowOwnersTest, OwnerInFallsBackToTheIndexAndToSelf) {
   v1::PeerPlan plan = Plan(1, {"n0", "n1"});
   v1::Member self;
