@@ -39,6 +39,14 @@ std::map<std::string, int> Load(const v1::PeerPlan& plan) {
   return load;
 }
 
+// Layers whose owner differs between two OwnersOf.
+int Moved(const std::vector<std::string>& a,
+          const std::vector<std::string>& b) {
+  int moved = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) moved += a[i] != b[i];
+  return moved;
+}
+
 void SetMembers(v1::PeerPlan& plan, const std::vector<std::string>& nodes) {
   v1::PeerPlan fresh = Plan(0, nodes);
   *plan.mutable_members() = fresh.members();
@@ -104,22 +112,18 @@ TEST(WindowOwnersTest, JoinersTakeLayersFromTheLeaderAndALeaverHandsItsOn) {
                             {"n0", 2}, {"n1", 2}, {"n2", 2}, {"n3", 2}}));
   // Only as many layers moved as the balance needs: 4 of 8.
   const std::vector<std::string> four = OwnersOf(plan);
-  int moved = 0;
-  for (size_t i = 0; i < four.size(); ++i) moved += four[i] != two[i];
-  EXPECT_EQ(moved, 4);
+  EXPECT_EQ(Moved(four, two), 4);
   // n2 leaves: its two layers go to two others; nothing else moves.
   SetMembers(plan, {"n0", "n1", "n3"});
   owners.Assign(plan);
   const std::vector<std::string> three = OwnersOf(plan);
-  moved = 0;
   for (size_t i = 0; i < three.size(); ++i) {
     EXPECT_NE(three[i], "n2");
     if (four[i] != "n2") {
       EXPECT_EQ(three[i], four[i]);
     }
-    moved += three[i] != four[i];
   }
-  EXPECT_EQ(moved, 2);
+  EXPECT_EQ(Moved(three, four), 2);
   std::map<std::string, int> load = Load(plan);
   EXPECT_EQ(load["n0"] + load["n1"] + load["n3"], 8);
   for (const auto& [node, n] : load) EXPECT_LE(n, 3) << node;
@@ -141,15 +145,13 @@ TEST(WindowOwnersTest, AnElectedFollowerKeepsTheOwnersOfThePlansItAdopted) {
   SetMembers(next, {"n1", "n2", "n3"});
   follower.Assign(next);
   const std::vector<std::string> after = OwnersOf(next);
-  int moved = 0;
   for (size_t i = 0; i < after.size(); ++i) {
     EXPECT_NE(after[i], "n0");
     if (before[i] != "n0") {
       EXPECT_EQ(after[i], before[i]) << next.layers(static_cast<int>(i)).name();
     }
-    moved += after[i] != before[i];
   }
-  EXPECT_EQ(moved, 2);  // n0's two layers, nothing else
+  EXPECT_EQ(Moved(after, before), 2);  // n0's two layers, nothing else
   // Without the adopted owners the new leader would start over: more of
   // the layers would change owner (their windows then go where no partial
   // sum is).
@@ -157,11 +159,7 @@ TEST(WindowOwnersTest, AnElectedFollowerKeepsTheOwnersOfThePlansItAdopted) {
   SetMembers(fresh, {"n1", "n2", "n3"});
   WindowOwners empty;
   empty.Assign(fresh);
-  int moved_fresh = 0;
-  for (size_t i = 0; i < before.size(); ++i) {
-    moved_fresh += OwnersOf(fresh)[i] != before[i];
-  }
-  EXPECT_GT(moved_fresh, moved);
+  EXPECT_GT(Moved(OwnersOf(fresh), before), Moved(after, before));
   // A plan without layers changes nothing.
   follower.Adopt(Plan(0, {"n1"}));
   follower.Assign(next);
