@@ -152,9 +152,7 @@ absl::Status AllReduceEngine::AddPlan(EpochPlan plan) {
         "stay the same"));
   }
   plans_.emplace(plan.epoch(), std::move(plan));
-  for (auto it = plans_.begin(); plans_.size() > 2;) {
-    it = it->first == current_epoch_ ? std::next(it) : plans_.erase(it);
-  }
+  KeepNewestPlans(plans_, 2, current_epoch_);
   return absl::OkStatus();
 }
 

@@ -29,6 +29,8 @@
 #define GIFT_CLIENT_EPOCH_PLAN_H_
 
 #include <cstdint>
+#include <iterator>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -119,6 +121,17 @@ uint64_t Fnv1a64(const void* data, size_t bytes,
 // otherwise FAILED_PRECONDITION "bucket plan mismatch across ranks (this
 // rank's fingerprint …)" on every rank. Communication errors pass through.
 absl::Status CheckPlanAcrossRanks(Transport& comm, const EpochPlan& plan);
+
+// Drops the oldest held plans until at most `n` remain, never the epoch in
+// use: the ranks switch only to an epoch every one of them holds, so under
+// a fast run of plans a rank may take several newer ones while the job
+// stays on an old epoch, and must still hold that one.
+template <typename Plan>
+void KeepNewestPlans(std::map<int64_t, Plan>& plans, size_t n, int64_t in_use) {
+  for (auto it = plans.begin(); plans.size() > n && it != plans.end();) {
+    it = it->first == in_use ? std::next(it) : plans.erase(it);
+  }
+}
 
 }  // namespace gift::client
 

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "client/epoch_plan.h"
 #include "client/giftd_connection.h"
 #include "client/giftd_connection_impl.h"
 #include "common/status_macros.h"
@@ -59,7 +60,9 @@ absl::Status GiftdConnection::Impl::ApplyPlan(AllReduceEngine* allreduce,
   RETURN_IF_ERROR(allreduce->AddPlan(std::move(next)));
   newest_epoch = plan.plan_epoch;
   plans[plan.plan_epoch] = plan;
-  while (plans.size() > 4) plans.erase(plans.begin());
+  // The engine may stay on an old epoch while newer ones arrive (the ranks
+  // took them at different steps): keep its plan, which StepWindows reads.
+  KeepNewestPlans(plans, 4, allreduce->current_epoch());
   ++stats.plans_applied;
   return absl::OkStatus();
 }

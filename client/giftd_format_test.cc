@@ -4,13 +4,12 @@
 // step, and the Euclidean error-feedback residual built under nvfp4 is
 // carried into the first mxfp4 step (that step differs from the same step
 // with the residual dropped, and equals it with the residual kept). Also a
-// plan with a format code out of range, which the rank refuses.
-#include <sys/stat.h>
+// plan with a format code out of range, which the rank refuses, and a run
+// of plans faster than the ranks agree on them.
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
-#include <cstring>
 #include <thread>
 #include <vector>
 
@@ -257,31 +256,20 @@ TEST(GiftdFormatTest, APlanWithABadFormatCodeIsRefused) {
     const int64_t epoch = (*ar)->current_epoch();
     ASSERT_GT(epoch, 0);
     // The rank's control block, written as a broken daemon would.
-    auto names = shm::ListPosixObjects(prefix + "-");
-    ASSERT_OK(names);
-    auto ctl = std::find_if(names->begin(), names->end(), [](const auto& n) {
-      return absl::EndsWith(n, "-ctl");
-    });
-    ASSERT_NE(ctl, names->end());
-    struct stat st {};
-    const std::string path =
-        absl::StrCat("/dev/shm/", ctl->substr((*ctl)[0] == '/' ? 1 : 0));
-    ASSERT_EQ(::stat(path.c_str(), &st), 0) << path;
-    shm::RegionDesc d{};
-    d.kind = static_cast<uint32_t>(shm::RegionKind::kPosix);
-    d.bytes = static_cast<uint64_t>(st.st_size);
-    std::strncpy(d.name, ctl->c_str(), sizeof(d.name) - 1);
-    auto block = shm::OpenRegion(d);
-    ASSERT_OK(block);
+    absl::StatusOr<std::vector<std::unique_ptr<shm::Region>>> blocks =
+        OpenControlBlocks(prefix);
+    ASSERT_OK(blocks);
+    ASSERT_EQ(blocks->size(), 1u);
+    const std::unique_ptr<shm::Region>& block = blocks->front();
     for (const auto& [code, why] : std::vector<std::pair<int, std::string>>{
              {7, "layer w: format code 7 is none of 0..3"},
              {WireFormat(Fp4Format::kNvfp4).code(),
               "layer w: nvfp4 scales blocks of 16"}}) {
       shm::PlanView bad;
-      ASSERT_TRUE(shm::ReadPlan((*block)->data(), &bad));
+      ASSERT_TRUE(shm::ReadPlan(block->data(), &bad));
       bad.plan_epoch += 10;
       bad.layers[0].format = static_cast<uint8_t>(code);
-      shm::PublishPlan((*block)->data(), bad);
+      shm::PublishPlan(block->data(), bad);
       ASSERT_OK((*att)->BeforeStep(ar->get(), &factors));
       ASSERT_OK((*ar)->Run(x.data(), factors, nullptr));
       const ConnectionStats s = (*att)->stats();
@@ -291,6 +279,78 @@ TEST(GiftdFormatTest, APlanWithABadFormatCodeIsRefused) {
                   ::testing::HasSubstr(absl::StrCat("keeping epoch ", epoch)));
       EXPECT_EQ((*ar)->current_epoch(), epoch);
     }
+  });
+}
+
+// Plans may come faster than the ranks agree on them: a rank switches only
+// to an epoch every rank holds, so when one rank takes newer epochs than
+// the other, the job stays on the epoch in use. The rank must keep that
+// plan (its sketch windows, refresh interval and telemetry follow it) however
+// many newer ones it takes meanwhile. Here rank 0's block gets six new
+// epochs, one per step, that rank 1 never sees: rank 0 stays on the agreed
+// epoch and still knows its plan (before, it kept only its four newest
+// plans, lost the agreed one and stopped stepping its sketch windows).
+TEST(GiftdFormatTest, TheEpochInUseStaysKnownWhileNewerPlansArrive) {
+  gift::testing::TempDir tmp("gift_format");
+  ASSERT_TRUE(tmp.ok());
+  const std::string socket = absl::StrCat(tmp.path(), "/agent.sock");
+  const std::string prefix = absl::StrCat("/gift-held", ::getpid());
+  Giftd giftd(socket, prefix);
+  RunThreadRanks(2, [&](Transport& comm) {
+    absl::StatusOr<EpochPlan> plan = TestPlan();
+    ASSERT_OK(plan);
+    auto att = GiftdConnection::Create(
+        RankOptions(socket, "held-test", comm.rank(), /*world_size=*/2), *plan);
+    ASSERT_OK(att);
+    auto ar = AllReduceEngine::Create(&comm, *plan, {});
+    ASSERT_OK(ar);
+    VersionedFactors factors;
+    std::vector<float> acts, x;
+    auto step = [&](int64_t i) {
+      MakeStep(comm.rank(), i, &acts, &x);
+      ASSERT_OK((*att)->BeforeStep(ar->get(), &factors));
+      StepTelemetry t;
+      ASSERT_OK((*ar)->Run(x.data(), factors, &t));
+      ASSERT_OK((*att)->AfterStep(**ar, t, 0.001));
+    };
+    // Until both ranks run giftd's plan (collective: both stop together).
+    int64_t i = 0;
+    for (int64_t agreed = 0; agreed < 2 && i < 20000; ++i) {
+      ASSERT_NO_FATAL_FAILURE(step(i));
+      agreed = (*att)->stats().current_refresh_interval > 0;
+      ASSERT_OK(comm.AllReduce(&agreed, &agreed, 1, DataType::kInt64,
+                               ReduceOp::kSum));
+      absl::SleepFor(absl::Milliseconds(2));
+    }
+    const int64_t interval = (*att)->stats().current_refresh_interval;
+    ASSERT_GT((*ar)->current_epoch(), 0);
+    ASSERT_EQ(interval, 4);  // the Giftd helper's
+    absl::StatusOr<std::vector<std::unique_ptr<shm::Region>>> blocks =
+        OpenControlBlocks(prefix);
+    ASSERT_OK(blocks);
+    shm::Region* mine = nullptr;
+    for (const auto& b : *blocks) {
+      if (shm::Header(b->data())->rank == comm.rank()) mine = b.get();
+    }
+    ASSERT_NE(mine, nullptr);
+    shm::PlanView next;
+    ASSERT_TRUE(shm::ReadPlan(mine->data(), &next));
+    const int64_t first_mine = next.plan_epoch + 1000;
+    for (int n = 0; n < 6; ++n, ++i) {
+      if (comm.rank() == 0) {
+        next.plan_epoch += 1000;  // far above giftd's own epochs
+        shm::PublishPlan(mine->data(), next);
+      }
+      ASSERT_NO_FATAL_FAILURE(step(i));
+      // giftd may publish an epoch of its own meanwhile; never one of ours.
+      EXPECT_LT((*ar)->current_epoch(), first_mine) << "step " << i;
+      const ConnectionStats s = (*att)->stats();
+      EXPECT_EQ(s.current_epoch, (*ar)->current_epoch()) << "step " << i;
+      EXPECT_EQ(s.current_refresh_interval, interval)
+          << "rank " << comm.rank() << " lost the plan of the epoch in use at "
+          << "step " << i;
+    }
+    EXPECT_EQ((*att)->stats().plans_applied >= 7, comm.rank() == 0);
   });
 }
 

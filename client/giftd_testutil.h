@@ -12,14 +12,19 @@
 #ifndef GIFT_CLIENT_GIFTD_TESTUTIL_H_
 #define GIFT_CLIENT_GIFTD_TESTUTIL_H_
 
+#include <sys/stat.h>
+
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "client/epoch_plan.h"
 #include "client/giftd_connection.h"
@@ -28,6 +33,7 @@
 #include "daemon/daemon.h"
 #include "daemon/grpc_server.h"
 #include "gtest/gtest.h"
+#include "shm/region.h"
 
 namespace gift::client {
 
@@ -79,6 +85,34 @@ inline ConnectionOptions RankOptions(const std::string& socket,
   o.world_size = world_size;
   o.retry_interval = absl::Milliseconds(50);
   return o;
+}
+
+// The control blocks of the ranks attached to the giftd whose shared
+// memory is under `prefix`, mapped (giftd unlinks them when the ranks
+// leave; the mappings stay readable). ControlHeader::rank tells them apart.
+inline absl::StatusOr<std::vector<std::unique_ptr<shm::Region>>>
+OpenControlBlocks(const std::string& prefix) {
+  absl::StatusOr<std::vector<std::string>> names =
+      shm::ListPosixObjects(prefix + "-");
+  if (!names.ok()) return names.status();
+  std::vector<std::unique_ptr<shm::Region>> blocks;
+  for (const std::string& name : *names) {
+    if (!absl::EndsWith(name, "-ctl")) continue;
+    const std::string path =
+        absl::StrCat("/dev/shm/", name.substr(name[0] == '/' ? 1 : 0));
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0) {
+      return absl::NotFoundError(absl::StrCat("cannot stat ", path));
+    }
+    shm::RegionDesc d{};
+    d.kind = static_cast<uint32_t>(shm::RegionKind::kPosix);
+    d.bytes = static_cast<uint64_t>(st.st_size);
+    std::strncpy(d.name, name.c_str(), sizeof(d.name) - 1);
+    absl::StatusOr<std::unique_ptr<shm::Region>> block = shm::OpenRegion(d);
+    if (!block.ok()) return block.status();
+    blocks.push_back(*std::move(block));
+  }
+  return blocks;
 }
 
 // A giftd serving `socket` with shared memory under `prefix`, refresh
