@@ -47,6 +47,20 @@ int Moved(const std::vector<std::string>& a,
   return moved;
 }
 
+// `leaver` owns none of the layers in `after`, and every layer it did not
+// own in `before` kept its owner.
+void ExpectOnlyTheLeaversLayersMoved(const std::vector<std::string>& before,
+                                     const std::vector<std::string>& after,
+                                     const std::string& leaver) {
+  ASSERT_EQ(after.size(), before.size());
+  for (size_t i = 0; i < after.size(); ++i) {
+    EXPECT_NE(after[i], leaver) << "layer " << i;
+    if (before[i] != leaver) {
+      EXPECT_EQ(after[i], before[i]) << "layer " << i;
+    }
+  }
+}
+
 void SetMembers(v1::PeerPlan& plan, const std::vector<std::string>& nodes) {
   v1::PeerPlan fresh = Plan(0, nodes);
   *plan.mutable_members() = fresh.members();
@@ -117,12 +131,7 @@ TEST(WindowOwnersTest, JoinersTakeLayersFromTheLeaderAndALeaverHandsItsOn) {
   SetMembers(plan, {"n0", "n1", "n3"});
   owners.Assign(plan);
   const std::vector<std::string> three = OwnersOf(plan);
-  for (size_t i = 0; i < three.size(); ++i) {
-    EXPECT_NE(three[i], "n2");
-    if (four[i] != "n2") {
-      EXPECT_EQ(three[i], four[i]);
-    }
-  }
+  ExpectOnlyTheLeaversLayersMoved(four, three, "n2");
   EXPECT_EQ(Moved(three, four), 2);
   std::map<std::string, int> load = Load(plan);
   EXPECT_EQ(load["n0"] + load["n1"] + load["n3"], 8);
@@ -145,12 +154,7 @@ TEST(WindowOwnersTest, AnElectedFollowerKeepsTheOwnersOfThePlansItAdopted) {
   SetMembers(next, {"n1", "n2", "n3"});
   follower.Assign(next);
   const std::vector<std::string> after = OwnersOf(next);
-  for (size_t i = 0; i < after.size(); ++i) {
-    EXPECT_NE(after[i], "n0");
-    if (before[i] != "n0") {
-      EXPECT_EQ(after[i], before[i]) << next.layers(static_cast<int>(i)).name();
-    }
-  }
+  ExpectOnlyTheLeaversLayersMoved(before, after, "n0");
   EXPECT_EQ(Moved(after, before), 2);  // n0's two layers, nothing else
   // Without the adopted owners the new leader would start over: more of
   // the layers would change owner (their windows then go where no partial
