@@ -12,9 +12,12 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <mutex>
+#include <random>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "tests/multiprocess/harness.h"
 
@@ -170,22 +173,50 @@ absl::StatusOr<CommandResult> Run(
   return result;
 }
 
-absl::StatusOr<int> FreePort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return Errno("socket");
+namespace {
+
+// The low end of the kernel's ephemeral range (outgoing connections take
+// their local ports there); 32768, Linux's default, when it cannot be read.
+int EphemeralLow() {
+  std::ifstream f("/proc/sys/net/ipv4/ip_local_port_range");
+  int low = 0;
+  if (!(f >> low) || low <= 10000) return 32768;
+  return low;
+}
+
+// Binds 127.0.0.1:port and closes: OK when nobody holds it now.
+bool Bindable(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
   sockaddr_in a{};
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  socklen_t len = sizeof(a);
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
-    const absl::Status s = Errno("bind");
-    ::close(fd);
-    return s;
-  }
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
   ::close(fd);
-  return ntohs(a.sin_port);
+  return ok;
+}
+
+}  // namespace
+
+absl::StatusOr<int> FreePort() {
+  // Below the ephemeral range: a port bind(0) handed out is one the kernel
+  // may give any outgoing connection (gRPC's, etcd's) before the daemon
+  // listens on it ("cannot listen on 127.0.0.1:55843" in CI). Random, so
+  // that tests running side by side rarely try the same one.
+  static std::mutex mu;
+  static std::mt19937 rng(std::random_device{}() ^ ::getpid());
+  const int low = 10000, high = EphemeralLow();
+  for (int i = 0; i < 200; ++i) {
+    int port;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      port = std::uniform_int_distribution<int>(low, high - 1)(rng);
+    }
+    if (Bindable(port)) return port;
+  }
+  return absl::UnavailableError(absl::StrFormat(
+      "no free TCP port on 127.0.0.1 in [%d, %d) after 200 tries", low, high));
 }
 
 std::string FindOnPath(const std::string& name) {

@@ -81,9 +81,10 @@ absl::StatusOr<CommandResult> Run(
     const std::vector<std::pair<std::string, std::string>>& env = {},
     absl::Duration timeout = absl::Seconds(20));
 
-// A TCP port on 127.0.0.1 that was free a moment ago (bind port 0, read it,
-// close). Another process may take it before it is used; good enough for
-// tests on one machine.
+// A TCP port on 127.0.0.1 that was free a moment ago: a random one below
+// the kernel's ephemeral range (which outgoing connections draw from), that
+// bind accepted. Another test may still take it before it is used; good
+// enough for tests on one machine.
 absl::StatusOr<int> FreePort();
 
 // A fresh directory under $TMPDIR (or /tmp) named prefix_XXXXXX: the

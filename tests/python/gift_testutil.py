@@ -106,8 +106,9 @@ def free_address():
 @contextlib.contextmanager
 def giftd(*flags):
     """A real giftd ($GIFTD) on a temporary socket and a free control port,
-    fast polling; yields (process, agent socket, control address). Its log
-    is printed when the body fails; SIGTERM (then SIGKILL) at the end."""
+    fast polling; yields (process, agent socket, control address); the
+    process's `log_path` names its log, which is printed when the body
+    fails; SIGTERM (then SIGKILL) at the end."""
     with tempfile.TemporaryDirectory() as d:
         sock = os.path.join(d, "agent.sock")
         control = free_address()
@@ -119,6 +120,7 @@ def giftd(*flags):
              f"--shm-prefix=/giftpy-{os.getpid()}x", "--poll-interval-ms=10",
              "--heartbeat-interval-ms=50", "--refresh-threads=1", *flags],
             stdout=log, stderr=subprocess.STDOUT)
+        p.log_path = log_path
         try:
             deadline = time.monotonic() + 20
             while not os.path.exists(sock):
