@@ -32,7 +32,9 @@ round; a step lasts as long as its slowest rank), the ratios to DDP FP32
 and to the fp16 hook, the bytes a rank sent on its interface per step
 (tx_bytes of eth0 over the timed steps: mode-agnostic, and on gift runs it
 includes the giftd Peer traffic, which is also measured from the daemons'
-TCP sockets and shown apart), gift's own payload count (state.stats()),
+TCP sockets and shown apart, and by message kind from each daemon's
+gift_peer_bytes_total on its /metrics, 127.0.0.1:29153 in its namespace),
+gift's own payload count (state.stats()),
 the final loss, and the time to loss: the wall time (every step's slowest
 rank, warm-up included) until the mode's loss, a trailing --ttl-window
 mean of the ranks' mean, first reaches DDP FP32's at its last step
@@ -132,6 +134,7 @@ def label(mode):
 # listen ("Address already in use"; python_multihost failed so once).
 CONTROL = "127.0.0.1:29151"  # every namespace has a loopback of its own
 PEER_PORT = 29152
+METRICS_PORT = 29153  # giftd's Prometheus endpoint, per namespace
 
 
 def addr(rank):
@@ -207,7 +210,8 @@ class Giftds:
                 d = os.path.dirname(self.socks[r])
                 os.makedirs(d, exist_ok=True)
                 cmd = [exe, f"--node=host{r}", f"--agent-socket={self.socks[r]}",
-                       f"--control-address={CONTROL}", "--metrics-address=",
+                       f"--control-address={CONTROL}",
+                       f"--metrics-address=127.0.0.1:{METRICS_PORT}",
                        f"--shm-prefix={shm}-r{r}x", f"--job-id={job}",
                        f"--peer-address={addr(r)}:{PEER_PORT}",
                        f"--leader-address={addr(0)}:{PEER_PORT}",
@@ -338,6 +342,30 @@ class Giftds:
             except subprocess.TimeoutExpired:
                 kill_group(p)
                 p.wait(5)
+
+    def peer_bytes_by_kind(self):
+        """Serialized Peer message bytes the daemons sent so far, summed
+        over the daemons, by message kind (giftd's gift_peer_bytes_total
+        {direction="sent"}, read from each one's /metrics), or None."""
+        fetch = ("import sys, urllib.request; sys.stdout.write(urllib.request"
+                 f".urlopen('http://127.0.0.1:{METRICS_PORT}/metrics', "
+                 "timeout=5).read().decode())")
+        pattern = re.compile(r'^gift_peer_bytes_total\{([^}]*)\} (\S+)$',
+                             re.M)
+        out = {}
+        for r in range(self.ns.world):
+            res = sh(self.ns.cmd(r, [sys.executable, "-c", fetch]),
+                     timeout=15, check=False)
+            if res.returncode != 0:
+                return None
+            for labels, value in pattern.findall(res.stdout):
+                if 'direction="sent"' not in labels:
+                    continue
+                kind = re.search(r'kind="([^"]*)"', labels)
+                if kind:
+                    out[kind.group(1)] = out.get(kind.group(1), 0) + \
+                        float(value)
+        return out
 
     def log_tails(self, n=15):
         return {f"rank{r}": tail(l, n) for r, l in enumerate(self.logs)}
@@ -489,6 +517,12 @@ def merge(runs):
                 "cpu_seconds_per_rank_step", "transform_seconds_per_rank_step"):
         v = [r[key] for r in ok if r.get(key) is not None]
         out[key] = statistics.mean(v) if v else None
+    by_kind = [r["giftd_peer_sent_bytes_per_rank_step_by_kind"] for r in ok
+               if r.get("giftd_peer_sent_bytes_per_rank_step_by_kind")]
+    if by_kind:
+        out["giftd_peer_sent_bytes_per_rank_step_by_kind"] = {
+            k: statistics.mean(d.get(k, 0) for d in by_kind)
+            for k in sorted({k for d in by_kind for k in d})}
     g = [r["gift_bytes_per_rank_step"] for r in ok
          if r.get("gift_bytes_per_rank_step")]
     if g:
@@ -639,6 +673,17 @@ def table(results, rates, modes):
                 f"| {ttl_cell(r.get('time_to_ddp_loss'))} "
                 f"| {ttl_ratio(r.get('time_to_ddp_loss'), ttl_ref)} "
                 f"| {cpu_cell(r)} |")
+    key = "giftd_peer_sent_bytes_per_rank_step_by_kind"
+    kinds = [(rate, m, results[rate][m][key]) for rate in rates for m in modes
+             if results.get(rate, {}).get(m, {}).get(key)]
+    if kinds:
+        lines += ["", "giftd Peer messages sent, by kind (serialized KB per "
+                  "rank-step over the whole run, warm-up and its short "
+                  "refresh interval included):"]
+        for rate, m, k in kinds:
+            lines.append(f"* {rate} {label(m)}: " + ", ".join(
+                f"{name} {v / 1e3:.1f}" for name, v in
+                sorted(k.items(), key=lambda kv: -kv[1]) if v > 0))
     if notes:
         lines.append("")
         lines += [f"{i + 1}. {n}" for i, n in enumerate(notes)]
@@ -799,6 +844,11 @@ def run_all(a, ns, giftd, ctl, tmp_root):
                             res["giftd_peer_bytes"] = pb
                             res["giftd_peer_bytes_per_rank_step"] = (
                                 sum(pb) / len(pb) / a.steps)
+                        kinds = daemons.peer_bytes_by_kind()
+                        if kinds is not None:
+                            res["giftd_peer_sent_bytes_per_rank_step_by_kind"] \
+                                = {k: v / ns.world / a.steps
+                                   for k, v in sorted(kinds.items())}
                     rec.update(res)
                     msg = (f"{rec['seconds_per_step_median']:.3f} s/step, wire "
                            f"{rec.get('wire_tx_bytes_per_rank_step', 0) / 1e6:.2f}"
