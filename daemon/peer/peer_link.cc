@@ -259,11 +259,16 @@ void PeerLinkImpl::SendTelemetry(v1::ReportTelemetryRequest r) {
   r.set_job_id(options_.job_id);
   *r.mutable_self() = self_;
   Enqueue(leader_address_, [this, r = std::move(r)] {
+    int64_t joins;
+    {
+      absl::MutexLock lock(&mu_);
+      joins = joins_;
+    }
     v1::ReportTelemetryResponse reply;
     absl::Status s =
         Call(leader_address_, "telemetry", &v1::Peer::Stub::ReportTelemetry, r,
              &reply, options_.rpc_timeout);
-    NoteTelemetryReply(s, reply);
+    NoteTelemetryReply(s, reply, joins);
     return s;
   });
 }

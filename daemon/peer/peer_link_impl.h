@@ -107,9 +107,12 @@ class PeerLinkImpl final : public PeerLink, public PeerServerBackend {
   void ReaperLoop();
   void FollowerLoop();
   absl::Status TryJoin();
-  // Follower: what a ReportTelemetry call says about the leader.
+  // Follower: what a ReportTelemetry call says about the leader; `joins`:
+  // joins_ when the call left (a reply to a call that left before the last
+  // join describes the leader as it was then, and is ignored).
   void NoteTelemetryReply(const absl::Status& s,
-                          const v1::ReportTelemetryResponse& reply);
+                          const v1::ReportTelemetryResponse& reply,
+                          int64_t joins);
   // True when Stop() was called; waits up to `d` for it.
   bool StoppedWithin(absl::Duration d);
 

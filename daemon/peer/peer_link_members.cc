@@ -230,6 +230,7 @@ absl::Status PeerLinkImpl::TryJoin() {
   AdoptPlanLocked(reply.plan());
   connected_ = true;
   last_leader_ok_ = absl::Now();
+  behind_since_ = absl::InfiniteFuture();  // the join brought the plan
   ++joins_;
   LOG_INFO("peer: joined %s (leader instance %s), plan epoch %d",
            leader_address_, leader_instance_, plan_epoch_);
@@ -251,9 +252,13 @@ void PeerLinkImpl::FollowerLoop() {
   }
 }
 
-void PeerLinkImpl::NoteTelemetryReply(
-    const absl::Status& s, const v1::ReportTelemetryResponse& reply) {
+void PeerLinkImpl::NoteTelemetryReply(const absl::Status& s,
+                                      const v1::ReportTelemetryResponse& reply,
+                                      int64_t joins) {
   absl::MutexLock lock(&mu_);
+  // Sent before this daemon's last join: a NOT_FOUND or an old instance in
+  // it would detach a follower that has just joined, for a second join.
+  if (joins != joins_) return;
   const absl::Time now = absl::Now();
   if (s.ok() && reply.leader_instance() == leader_instance_) {
     last_leader_ok_ = now;

@@ -535,7 +535,12 @@ TEST_F(PeerLinkTest, FollowersRejoinARestartedLeader) {
   ASSERT_TRUE(Eventually([&] {
     bool all = true;
     for (int i = 1; i < 3; ++i) {
-      nodes_[i].link->SendTelemetry(v1::ReportTelemetryRequest());
+      // Several reports in flight at the restart: one that the new leader
+      // answers NOT_FOUND before the follower's join lands must not detach
+      // it again after the join (14 of 100 runs joined 3 times before).
+      for (int k = 0; k < 8; ++k) {
+        nodes_[i].link->SendTelemetry(v1::ReportTelemetryRequest());
+      }
       PeerLinkStats s = nodes_[i].link->stats();
       all = all && s.connected && s.leader_instance == "n0-2";
     }
