@@ -4,12 +4,16 @@ real giftd on loopback."""
 import contextlib
 import os
 import pathlib
-import socket
 import subprocess
+import sys
 import tempfile
 import time
 
 import yaml
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+from free_port import free_port  # noqa: E402  (tests/free_port.py)
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
@@ -22,12 +26,6 @@ CONTAINER_DIR = DEPLOY / "container"
 def load_yaml_docs(path):
     with open(path) as f:
         return list(yaml.safe_load_all(f))
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def health(giftctl, address, timeout=1):

@@ -4,8 +4,8 @@ per (rank, step), a two-process gloo job, and parameter checks."""
 import contextlib
 import os
 import signal
-import socket
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -14,6 +14,10 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+from free_port import free_port  # noqa: E402  (tests/free_port.py)
 
 WORLD = 2
 BATCH, D_IN, D_OUT = 48, 32, 16
@@ -98,9 +102,7 @@ def lowrank_factor(d_in, r, version, seed):
 
 
 def free_address():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return f"127.0.0.1:{s.getsockname()[1]}"
+    return f"127.0.0.1:{free_port()}"
 
 
 @contextlib.contextmanager

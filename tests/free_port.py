@@ -1,0 +1,34 @@
+"""A free TCP port on 127.0.0.1 for a server a test is about to start.
+
+Not bind(0): that hands out a port from the kernel's ephemeral range, which
+any outgoing connection (gRPC's, etcd's, Prometheus's) may take before the
+server listens on it. A random port below that range, checked by bind, as
+FreePort in tests/daemon/subprocess.cc does."""
+
+import random
+import socket
+
+_rng = random.SystemRandom()
+
+
+def _ephemeral_low():
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            low = int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+    return low if low > 10000 else 32768
+
+
+def free_port(host="127.0.0.1"):
+    low, high = 10000, _ephemeral_low()
+    for _ in range(200):
+        port = _rng.randrange(low, high)
+        with socket.socket() as s:
+            try:
+                s.bind((host, port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free TCP port on {host} in [{low}, {high}) "
+                       "after 200 tries")
