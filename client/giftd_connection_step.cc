@@ -163,7 +163,12 @@ absl::Status GiftdConnection::Impl::TakeFactors(VersionedFactors* factors) {
 }
 
 void GiftdConnection::Impl::DropStale(VersionedFactors* factors) {
-  for (LayerState& s : layers) {
+  // Noted only where the agreed plan has the layer on the GIFT path (or no
+  // plan is agreed): a stale factor of a candidate, or of a layer giftd no
+  // longer sketches, served probes only and is dropped quietly.
+  const shm::PlanView* agreed = AgreedPlan(stats.current_epoch);
+  for (size_t j = 0; j < layers.size(); ++j) {
+    const LayerState& s = layers[j];
     const std::string& name = base.layers()[s.plan_index].name;
     // The version by value, not a LayerFactor pointer: Drop frees the factor.
     const std::vector<int64_t> held = factors->Held(name);
@@ -174,6 +179,10 @@ void GiftdConnection::Impl::DropStale(VersionedFactors* factors) {
     if (step - end > staleness_limit) {
       factors->Drop(name);
       ++stats.stale_drops;
+      if (agreed != nullptr && j < agreed->layers.size() &&
+          agreed->layers[j].path == 0) {
+        continue;
+      }
       Note(absl::StrFormat(
                "factor v%d of %s is %d steps old (limit %d): Euclidean until a "
                "new one arrives",

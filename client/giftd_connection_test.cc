@@ -434,6 +434,60 @@ TEST(GiftdConnectionTest, StaleNoteSurvivesAPoisonedHeap) {
   ::unsetenv("GLIBC_TUNABLES");
 }
 
+// A factor that goes stale on a layer off the GIFT path (a candidate's,
+// or one giftd stopped sketching) is dropped and counted, but not noted:
+// "Euclidean until a new one arrives" would be news only for a GIFT layer
+// (each run of the format study printed 3-4 such lines).
+TEST(GiftdConnectionTest, StaleFactorOffTheGiftPathGoesQuietly) {
+  gift::testing::TempDir tmp("gift_stale");
+  ASSERT_TRUE(tmp.ok());
+  const std::string socket = absl::StrCat(tmp.path(), "/agent.sock");
+  Giftd giftd(socket, absl::StrCat("/gift-stale", ::getpid()));
+  std::atomic<bool> pinned_out{false};
+  RunThreadRanks(2, [&](Transport& comm) {
+    absl::StatusOr<EpochPlan> plan = TestPlan();
+    ASSERT_OK(plan);
+    auto att = GiftdConnection::Create(
+        RankOptions(socket, "stale-test", comm.rank(), /*world_size=*/2),
+        *plan);
+    ASSERT_OK(att);
+    auto ar = AllReduceEngine::Create(&comm, *plan, {});
+    ASSERT_OK(ar);
+    VersionedFactors factors;
+    std::vector<float> acts, bucket;
+    // Phase 0: until both ranks hold a factor of the candidate "w"; then
+    // "w" is pinned out (giftd stops sketching it), and phase 1 runs until
+    // both dropped it as stale (giftd's staleness limit: 30 steps).
+    int64_t phase = 0;
+    for (int64_t step = 0; phase < 2 && step < 20000; ++step) {
+      MakeStep(comm.rank(), step, &acts, &bucket);
+      if ((*att)->WantsSketch("w")) {
+        ASSERT_OK((*att)->Sketch("w", acts.data(), kRows));
+      }
+      ASSERT_OK((*att)->BeforeStep(ar->get(), &factors));
+      StepTelemetry t;
+      ASSERT_OK((*ar)->Run(bucket.data(), factors, &t));
+      ASSERT_OK((*att)->AfterStep(**ar, t, 0.001));
+      const ConnectionStats st = (*att)->stats();
+      int64_t done =
+          phase == 0 ? !factors.Held("w").empty() : st.stale_drops > 0;
+      ASSERT_OK(
+          comm.AllReduce(&done, &done, 1, DataType::kInt64, ReduceOp::kMin));
+      if (done == 1 && phase++ == 0 && comm.rank() == 0) {
+        v1::LayerSettings out;
+        out.set_pin(v1::PIN_OUT);
+        EXPECT_GT(giftd.Set("w", out), 0);
+        pinned_out = true;
+      }
+      absl::SleepFor(absl::Milliseconds(2));
+    }
+    ASSERT_EQ(phase, 2) << "no stale drop on rank " << comm.rank();
+    EXPECT_FALSE(absl::StrContains((*att)->stats().last_error, "steps old"))
+        << (*att)->stats().last_error;
+  });
+  EXPECT_TRUE(pinned_out);
+}
+
 TEST(GiftdConnectionTest, ResumeMustNameTwoDimensionalLayers) {
   absl::StatusOr<EpochPlan> plan = TestPlan();
   ASSERT_OK(plan);
