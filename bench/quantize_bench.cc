@@ -1,4 +1,5 @@
-// CPU throughput of the FP8 quantize / dequantize / accumulate kernels against
+// CPU throughput of the FP8 and FP4 (nvfp4, mxfp4) quantize / dequantize /
+// accumulate kernels against
 // memcpy of the same tensor, measured side by side in this process. Bytes
 // processed = bytes read + bytes written by the kernel (memcpy: 8 per float),
 // so the ratio to memcpy is the fraction of the achievable copy bandwidth.
@@ -14,6 +15,7 @@
 #include "bench/bench_util.h"
 #include "kernels/accumulate.h"
 #include "kernels/quantize.h"
+#include "kernels/quantize_fp4.h"
 
 namespace gift::kernels {
 namespace {
@@ -101,6 +103,66 @@ void BM_DequantizeAccumulate4(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * n * (kSources + 4));
 }
 
+// 4-bit: in place with the residual and the telemetry, as error feedback
+// runs (bytes: x read, residual written, codes and block scales written).
+void RunQuantizeFp4(benchmark::State& state, Fp4Format f) {
+  const int64_t n = state.range(0);
+  auto x = RandomData(n);
+  std::vector<uint8_t> codes(Fp4PackedBytes(n)), scales(Fp4NumBlocks(n, f));
+  float tensor_scale = 0;
+  QuantizeStats st;
+  for (auto _ : state) {
+    if (!QuantizeFp4(x.data(), n, f, codes.data(), scales.data(), &tensor_scale,
+                     x.data(), &st)
+             .ok()) {
+      state.SkipWithError("QuantizeFp4 failed");
+      break;
+    }
+    benchmark::DoNotOptimize(codes.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(state.iterations() *
+                          (n * 8 + Fp4PackedBytes(n) + Fp4NumBlocks(n, f)));
+}
+void BM_QuantizeNvfp4Residual(benchmark::State& state) {
+  RunQuantizeFp4(state, Fp4Format::kNvfp4);
+}
+void BM_QuantizeMxfp4Residual(benchmark::State& state) {
+  RunQuantizeFp4(state, Fp4Format::kMxfp4);
+}
+
+void RunDequantizeAccumulateFp4(benchmark::State& state, Fp4Format f) {
+  const int64_t n = state.range(0);
+  constexpr int kSources = 4;
+  const auto x = RandomData(n);
+  std::vector<std::vector<uint8_t>> codes(
+      kSources, std::vector<uint8_t>(Fp4PackedBytes(n)));
+  std::vector<std::vector<uint8_t>> scales(
+      kSources, std::vector<uint8_t>(Fp4NumBlocks(n, f)));
+  std::vector<float> tensor(kSources);
+  std::vector<Fp4Source> src;
+  for (int k = 0; k < kSources; ++k) {
+    (void)QuantizeFp4(x.data(), n, f, codes[k].data(), scales[k].data(),
+                      &tensor[k], nullptr, nullptr);
+    src.push_back({codes[k].data(), scales[k].data(), &tensor[k]});
+  }
+  std::vector<float> acc(n);
+  for (auto _ : state) {
+    (void)DequantizeAccumulateFp4(src.data(), kSources, n, f, true, acc.data());
+    benchmark::DoNotOptimize(acc.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(
+      state.iterations() *
+      (kSources * (Fp4PackedBytes(n) + Fp4NumBlocks(n, f)) + n * 4));
+}
+void BM_DequantizeAccumulate4Nvfp4(benchmark::State& state) {
+  RunDequantizeAccumulateFp4(state, Fp4Format::kNvfp4);
+}
+void BM_DequantizeAccumulate4Mxfp4(benchmark::State& state) {
+  RunDequantizeAccumulateFp4(state, Fp4Format::kMxfp4);
+}
+
 constexpr int64_t kSizes[] = {1 << 20, 1 << 24};
 #define GIFT_SIZES \
   ->Arg(kSizes[0])->Arg(kSizes[1])->Unit(benchmark::kMicrosecond)
@@ -110,6 +172,10 @@ BENCHMARK(BM_QuantizeTensorResidual) GIFT_SIZES;
 BENCHMARK(BM_QuantizeBlock512) GIFT_SIZES;
 BENCHMARK(BM_Dequantize) GIFT_SIZES;
 BENCHMARK(BM_DequantizeAccumulate4) GIFT_SIZES;
+BENCHMARK(BM_QuantizeNvfp4Residual) GIFT_SIZES;
+BENCHMARK(BM_QuantizeMxfp4Residual) GIFT_SIZES;
+BENCHMARK(BM_DequantizeAccumulate4Nvfp4) GIFT_SIZES;
+BENCHMARK(BM_DequantizeAccumulate4Mxfp4) GIFT_SIZES;
 #undef GIFT_SIZES
 
 // Console output as usual, plus the bytes/s of every run for the summary.
