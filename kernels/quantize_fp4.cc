@@ -4,13 +4,14 @@
 // the codes (packed two per byte), the residual and the telemetry (double
 // sums in element order; the boundary hits through a second coder, that of
 // the block holding the segment's amax). The reference for the CUDA kernels,
-// in short per-block loops without branches (the codes of both coders in
-// one; decoded values from a 16-entry table of the block's coder, the same
-// products as decoding each element). Against the per-element loops it
-// replaced, side by side in bench/quantize_bench.cc: quantize (in place,
-// residual and telemetry) nvfp4 1.7-2.7x, mxfp4 1.1-1.5x faster;
-// dequantize-accumulate of 4 sources 8-11x; the same codes, scales and
-// residuals.
+// in short per-block loops without branches, whole blocks with a constant
+// trip count (the codes of both coders in one loop; decoded values from a
+// 16-entry table of the block's coder, the same products as decoding each
+// element). Against the per-element loops it replaced, side by side in
+// bench/quantize_bench.cc (2 runs, 1M and 16M elements): quantize in place
+// with residual and telemetry nvfp4 0.49-0.55 -> 1.41-1.47 GB/s, mxfp4
+// 0.61-1.31 -> 1.77-1.85; dequantize-accumulate of 4 sources 0.35-0.38 ->
+// 2.41-3.39; the same codes, scales and residuals.
 #include "kernels/quantize_fp4.h"
 
 #include <algorithm>
@@ -99,9 +100,12 @@ void DecodeTable(const BlockCoder& c, float table[16]) {
 
 // Codes of x[0, m) under `c` into q, and the low three bits of the codes
 // under `hits` into t. nvfp4: both coders divide by the same tensor scale
-// first, so x / s_t is computed once.
+// first, so x / s_t is computed once. kM > 0: m is kM (a whole block, a
+// constant trip count the compiler unrolls and vectorises).
+template <int64_t kM>
 void EncodeCodes(const BlockCoder& c, const BlockCoder& hits, const float* x,
-                 int64_t m, uint8_t* q, uint8_t* t) {
+                 int64_t m_arg, uint8_t* q, uint8_t* t) {
+  const int64_t m = kM > 0 ? kM : m_arg;
   if (c.f == Fp4Format::kNvfp4) {
     const float s_t = c.tensor, div = c.div, hdiv = hits.div;
     for (int64_t i = 0; i < m; ++i) {
@@ -118,16 +122,18 @@ void EncodeCodes(const BlockCoder& c, const BlockCoder& hits, const float* x,
   }
 }
 
-// Encodes elements [0, m) (m <= kMaxBlock) of one block into packed bytes
-// at `codes`; the boundary hits are those of `hits`, the coder of the
-// segment's amax block.
+// Encodes elements [0, m) (m <= kMaxBlock; kM as in EncodeCodes) of one
+// block into packed bytes at `codes`; the boundary hits are those of `hits`,
+// the coder of the segment's amax block.
+template <int64_t kM>
 void EncodeBlock(const BlockCoder& c, const BlockCoder& hits, const float* x,
-                 int64_t m, uint8_t* codes, float* residual,
+                 int64_t m_arg, uint8_t* codes, float* residual,
                  QuantizeStats* st) {
+  const int64_t m = kM > 0 ? kM : m_arg;
   float xs[kMaxBlock], h[kMaxBlock], table[16];
   uint8_t q[kMaxBlock], t[kMaxBlock];
   std::copy(x, x + m, xs);  // residual may alias x
-  EncodeCodes(c, hits, xs, m, q, t);
+  EncodeCodes<kM>(c, hits, xs, m, q, t);
   DecodeTable(c, table);
   for (int64_t i = 0; i < m; ++i) h[i] = table[q[i]];
   for (int64_t i = 0; i + 1 < m; i += 2) {
@@ -145,9 +151,10 @@ void EncodeBlock(const BlockCoder& c, const BlockCoder& hits, const float* x,
       residual[i] = finite[i] ? xs[i] - h[i] : 0.0f;
     }
   }
-  for (int64_t i = 0; i < m; ++i) {
-    upper += finite[i] && t[i] == kE2M1MaxCode;
-    lower += finite[i] && t[i] == 0 && xs[i] != 0;
+  for (int64_t i = 0; i < m; ++i) {  // & (not &&): no branches
+    const int f = finite[i];
+    upper += f & int{t[i] == kE2M1MaxCode};
+    lower += f & int{t[i] == 0} & int{xs[i] != 0.0f};
   }
   // In element order; a non-finite element adds +0 (sums unchanged).
   for (int64_t i = 0; i < m; ++i) {
@@ -164,9 +171,12 @@ void EncodeBlock(const BlockCoder& c, const BlockCoder& hits, const float* x,
   st->xhat_x += hx;
 }
 
-// acc[0, m) += the block's decoded codes (packed, from element 0).
-void AccumulateBlock(const BlockCoder& c, const uint8_t* codes, int64_t m,
+// acc[0, m) += the block's decoded codes (packed, from element 0); kM as in
+// EncodeCodes.
+template <int64_t kM>
+void AccumulateBlock(const BlockCoder& c, const uint8_t* codes, int64_t m_arg,
                      float* acc) {
+  const int64_t m = kM > 0 ? kM : m_arg;
   float table[16];
   DecodeTable(c, table);
   for (int64_t i = 0; i + 1 < m; i += 2) {
@@ -276,12 +286,17 @@ absl::Status QuantizeFp4(const float* x, int64_t n, Fp4Format f, uint8_t* codes,
   QuantizeStats st;
   st.n = n;
   const int64_t block = Fp4BlockSize(f);
+  auto encode = block == 16   ? &EncodeBlock<16>
+                : block == 32 ? &EncodeBlock<32>
+                              : &EncodeBlock<0>;
   for (int64_t b = 0, lo = 0; lo < n; ++b, lo += block) {
     const int64_t m = std::min(block, n - lo);
     const BlockAmax am = FiniteAmax(x + lo, m);
     const uint8_t code = BlockScaleCode(f, am.amax, s_t);
-    EncodeBlock(BlockCoder::For(f, code, s_t), hits, x + lo, m, codes + lo / 2,
-                residual ? residual + lo : nullptr, &st);
+    (m == block ? encode : &EncodeBlock<0>)(BlockCoder::For(f, code, s_t), hits,
+                                            x + lo, m, codes + lo / 2,
+                                            residual ? residual + lo : nullptr,
+                                            &st);
     st.nonfinite += am.nonfinite;
     block_scales[b] = am.nonfinite == 0 ? code : nv ? kNvfp4NaNScale : kE8M0NaN;
   }
@@ -326,10 +341,14 @@ absl::Status DequantizeAccumulateFp4(const Fp4Source* sources, int num_sources,
   for (int k = 0; k < num_sources; ++k) {
     const Fp4Source& src = sources[k];
     const float s_t = TensorScaleOf(f, src.tensor_scale);
+    auto add = block == 16   ? &AccumulateBlock<16>
+               : block == 32 ? &AccumulateBlock<32>
+                             : &AccumulateBlock<0>;
     for (int64_t b = 0, lo = 0; lo < n; ++b, lo += block) {
       const int64_t m = std::min(block, n - lo);
-      AccumulateBlock(BlockCoder::For(f, src.block_scales[b], s_t),
-                      src.codes + lo / 2, m, acc + lo);
+      (m == block ? add : &AccumulateBlock<0>)(BlockCoder::For(
+                                                   f, src.block_scales[b], s_t),
+                                               src.codes + lo / 2, m, acc + lo);
     }
   }
   return absl::OkStatus();
