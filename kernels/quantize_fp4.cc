@@ -34,7 +34,7 @@ struct BlockAmax {
 };
 
 BlockAmax FiniteAmax(const float* x, int64_t n) {
-  // 32-bit counts per chunk, so that GCC vectorises the loop.
+  // 32-bit counts per chunk: no 64-bit add in the inner loop.
   constexpr int64_t kChunk = int64_t{1} << 20;
   uint32_t amax = 0;
   int64_t bad = 0;
@@ -74,10 +74,6 @@ struct BlockCoder {
     }
     return c;
   }
-  uint8_t Encode(float x) const {
-    return f == Fp4Format::kNvfp4 ? EncodeE2M1((x / tensor) / div)
-                                  : EncodeE2M1(x * recip);
-  }
   float Decode(uint8_t q) const {
     return f == Fp4Format::kNvfp4 ? (DecodeE2M1(q) * block) * tensor
                                   : DecodeE2M1(q) * block;
@@ -99,9 +95,9 @@ void DecodeTable(const BlockCoder& c, float table[16]) {
 }
 
 // Codes of x[0, m) under `c` into q, and the low three bits of the codes
-// under `hits` into t. nvfp4: both coders divide by the same tensor scale
-// first, so x / s_t is computed once. kM > 0: m is kM (a whole block, a
-// constant trip count the compiler unrolls and vectorises).
+// under `hits` into t: e2m1((x / s_t) / div) for nvfp4 (x / s_t once for
+// both coders, which share s_t), e2m1(x · recip) for mxfp4. kM > 0: m is kM
+// (a whole block: a constant trip count).
 template <int64_t kM>
 void EncodeCodes(const BlockCoder& c, const BlockCoder& hits, const float* x,
                  int64_t m_arg, uint8_t* q, uint8_t* t) {
@@ -338,12 +334,12 @@ absl::Status DequantizeAccumulateFp4(const Fp4Source* sources, int num_sources,
   if (n == 0) return absl::OkStatus();
   if (zero_first) std::fill(acc, acc + n, 0.0f);
   const int64_t block = Fp4BlockSize(f);
+  auto add = block == 16   ? &AccumulateBlock<16>
+             : block == 32 ? &AccumulateBlock<32>
+                           : &AccumulateBlock<0>;
   for (int k = 0; k < num_sources; ++k) {
     const Fp4Source& src = sources[k];
     const float s_t = TensorScaleOf(f, src.tensor_scale);
-    auto add = block == 16   ? &AccumulateBlock<16>
-               : block == 32 ? &AccumulateBlock<32>
-                             : &AccumulateBlock<0>;
     for (int64_t b = 0, lo = 0; lo < n; ++b, lo += block) {
       const int64_t m = std::min(block, n - lo);
       (m == block ? add : &AccumulateBlock<0>)(BlockCoder::For(
