@@ -213,6 +213,14 @@ inline bool HalvesMultiplier(Fp8Format f, float s, float* m) {
   if (std::isnan(s) || std::isinf(s) || s == 0) return true;
   return std::isfinite(*m) && std::fabs(*m) >= FLT_MIN;
 }
+
+// (v[0] + v[1]) + (v[2] + v[3]): the four-lane double sums of the AVX2
+// quantize kernels.
+GIFT_AVX2_INLINE double HorizontalSum(__m256d v) {
+  alignas(32) double d[4];
+  _mm256_store_pd(d, v);
+  return (d[0] + d[1]) + (d[2] + d[3]);
+}
 #endif  // GIFT_FP8_AVX2
 
 // table[c] = DecodeFp8(c, f) * s for all 256 codes (the same float

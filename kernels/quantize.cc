@@ -25,6 +25,9 @@ using internal::BitsFloat;
 using internal::DecodeFp8Inline;
 using internal::EncodeFp8Inline;
 using internal::FloatBits;
+#ifdef GIFT_FP8_AVX2
+using internal::HorizontalSum;
+#endif
 
 constexpr int32_t kInfBits = 0x7F800000;
 // Dequantize blocks at least this long use a table of scaled values.
@@ -273,12 +276,6 @@ MagScan ScanAvx2(const float* x, int64_t n) {
     r.zeros += c.zeros;
   }
   return r;
-}
-
-GIFT_AVX2_INLINE double HorizontalSum(__m256d v) {
-  alignas(32) double d[4];
-  _mm256_store_pd(d, v);
-  return (d[0] + d[1]) + (d[2] + d[3]);
 }
 
 // The encode pass of a block without NaN/Inf, 32 elements per iteration:

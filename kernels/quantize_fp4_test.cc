@@ -418,6 +418,51 @@ TEST(QuantizeFp4Test, NonFiniteBlocksAreFlagged) {
   }
 }
 
+// What a rank reads off the wire is arbitrary: every code and block-scale
+// byte, and tensor scales that are NaN, infinite, negative, zero or
+// subnormal, decode (and accumulate) as the header's formula does element
+// by element, bit for bit but for NaNs (the AVX2 whole-block path and the
+// scalar tail).
+TEST(QuantizeFp4Test, ArbitraryBytesDecodeAsTheFormula) {
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int> byte(0, 255);
+  const float tensors[] = {1.0f, 0.37f, -2.5f,  0.0f, -0.0f,
+                           kNaN, kInf,  1e-40f, 3e38f};
+  for (Fp4Format f : kFormats) {
+    const int64_t bs = Fp4BlockSize(f);
+    for (int64_t n : {bs * 16 + 7, bs * 16}) {
+      std::vector<uint8_t> codes(Fp4PackedBytes(n)), scales(Fp4NumBlocks(n, f));
+      for (auto& c : codes) c = uint8_t(byte(rng));
+      for (size_t b = 0; b < scales.size(); ++b)
+        scales[b] = uint8_t(b * 17 % 256);
+      scales[0] = f == kNv ? 0x7F : 0xFF;  // the NaN flag
+      for (float t : tensors) {
+        SCOPED_TRACE(::testing::Message()
+                     << Fp4FormatName(f) << " n " << n << " tensor " << t);
+        std::vector<float> out(n), acc(n, 0.25f);
+        ASSERT_OK(
+            DequantizeFp4(codes.data(), scales.data(), &t, n, f, out.data()));
+        const Fp4Source src{codes.data(), scales.data(), &t};
+        ASSERT_OK(DequantizeAccumulateFp4(&src, 1, n, f, false, acc.data()));
+        for (int64_t i = 0; i < n; ++i) {
+          const uint8_t q = (codes[i / 2] >> (4 * (i % 2))) & 15;
+          const uint8_t sc = scales[i / bs];
+          const float want =
+              f == kNv ? (DecodeE2M1(q) * DecodeFp8(sc, Fp8Format::kE4M3)) * t
+                       : DecodeE2M1(q) * DecodeE8M0(sc);
+          // A NaN's sign and payload depend on operand order; any NaN is
+          // the same value here.
+          const auto same = [](float a, float b) {
+            return std::isnan(b) ? std::isnan(a) : SameBits(a, b);
+          };
+          ASSERT_TRUE(same(out[i], want)) << i << ": " << out[i];
+          ASSERT_TRUE(same(acc[i], 0.25f + want)) << i;
+        }
+      }
+    }
+  }
+}
+
 TEST(QuantizeFp4Test, ResidualIdentityAndAlias) {
   for (Fp4Format f : kFormats) {
     auto x = RandomData(5003, 9);
