@@ -85,17 +85,12 @@ class TwoRanks {
     RunThreadRanks(2, [&](Transport& comm) { Rank(socket, comm); });
   }
   void Rank(const std::string& socket, Transport& comm) {
-    absl::StatusOr<EpochPlan> plan = TestPlan();
-    ASSERT_OK(plan);
-    auto att = GiftdConnection::Create(
-        RankOptions(socket, "attach-test", comm.rank(), /*world_size=*/2),
-        *plan);
-    ASSERT_OK(att);
     AllReduceEngineOptions qo;
     qo.probe_interval = 2;
-    auto ar = AllReduceEngine::Create(&comm, *plan, qo);
-    ASSERT_OK(ar);
-    VersionedFactors factors;
+    absl::StatusOr<TestRank> r =
+        TestRank::Open(socket, "attach-test", comm, /*world_size=*/2, qo);
+    ASSERT_OK(r);
+    auto& [att, ar, factors] = *r;
     std::vector<float> acts, bucket;
     for (int64_t step = 0; step < 20000; ++step) {
       // Both ranks stop after the same step, or one would wait for the
@@ -105,20 +100,20 @@ class TwoRanks {
           comm.AllReduce(&stop, &stop, 1, DataType::kInt64, ReduceOp::kMax));
       if (stop != 0) break;
       MakeStep(comm.rank(), step, &acts, &bucket);
-      const bool sketched = (*att)->WantsSketch("w");
+      const bool sketched = att->WantsSketch("w");
       if (sketched) {
-        ASSERT_OK((*att)->Sketch("w", acts.data(), kRows));
+        ASSERT_OK(att->Sketch("w", acts.data(), kRows));
       }
-      ASSERT_OK((*att)->BeforeStep(ar->get(), &factors));
+      ASSERT_OK(att->BeforeStep(ar.get(), &factors));
       StepTelemetry t;
-      absl::Status st = (*ar)->Run(bucket.data(), factors, &t);
+      absl::Status st = ar->Run(bucket.data(), factors, &t);
       if (!st.ok()) {
         ++failures_;
         ADD_FAILURE() << st;
         return;
       }
-      ASSERT_OK((*att)->AfterStep(**ar, t, 0.001));
-      const ConnectionStats s = (*att)->stats();
+      ASSERT_OK(att->AfterStep(*ar, t, 0.001));
+      const ConnectionStats s = att->stats();
       const LayerFactor* used = factors.Find("w", t.layers[0].factor_version);
       absl::MutexLock lock(&mu_);
       records_[comm.rank()].push_back(
@@ -445,15 +440,10 @@ TEST(GiftdConnectionTest, StaleFactorOffTheGiftPathGoesQuietly) {
   Giftd giftd(socket, absl::StrCat("/gift-stale", ::getpid()));
   std::atomic<bool> pinned_out{false};
   RunThreadRanks(2, [&](Transport& comm) {
-    absl::StatusOr<EpochPlan> plan = TestPlan();
-    ASSERT_OK(plan);
-    auto att = GiftdConnection::Create(
-        RankOptions(socket, "stale-test", comm.rank(), /*world_size=*/2),
-        *plan);
-    ASSERT_OK(att);
-    auto ar = AllReduceEngine::Create(&comm, *plan, {});
-    ASSERT_OK(ar);
-    VersionedFactors factors;
+    absl::StatusOr<TestRank> r =
+        TestRank::Open(socket, "stale-test", comm, /*world_size=*/2);
+    ASSERT_OK(r);
+    auto& [att, ar, factors] = *r;
     std::vector<float> acts, bucket;
     // Phase 0: until both ranks hold a factor of the candidate "w"; then
     // "w" is pinned out (giftd stops sketching it), and phase 1 runs until
@@ -461,14 +451,9 @@ TEST(GiftdConnectionTest, StaleFactorOffTheGiftPathGoesQuietly) {
     int64_t phase = 0;
     for (int64_t step = 0; phase < 2 && step < 20000; ++step) {
       MakeStep(comm.rank(), step, &acts, &bucket);
-      if ((*att)->WantsSketch("w")) {
-        ASSERT_OK((*att)->Sketch("w", acts.data(), kRows));
-      }
-      ASSERT_OK((*att)->BeforeStep(ar->get(), &factors));
       StepTelemetry t;
-      ASSERT_OK((*ar)->Run(bucket.data(), factors, &t));
-      ASSERT_OK((*att)->AfterStep(**ar, t, 0.001));
-      const ConnectionStats st = (*att)->stats();
+      ASSERT_OK(r->Step(acts, /*sketch=*/true, &bucket, &t));
+      const ConnectionStats st = att->stats();
       int64_t done =
           phase == 0 ? !factors.Held("w").empty() : st.stale_drops > 0;
       ASSERT_OK(
@@ -482,8 +467,8 @@ TEST(GiftdConnectionTest, StaleFactorOffTheGiftPathGoesQuietly) {
       absl::SleepFor(absl::Milliseconds(2));
     }
     ASSERT_EQ(phase, 2) << "no stale drop on rank " << comm.rank();
-    EXPECT_FALSE(absl::StrContains((*att)->stats().last_error, "steps old"))
-        << (*att)->stats().last_error;
+    EXPECT_FALSE(absl::StrContains(att->stats().last_error, "steps old"))
+        << att->stats().last_error;
   });
   EXPECT_TRUE(pinned_out);
 }

@@ -91,15 +91,10 @@ class Ranks {
 
  private:
   void Rank(const std::string& socket, Transport& comm) {
-    absl::StatusOr<EpochPlan> plan = TestPlan();
-    ASSERT_OK(plan);
-    auto att = GiftdConnection::Create(
-        RankOptions(socket, "format-test", comm.rank(), /*world_size=*/2),
-        *plan);
-    ASSERT_OK(att);
-    auto ar = AllReduceEngine::Create(&comm, *plan, {});
-    ASSERT_OK(ar);
-    VersionedFactors factors;
+    absl::StatusOr<TestRank> r =
+        TestRank::Open(socket, "format-test", comm, /*world_size=*/2);
+    ASSERT_OK(r);
+    auto& [att, ar, factors] = *r;
     std::vector<float> acts, x;
     int last = WireFormat(kernels::Fp8Format::kE4M3).code();
     for (int64_t step = 0; step < 20000; ++step) {
@@ -108,14 +103,14 @@ class Ranks {
           comm.AllReduce(&stop, &stop, 1, DataType::kInt64, ReduceOp::kMax));
       if (stop != 0) break;
       MakeStep(comm.rank(), step, &acts, &x);
-      ASSERT_OK((*att)->BeforeStep(ar->get(), &factors));
-      absl::StatusOr<AllReduceState> before = (*ar)->ExportState();
+      ASSERT_OK(att->BeforeStep(ar.get(), &factors));
+      absl::StatusOr<AllReduceState> before = ar->ExportState();
       ASSERT_OK(before);
       const std::vector<float> input = x;
       StepTelemetry t;
-      ASSERT_OK((*ar)->Run(x.data(), factors, &t));
-      ASSERT_OK((*att)->AfterStep(**ar, t, 0.001));
-      absl::StatusOr<AllReduceState> after = (*ar)->ExportState();
+      ASSERT_OK(ar->Run(x.data(), factors, &t));
+      ASSERT_OK(att->AfterStep(*ar, t, 0.001));
+      absl::StatusOr<AllReduceState> after = ar->ExportState();
       ASSERT_OK(after);
       const int code = FormatInUse(*after);
       // Collective, so that both ranks check together even if only one
@@ -298,33 +293,27 @@ TEST(GiftdFormatTest, TheEpochInUseStaysKnownWhileNewerPlansArrive) {
   const std::string prefix = absl::StrCat("/gift-held", ::getpid());
   Giftd giftd(socket, prefix);
   RunThreadRanks(2, [&](Transport& comm) {
-    absl::StatusOr<EpochPlan> plan = TestPlan();
-    ASSERT_OK(plan);
-    auto att = GiftdConnection::Create(
-        RankOptions(socket, "held-test", comm.rank(), /*world_size=*/2), *plan);
-    ASSERT_OK(att);
-    auto ar = AllReduceEngine::Create(&comm, *plan, {});
-    ASSERT_OK(ar);
-    VersionedFactors factors;
+    absl::StatusOr<TestRank> r =
+        TestRank::Open(socket, "held-test", comm, /*world_size=*/2);
+    ASSERT_OK(r);
+    auto& [att, ar, factors] = *r;
     std::vector<float> acts, x;
     auto step = [&](int64_t i) {
       MakeStep(comm.rank(), i, &acts, &x);
-      ASSERT_OK((*att)->BeforeStep(ar->get(), &factors));
       StepTelemetry t;
-      ASSERT_OK((*ar)->Run(x.data(), factors, &t));
-      ASSERT_OK((*att)->AfterStep(**ar, t, 0.001));
+      ASSERT_OK(r->Step(acts, /*sketch=*/false, &x, &t));
     };
     // Until both ranks run giftd's plan (collective: both stop together).
     int64_t i = 0;
     for (int64_t agreed = 0; agreed < 2 && i < 20000; ++i) {
       ASSERT_NO_FATAL_FAILURE(step(i));
-      agreed = (*att)->stats().current_refresh_interval > 0;
+      agreed = att->stats().current_refresh_interval > 0;
       ASSERT_OK(comm.AllReduce(&agreed, &agreed, 1, DataType::kInt64,
                                ReduceOp::kSum));
       absl::SleepFor(absl::Milliseconds(2));
     }
-    const int64_t interval = (*att)->stats().current_refresh_interval;
-    ASSERT_GT((*ar)->current_epoch(), 0);
+    const int64_t interval = att->stats().current_refresh_interval;
+    ASSERT_GT(ar->current_epoch(), 0);
     ASSERT_EQ(interval, 4);  // the Giftd helper's
     absl::StatusOr<std::vector<std::unique_ptr<shm::Region>>> blocks =
         OpenControlBlocks(prefix);
@@ -339,7 +328,7 @@ TEST(GiftdFormatTest, TheEpochInUseStaysKnownWhileNewerPlansArrive) {
     const int64_t first_mine = next.plan_epoch + 1000;
     // Until rank 0 applied 6 more plans (collective). Not a fixed 6 steps:
     // giftd's own epoch can overwrite one of ours before rank 0 reads it.
-    const int64_t applied_before = (*att)->stats().plans_applied;
+    const int64_t applied_before = att->stats().plans_applied;
     int64_t applied6 = 0;
     for (int n = 0; applied6 == 0 && n < 60; ++n, ++i) {
       if (comm.rank() == 0) {
@@ -348,9 +337,9 @@ TEST(GiftdFormatTest, TheEpochInUseStaysKnownWhileNewerPlansArrive) {
       }
       ASSERT_NO_FATAL_FAILURE(step(i));
       // giftd may publish an epoch of its own meanwhile; never one of ours.
-      EXPECT_LT((*ar)->current_epoch(), first_mine) << "step " << i;
-      const ConnectionStats s = (*att)->stats();
-      EXPECT_EQ(s.current_epoch, (*ar)->current_epoch()) << "step " << i;
+      EXPECT_LT(ar->current_epoch(), first_mine) << "step " << i;
+      const ConnectionStats s = att->stats();
+      EXPECT_EQ(s.current_epoch, ar->current_epoch()) << "step " << i;
       EXPECT_EQ(s.current_refresh_interval, interval)
           << "rank " << comm.rank() << " lost the plan of the epoch in use at "
           << "step " << i;
@@ -360,7 +349,7 @@ TEST(GiftdFormatTest, TheEpochInUseStaysKnownWhileNewerPlansArrive) {
     }
     EXPECT_EQ(applied6, 1) << "rank 0 applied fewer than 6 plans in 60 steps";
     // Ours went to rank 0's block only: rank 1 saw at most giftd's epochs.
-    EXPECT_EQ((*att)->stats().plans_applied - applied_before >= 6,
+    EXPECT_EQ(att->stats().plans_applied - applied_before >= 6,
               comm.rank() == 0);
   });
 }

@@ -26,6 +26,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "client/allreduce_engine.h"
 #include "client/epoch_plan.h"
 #include "client/giftd_connection.h"
 #include "common/status_matchers.h"
@@ -86,6 +87,57 @@ inline ConnectionOptions RankOptions(const std::string& socket,
   o.retry_interval = absl::Milliseconds(50);
   return o;
 }
+
+// A rank of these tests: attached to a giftd, with its engine on
+// TestPlan()'s bucket and the factors of its last step.
+//
+//   absl::StatusOr<TestRank> r = TestRank::Open(socket, "job", comm, 2);
+//   ASSERT_OK(r);
+//   MakeStep(comm.rank(), step, &acts, &bucket);
+//   ASSERT_OK(r->Step(acts, /*sketch=*/true, &bucket, &t));
+struct TestRank {
+  std::unique_ptr<GiftdConnection> att;
+  std::unique_ptr<AllReduceEngine> ar;
+  VersionedFactors factors;
+
+  // Rank comm.rank() of `world_size` of job `job_id`, attached to the giftd
+  // at `socket` (RankOptions), its engine on `comm` with `options`.
+  static absl::StatusOr<TestRank> Open(
+      const std::string& socket, const std::string& job_id, Transport& comm,
+      int world_size, const AllReduceEngineOptions& options = {}) {
+    absl::StatusOr<EpochPlan> plan = TestPlan();
+    if (!plan.ok()) return plan.status();
+    TestRank r;
+    absl::StatusOr<std::unique_ptr<GiftdConnection>> att =
+        GiftdConnection::Create(
+            RankOptions(socket, job_id, comm.rank(), world_size), *plan);
+    if (!att.ok()) return att.status();
+    r.att = *std::move(att);
+    absl::StatusOr<std::unique_ptr<AllReduceEngine>> ar =
+        AllReduceEngine::Create(&comm, *plan, options);
+    if (!ar.ok()) return ar.status();
+    r.ar = *std::move(ar);
+    return r;
+  }
+
+  // One step on `bucket` (in place): the sketch of "w" from `acts` when
+  // `sketch` and giftd wants it, BeforeStep, the allreduce, AfterStep.
+  absl::Status Step(const std::vector<float>& acts, bool sketch,
+                    std::vector<float>* bucket, StepTelemetry* t) {
+    if (sketch && att->WantsSketch("w")) {
+      if (absl::Status s = att->Sketch("w", acts.data(), kRows); !s.ok()) {
+        return s;
+      }
+    }
+    if (absl::Status s = att->BeforeStep(ar.get(), &factors); !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = ar->Run(bucket->data(), factors, t); !s.ok()) {
+      return s;
+    }
+    return att->AfterStep(*ar, *t, 0.001);
+  }
+};
 
 // The control blocks of the ranks attached to the giftd whose shared
 // memory is under `prefix`, mapped (giftd unlinks them when the ranks
