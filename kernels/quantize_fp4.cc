@@ -255,10 +255,7 @@ float TensorScaleOf(Fp4Format f, const float* tensor_scale) {
 }
 
 #ifdef GIFT_FP8_AVX2
-// AVX2 path (run-time dispatch, internal::CpuHasAvx2Kernels) for whole
-// blocks: the same codes, scales, residuals and hit counts as the loops
-// above, bit for bit; the double sums in four-lane FMA accumulators (as the
-// FP8 kernel's, so their order differs from the scalar loop's).
+// The AVX2 path of whole blocks (the file's comment).
 
 // EncodeE2M1 on eight lanes: the same integer steps.
 GIFT_AVX2_INLINE __m256i EncodeE2M1x8(__m256 v) {
@@ -434,9 +431,9 @@ GIFT_AVX2_TARGET void QuantizeBlocksAvx2(const float* x, int64_t num_blocks,
   st->xhat_x += HorizontalSum(hx);
 }
 
-// out[0, n) (whole blocks: acc = false) or acc[0, n) += (acc = true) the
-// decoded codes of num_blocks blocks of format F, with the same products
-// and sums as DequantizeFp4 and AccumulateBlock.
+// The decoded codes of num_blocks whole blocks of format F written to out
+// (kAcc false) or added to it (kAcc true): the same products and sums as
+// the portable loops of DequantizeFp4 and AccumulateBlock.
 template <Fp4Format F, bool kAcc>
 GIFT_AVX2_TARGET void DecodeBlocksAvx2(const uint8_t* codes,
                                        const uint8_t* block_scales, float s_t,
