@@ -369,12 +369,9 @@ GIFT_AVX2_TARGET void QuantizeBlocksAvx2(const float* x, int64_t num_blocks,
     const BlockCoder c = BlockCoder::For(F, code, s_t);
     float* rb = residual ? residual + b * kB : nullptr;
     if (!_mm256_testz_si256(bad, bad)) {  // NaN/Inf: the scalar block
+      // Counted before the residual (which may be x) overwrites them.
+      st->nonfinite += FiniteAmax(xb, kB).nonfinite;
       EncodeBlock<kB>(c, hits, xb, kB, codes + b * kB / 2, rb, st);
-      int64_t nonfinite = 0;
-      for (int64_t i = 0; i < kB; ++i) {
-        nonfinite += (FloatBits(xb[i]) & 0x7FFFFFFFu) >= kInfBits;
-      }
-      st->nonfinite += nonfinite;
       block_scales[b] = kNv ? kNvfp4NaNScale : kE8M0NaN;
       continue;
     }

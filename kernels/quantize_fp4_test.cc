@@ -405,6 +405,20 @@ TEST(QuantizeFp4Test, NonFiniteBlocksAreFlagged) {
     for (int64_t i = 0; i < 4 * bs; ++i) {
       EXPECT_EQ(std::isnan(acc[i]), i >= bs && i < 3 * bs) << i;
     }
+    // In place, as error feedback runs: the residual overwrites x, and the
+    // non-finite count is still that of x.
+    auto z = x;
+    std::vector<uint8_t> codes(r.codes.size()), scales(r.scales.size());
+    float s_t;
+    QuantizeStats st;
+    ASSERT_OK(QuantizeFp4(z.data(), z.size(), f, codes.data(), scales.data(),
+                          &s_t, z.data(), &st));
+    EXPECT_EQ(codes, r.codes);
+    EXPECT_EQ(scales, r.scales);
+    EXPECT_EQ(st.nonfinite, 2);
+    for (size_t i = 0; i < z.size(); ++i) {
+      ASSERT_TRUE(SameBits(z[i], r.residual[i])) << i;
+    }
     // Finite elements of a flagged block are coded with the finite amax.
     auto y = x;
     y[bs + 3] = 0;
