@@ -50,11 +50,28 @@ struct BlockAmax {
 };
 
 #ifdef GIFT_FP8_AVX2
+GIFT_AVX2_INLINE uint32_t HorizontalMax(__m256i v) {
+  __m128i m =
+      _mm_max_epu32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  m = _mm_max_epu32(m, _mm_shuffle_epi32(m, 0x4E));
+  m = _mm_max_epu32(m, _mm_shuffle_epi32(m, 0xB1));
+  return uint32_t(_mm_cvtsi128_si32(m));
+}
+
+// The finite amax over eight lanes of x: *amax takes the magnitude bits of
+// the finite lanes; returns the mask of the finite lanes.
+GIFT_AVX2_INLINE __m256i FiniteAmaxStep(__m256 x, __m256i* amax) {
+  const __m256i a =
+      _mm256_and_si256(_mm256_castps_si256(x), _mm256_set1_epi32(0x7FFFFFFF));
+  const __m256i fin =
+      _mm256_cmpgt_epi32(_mm256_set1_epi32(int32_t(kInfBits)), a);
+  *amax = _mm256_max_epi32(*amax, _mm256_and_si256(a, fin));
+  return fin;
+}
+
 // FiniteAmax below, eight lanes at a time (GCC at -O2 leaves that loop
 // scalar).
 GIFT_AVX2_TARGET BlockAmax FiniteAmaxAvx2(const float* x, int64_t n) {
-  const __m256i abs_mask = _mm256_set1_epi32(0x7FFFFFFF);
-  const __m256i inf_bits = _mm256_set1_epi32(int32_t(kInfBits));
   __m256i amax = _mm256_setzero_si256();
   int64_t bad = 0;
   int64_t i = 0;
@@ -63,10 +80,7 @@ GIFT_AVX2_TARGET BlockAmax FiniteAmaxAvx2(const float* x, int64_t n) {
     const int64_t hi = std::min(n, lo + (int64_t{1} << 30)) & ~int64_t{7};
     __m256i count = _mm256_setzero_si256();
     for (i = lo; i < hi; i += 8) {
-      const __m256i a = _mm256_and_si256(
-          _mm256_castps_si256(_mm256_loadu_ps(x + i)), abs_mask);
-      const __m256i fin = _mm256_cmpgt_epi32(inf_bits, a);
-      amax = _mm256_max_epi32(amax, _mm256_and_si256(a, fin));
+      const __m256i fin = FiniteAmaxStep(_mm256_loadu_ps(x + i), &amax);
       count = _mm256_sub_epi32(count,
                                _mm256_andnot_si256(fin, _mm256_set1_epi32(-1)));
     }
@@ -74,9 +88,7 @@ GIFT_AVX2_TARGET BlockAmax FiniteAmaxAvx2(const float* x, int64_t n) {
     _mm256_store_si256(reinterpret_cast<__m256i*>(c), count);
     for (int k = 0; k < 8; ++k) bad += c[k];
   }
-  alignas(32) uint32_t m[8];
-  _mm256_store_si256(reinterpret_cast<__m256i*>(m), amax);
-  uint32_t r = *std::max_element(m, m + 8);
+  uint32_t r = HorizontalMax(amax);
   for (; i < n; ++i) {
     const uint32_t a = FloatBits(x[i]) & 0x7FFFFFFFu;
     if (a < kInfBits) {
@@ -330,14 +342,6 @@ GIFT_AVX2_INLINE __m256i UnpackNibbles8(const uint8_t* p) {
       _mm256_set1_epi32(15));
 }
 
-GIFT_AVX2_INLINE uint32_t HorizontalMax(__m256i v) {
-  __m128i m =
-      _mm_max_epu32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-  m = _mm_max_epu32(m, _mm_shuffle_epi32(m, 0x4E));
-  m = _mm_max_epu32(m, _mm_shuffle_epi32(m, 0xB1));
-  return uint32_t(_mm_cvtsi128_si32(m));
-}
-
 // Quantizes whole blocks [0, num_blocks) of format F as QuantizeFp4's loop
 // does; a block with NaN/Inf goes through EncodeBlock.
 template <Fp4Format F>
@@ -352,16 +356,13 @@ GIFT_AVX2_TARGET void QuantizeBlocksAvx2(const float* x, int64_t num_blocks,
   const __m256 st_v = _mm256_set1_ps(s_t);
   const __m256 hscale = _mm256_set1_ps(kNv ? hits.div : hits.recip);
   const __m256i abs_mask = _mm256_set1_epi32(0x7FFFFFFF);
-  const __m256i inf_bits = _mm256_set1_epi32(0x7F800000);
   for (int64_t b = 0; b < num_blocks; ++b) {
     const float* xb = x + b * kB;
     __m256 xv[kV];
     __m256i amax = _mm256_setzero_si256(), bad = amax;
     for (int k = 0; k < kV; ++k) {
       xv[k] = _mm256_loadu_ps(xb + 8 * k);
-      const __m256i a = _mm256_and_si256(_mm256_castps_si256(xv[k]), abs_mask);
-      const __m256i fin = _mm256_cmpgt_epi32(inf_bits, a);
-      amax = _mm256_max_epi32(amax, _mm256_and_si256(a, fin));
+      const __m256i fin = FiniteAmaxStep(xv[k], &amax);
       bad = _mm256_or_si256(bad, _mm256_andnot_si256(fin, abs_mask));
     }
     const float am = BitsFloat(HorizontalMax(amax));
