@@ -66,6 +66,21 @@ Result RunQuantize(const std::vector<float>& x, Fp4Format f) {
   return r;
 }
 
+// QuantizeFp4 in place, as error feedback runs: the residual overwrites x
+// (returned as the result's residual).
+Result RunQuantizeInPlace(std::vector<float> x, Fp4Format f) {
+  const int64_t n = x.size();
+  Result r{std::vector<uint8_t>(Fp4PackedBytes(n), 0xEE),
+           std::vector<uint8_t>(Fp4NumBlocks(n, f), 0xEE),
+           -1.0f,
+           {},
+           {}};
+  EXPECT_OK(QuantizeFp4(x.data(), n, f, r.codes.data(), r.scales.data(),
+                        &r.tensor, x.data(), &r.stats));
+  r.residual = std::move(x);
+  return r;
+}
+
 std::vector<float> Dequant(const Result& r, int64_t n, Fp4Format f) {
   std::vector<float> out(n + 1, -9.0f);
   EXPECT_OK(DequantizeFp4(r.codes.data(), r.scales.data(), &r.tensor, n, f,
@@ -407,17 +422,12 @@ TEST(QuantizeFp4Test, NonFiniteBlocksAreFlagged) {
     }
     // In place, as error feedback runs: the residual overwrites x, and the
     // non-finite count is still that of x.
-    auto z = x;
-    std::vector<uint8_t> codes(r.codes.size()), scales(r.scales.size());
-    float s_t;
-    QuantizeStats st;
-    ASSERT_OK(QuantizeFp4(z.data(), z.size(), f, codes.data(), scales.data(),
-                          &s_t, z.data(), &st));
-    EXPECT_EQ(codes, r.codes);
-    EXPECT_EQ(scales, r.scales);
-    EXPECT_EQ(st.nonfinite, 2);
-    for (size_t i = 0; i < z.size(); ++i) {
-      ASSERT_TRUE(SameBits(z[i], r.residual[i])) << i;
+    const Result in = RunQuantizeInPlace(x, f);
+    EXPECT_EQ(in.codes, r.codes);
+    EXPECT_EQ(in.scales, r.scales);
+    EXPECT_EQ(in.stats.nonfinite, 2);
+    for (size_t i = 0; i < x.size(); ++i) {
+      ASSERT_TRUE(SameBits(in.residual[i], r.residual[i])) << i;
     }
     // Finite elements of a flagged block are coded with the finite amax.
     auto y = x;
@@ -487,16 +497,12 @@ TEST(QuantizeFp4Test, ResidualIdentityAndAlias) {
       ASSERT_EQ(xh[i] + r.residual[i], x[i]) << i;
     }
     // In place, as error feedback runs.
-    std::vector<uint8_t> codes(r.codes.size()), scales(r.scales.size());
-    float s_t;
-    QuantizeStats st;
-    ASSERT_OK(QuantizeFp4(x.data(), x.size(), f, codes.data(), scales.data(),
-                          &s_t, x.data(), &st));
-    EXPECT_EQ(codes, r.codes);
-    EXPECT_EQ(scales, r.scales);
-    EXPECT_EQ(st.err_sq, r.stats.err_sq);
+    const Result in = RunQuantizeInPlace(x, f);
+    EXPECT_EQ(in.codes, r.codes);
+    EXPECT_EQ(in.scales, r.scales);
+    EXPECT_EQ(in.stats.err_sq, r.stats.err_sq);
     for (size_t i = 0; i < x.size(); ++i) {
-      ASSERT_TRUE(SameBits(x[i], r.residual[i])) << i;
+      ASSERT_TRUE(SameBits(in.residual[i], r.residual[i])) << i;
     }
   }
 }
