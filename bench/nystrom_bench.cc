@@ -3,7 +3,9 @@
 // oversampling) against the exact top-32 eigenpairs of the full matrix
 // (LAPACK dsyevr), which is what the sketch avoids. The sketch Y = A Ω is
 // the clients' work and is not timed. A summary line per d_in prints both
-// times and the speed-up.
+// times and the speed-up. BM_NextBasis times the next window's basis alone
+// at r + p columns (what giftd builds) and at k_cap = r_cap + p = 80 (what it
+// built before), a line per d_in.
 #include <benchmark/benchmark.h>
 
 #include <Eigen/Dense>
@@ -14,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "bench/bench_util.h"
 #include "linalg/eigen_pairs.h"
 #include "linalg/nystrom.h"
@@ -54,6 +57,17 @@ void BM_NystromFactor(benchmark::State& state) {
   }
 }
 
+constexpr int kCapColumns = 64 + kOversample;  // r_cap 64 (RankCap) + p
+
+void BM_NextBasis(benchmark::State& state) {
+  const int64_t d = state.range(0);
+  const Eigen::MatrixXd u_prev = MakeTestMatrix(d, kRank, nullptr, 1);
+  for (auto _ : state) {
+    Eigen::MatrixXd next = MakeTestMatrix(d, state.range(1), &u_prev, 2);
+    benchmark::DoNotOptimize(next.data());
+  }
+}
+
 void BM_ExactTopEigenpairs(benchmark::State& state) {
   const Eigen::MatrixXd a = MakeMatrix(state.range(0));
   for (auto _ : state) {
@@ -66,6 +80,12 @@ void BM_ExactTopEigenpairs(benchmark::State& state) {
 BENCHMARK(BM_NystromFactor)
     ->Arg(1024)
     ->Arg(4096)
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_NextBasis)
+    ->Args({1024, kRank + kOversample})
+    ->Args({1024, kCapColumns})
+    ->Args({4096, kRank + kOversample})
+    ->Args({4096, kCapColumns})
     ->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_ExactTopEigenpairs)
     ->Arg(1024)
@@ -85,6 +105,18 @@ class SummaryReporter : public bench::TimesReporter {
                   seconds_.at(ny) * 1e3, seconds_.at(ex) * 1e3,
                   seconds_.at(ex) / seconds_.at(ny),
                   cpu_seconds_.at(ex) / cpu_seconds_.at(ny));
+    }
+    std::printf("\n%-6s | %14s | %14s | %s\n", "d_in", "basis r+p ms",
+                "basis k_cap ms", "k_cap / r+p");
+    for (const char* d : {"1024", "4096"}) {
+      const std::string narrow =
+          absl::StrCat("BM_NextBasis/", d, "/", kRank + kOversample);
+      const std::string wide =
+          absl::StrCat("BM_NextBasis/", d, "/", kCapColumns);
+      if (seconds_.count(narrow) == 0 || seconds_.count(wide) == 0) continue;
+      std::printf("%-6s | %14.2f | %14.2f | %.2f\n", d,
+                  seconds_.at(narrow) * 1e3, seconds_.at(wide) * 1e3,
+                  seconds_.at(wide) / seconds_.at(narrow));
     }
   }
 };

@@ -58,8 +58,9 @@ inline constexpr uint64_t kMagic = 0x3130'4D48'5354'4947ULL;  // "GIFTSHM01"
 // and accepted factor versions; 6: each layer's sketch oversampling p; 7: the
 // plan's sketch stride and each layer's sketch period; 8: the peer plan's
 // window owners, so a daemon of 7 that would send its windows to
-// members[i % size] is refused).
-inline constexpr uint32_t kLayoutVersion = 8;
+// members[i % size] is refused; 9: a peer factor sends only Ω's columns
+// before Ω₀'s, PeerFactor.omega_cols, which a daemon of 8 would refuse).
+inline constexpr uint32_t kLayoutVersion = 9;
 
 // Sketch oversampling p (DESIGN §2): a window sketches k = r + p columns.
 // giftd's sketch_oversample sets it (this default), at most kMaxOversample.

@@ -206,6 +206,20 @@ inline bool SketchStepDue(int64_t step, int32_t stride) {
 // row-major matrix; empty unless 0 <= k <= cols and m.size() == rows · cols.
 std::vector<float> FirstColumns(const std::vector<float>& m, int64_t rows,
                                 int64_t cols, int64_t k);
+// Its inverse with a filler: the rows × k row-major `first`, followed in
+// every row by columns k..cols of the rows × cols `rest`; empty unless
+// 0 <= k <= cols, first.size() == rows · k and rest.size() == rows · cols.
+// A factor's Ω is built r + p wide and kept k_cap wide with Ω₀'s columns
+// after it (DESIGN §3): a rank raised later sketches in those.
+std::vector<float> ColumnsThenRest(const std::vector<float>& first,
+                                   const std::vector<float>& rest, int64_t rows,
+                                   int64_t cols, int64_t k);
+// The fewest leading columns of the rows × cols m after which every column
+// equals `rest`'s bit for bit (cols when the sizes differ): what a peer
+// must send of m when the receiver holds `rest` (ColumnsThenRest).
+int64_t ColumnsBeforeRest(const std::vector<float>& m,
+                          const std::vector<float>& rest, int64_t rows,
+                          int64_t cols);
 
 // Largest step and window count (2^62) the daemon accepts from a rank:
 // differences and sums of a few such values cannot overflow int64.

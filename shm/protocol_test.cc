@@ -499,6 +499,32 @@ TEST_F(ProtocolTest, ANarrowerWindowIsReadCompactly) {
   EXPECT_EQ(d.y, y);
 }
 
+TEST(ColumnsTest, ColumnsThenRestInvertsFirstColumns) {
+  const std::vector<float> m = {1, 2, 3, 4, 5, 6};  // 2 × 3
+  const std::vector<float> rest = {7, 8, 9, 10, 11, 12};
+  EXPECT_EQ(FirstColumns(m, 2, 3, 2), (std::vector<float>{1, 2, 4, 5}));
+  EXPECT_EQ(ColumnsThenRest({1, 2, 4, 5}, rest, 2, 3, 2),
+            (std::vector<float>{1, 2, 9, 4, 5, 12}));
+  EXPECT_EQ(ColumnsThenRest({}, rest, 2, 3, 0), rest);
+  EXPECT_EQ(ColumnsThenRest(m, rest, 2, 3, 3), m);
+  EXPECT_TRUE(ColumnsThenRest({1, 2, 4}, rest, 2, 3, 2).empty());
+  EXPECT_TRUE(ColumnsThenRest({1, 2, 4, 5}, {7, 8}, 2, 3, 2).empty());
+  EXPECT_TRUE(ColumnsThenRest(m, rest, 2, 3, 4).empty());
+  EXPECT_TRUE(ColumnsThenRest({}, rest, 2, 3, -1).empty());
+}
+
+TEST(ColumnsTest, ColumnsBeforeRestFindsTheLastColumnThatDiffers) {
+  const std::vector<float> rest = {7, 8, 9, 10, 11, 12};  // 2 × 3
+  EXPECT_EQ(ColumnsBeforeRest(rest, rest, 2, 3), 0);
+  EXPECT_EQ(ColumnsBeforeRest({1, 8, 9, 10, 11, 12}, rest, 2, 3), 1);
+  EXPECT_EQ(ColumnsBeforeRest({7, 8, 9, 10, 0, 12}, rest, 2, 3), 2);
+  EXPECT_EQ(ColumnsBeforeRest({7, 8, 0, 10, 11, 12}, rest, 2, 3), 3);
+  // Bits, not values: −0 is not 0.
+  const std::vector<float> zero = {0, 0};
+  EXPECT_EQ(ColumnsBeforeRest({0.0f, -0.0f}, zero, 1, 2), 2);
+  EXPECT_EQ(ColumnsBeforeRest({1, 2}, rest, 2, 3), 3);  // sizes differ
+}
+
 TEST(SketchColumnsTest, RankPlusOversamplingCappedByTheBuffer) {
   EXPECT_EQ(SketchColumns(80, 16, 32), 48);
   EXPECT_EQ(SketchColumns(80, 16, 64), 80);

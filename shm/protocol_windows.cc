@@ -78,6 +78,38 @@ std::vector<float> FirstColumns(const std::vector<float>& m, int64_t rows,
   return out;
 }
 
+std::vector<float> ColumnsThenRest(const std::vector<float>& first,
+                                   const std::vector<float>& rest, int64_t rows,
+                                   int64_t cols, int64_t k) {
+  if (k < 0 || k > cols || static_cast<int64_t>(first.size()) != rows * k ||
+      static_cast<int64_t>(rest.size()) != rows * cols) {
+    return {};
+  }
+  std::vector<float> out = rest;
+  for (int64_t i = 0; i < rows; ++i) {
+    std::copy_n(first.begin() + i * k, k, out.begin() + i * cols);
+  }
+  return out;
+}
+
+int64_t ColumnsBeforeRest(const std::vector<float>& m,
+                          const std::vector<float>& rest, int64_t rows,
+                          int64_t cols) {
+  if (static_cast<int64_t>(m.size()) != rows * cols || m.size() != rest.size())
+    return cols;
+  int64_t k = 0;
+  for (int64_t i = 0; i < rows; ++i) {
+    for (int64_t j = cols - 1; j >= k; --j) {
+      const size_t at = static_cast<size_t>(i * cols + j);
+      if (std::memcmp(&m[at], &rest[at], sizeof(float)) != 0) {
+        k = j + 1;
+        break;
+      }
+    }
+  }
+  return k;
+}
+
 absl::StatusOr<bool> BeginWindow(LayerEntry* entry, Region* region,
                                  Region* full_region, int64_t w, bool full) {
   if (w < 0) return absl::InvalidArgumentError("negative window");

@@ -60,6 +60,7 @@ class DaemonControlTest : public OneRankDaemonTest {
       f->add_lambda(2.0f);
     }
     for (int i = 0; i < 48 * 48; ++i) f->add_omega(i % 49 == 0 ? 1.0f : 0.0f);
+    f->set_omega_cols(48);  // all of k_cap: no column of Ω₀ kept
     return r;
   }
 

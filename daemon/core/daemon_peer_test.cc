@@ -386,6 +386,25 @@ TEST_F(DaemonPeerTest, WindowsOfRankPlusOversamplingColumnsMakeOneFactor) {
   EXPECT_EQ(first.r, 8);
   EXPECT_NEAR(std::abs(first.u[0]), 1.0, 1e-3);  // A's top direction
   EXPECT_EQ(first.omega.size(), 48u * 48u);      // d_in × k_cap
+  // The next basis is built 24 wide (orthonormal, U first); its other 24
+  // columns are Ω₀'s, which the peers did not send (PeerFactor.omega_cols).
+  std::vector<float> omega0;
+  ASSERT_OK(
+      shm::ReadOmega0(*ranks_[0].entry(kFc2), *ranks_[0].data[kFc2], &omega0));
+  for (int i = 0; i < 48; ++i) {
+    for (int j = 24; j < 48; ++j) {
+      ASSERT_EQ(first.omega[i * 48 + j], omega0[i * 48 + j]) << i << "," << j;
+    }
+  }
+  for (int a = 0; a < 24; ++a) {
+    for (int b = 0; b < 24; ++b) {
+      double dot = 0;
+      for (int i = 0; i < 48; ++i) {
+        dot += double{first.omega[i * 48 + a]} * first.omega[i * 48 + b];
+      }
+      EXPECT_NEAR(dot, a == b ? 1.0 : 0.0, 1e-5) << a << "," << b;
+    }
+  }
   for (int rank = 1; rank < kWorld; ++rank) {
     shm::FactorData f;
     ASSERT_OK(shm::ReadNewestFactor(*ranks_[rank].entry(kFc2),

@@ -115,7 +115,11 @@ void FactorPipeline::SubmitRefresh(JobLayer& l, WindowSum& p) {
   job.omega = shm::FirstColumns(*omega, l.d_in, l.k_cap, job.k);
   job.r = static_cast<int>(
       std::min<int64_t>({l.r_cap, p_.planner->RankOf(l.settings), job.k}));
-  job.k_next = l.k_cap;
+  // The next basis is as wide as the next windows sketch (r + p); it is
+  // kept k_cap wide with Ω₀'s columns after it (FactorOf).
+  job.k_next =
+      std::max(job.r, shm::SketchColumns(l.k_cap, c.sketch_oversample,
+                                         p_.planner->RankOf(l.settings)));
   job.seed = c.omega_seed + static_cast<uint64_t>(job.version);
   job.a = std::move(p.sum.a);
   job.trace = p.sum.trace;
@@ -183,7 +187,12 @@ std::unique_ptr<shm::FactorData> FactorPipeline::FactorOf(
     f->c = std::move(r.low_rank.c);
     f->c_inv = std::move(r.low_rank.c_inv);
     f->lambda = std::move(r.low_rank.lambda);
-    f->omega = std::move(r.low_rank.omega_next);
+    const int64_t k = static_cast<int64_t>(r.low_rank.omega_next.size()) /
+                      std::max<int64_t>(1, l.d_in);
+    f->omega = k == l.k_cap
+                   ? std::move(r.low_rank.omega_next)
+                   : shm::ColumnsThenRest(r.low_rank.omega_next, l.omega0,
+                                          l.d_in, l.k_cap, k);
     f->trace_mean = r.low_rank.trace_mean;
     f->beta_auto = l.settings.beta_auto();
   }

@@ -44,14 +44,16 @@
 
 namespace gift::daemon {
 
-// A factor as the peers send it (owner: `node`, leader term `term`).
+// A factor of layer `l` as the peers send it (owner: `node`, leader term
+// `term`): Ω's columns up to the last that differs from l.omega0 (omega_cols).
 v1::PublishFactorRequest FactorToMessage(const std::string& job_id,
                                          const std::string& node, int64_t term,
-                                         const std::string& layer,
+                                         const JobLayer& l,
                                          const shm::FactorData& f,
                                          double seconds);
 // A peer's factor of layer `l`, checked like a rank's slot (version, kind,
-// r within r_cap, every length): INVALID_ARGUMENT naming what is wrong.
+// r within r_cap, every length): INVALID_ARGUMENT naming what is wrong. Ω is
+// completed to k_cap columns with l.omega0's.
 absl::StatusOr<std::unique_ptr<shm::FactorData>> FactorFromMessage(
     const JobLayer& l, const v1::PublishFactorRequest& r);
 

@@ -26,7 +26,7 @@ absl::Status CheckLen(size_t got, int64_t want, const char* what) {
 
 v1::PublishFactorRequest FactorToMessage(const std::string& job_id,
                                          const std::string& node, int64_t term,
-                                         const std::string& layer,
+                                         const JobLayer& l,
                                          const shm::FactorData& f,
                                          double seconds) {
   v1::PublishFactorRequest m;
@@ -34,7 +34,7 @@ v1::PublishFactorRequest FactorToMessage(const std::string& job_id,
   m.set_owner(node);
   m.set_term(term);
   v1::PeerFactor* x = m.mutable_factor();
-  x->set_layer(layer);
+  x->set_layer(l.name);
   x->set_version(f.version);
   x->set_kind(f.kind);
   x->set_r(f.r);
@@ -47,7 +47,15 @@ v1::PublishFactorRequest FactorToMessage(const std::string& job_id,
   *x->mutable_c() = {f.c.begin(), f.c.end()};
   *x->mutable_c_inv() = {f.c_inv.begin(), f.c_inv.end()};
   *x->mutable_lambda() = {f.lambda.begin(), f.lambda.end()};
-  *x->mutable_omega() = {f.omega.begin(), f.omega.end()};
+  // Ω's columns after the first omega_cols are Ω₀'s (FactorOf), which
+  // every member holds: only the first ones travel.
+  const int64_t k = shm::ColumnsBeforeRest(f.omega, l.omega0, l.d_in, l.k_cap);
+  x->set_omega_cols(static_cast<int32_t>(k));
+  const std::vector<float> sent =
+      k == l.k_cap ? std::vector<float>()
+                   : shm::FirstColumns(f.omega, l.d_in, l.k_cap, k);
+  const std::vector<float>& omega = k == l.k_cap ? f.omega : sent;
+  *x->mutable_omega() = {omega.begin(), omega.end()};
   *x->mutable_t() = {f.t.begin(), f.t.end()};
   *x->mutable_t_inv() = {f.t_inv.begin(), f.t_inv.end()};
   x->set_seconds(seconds);
@@ -69,7 +77,12 @@ absl::StatusOr<std::unique_ptr<shm::FactorData>> FactorFromMessage(
   RETURN_IF_ERROR(CheckLen(x.c_size(), x.r(), "c"));
   RETURN_IF_ERROR(CheckLen(x.c_inv_size(), x.r(), "c_inv"));
   RETURN_IF_ERROR(CheckLen(x.lambda_size(), x.r(), "lambda"));
-  RETURN_IF_ERROR(CheckLen(x.omega_size(), l.d_in * l.k_cap, "omega"));
+  if (x.omega_cols() < 0 || x.omega_cols() > l.k_cap) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("factor of %s from %s: omega_cols %d (0..k_cap %d)",
+                        l.name, Clip(r.owner()), x.omega_cols(), l.k_cap));
+  }
+  RETURN_IF_ERROR(CheckLen(x.omega_size(), l.d_in * x.omega_cols(), "omega"));
   if (x.kind() == 1) {
     RETURN_IF_ERROR(CheckLen(x.t_size(), l.d_in * l.d_in, "T"));
     RETURN_IF_ERROR(CheckLen(x.t_inv_size(), l.d_in * l.d_in, "T_inv"));
@@ -88,6 +101,16 @@ absl::StatusOr<std::unique_ptr<shm::FactorData>> FactorFromMessage(
   f->c_inv.assign(x.c_inv().begin(), x.c_inv().end());
   f->lambda.assign(x.lambda().begin(), x.lambda().end());
   f->omega.assign(x.omega().begin(), x.omega().end());
+  if (x.omega_cols() < l.k_cap) {
+    f->omega = shm::ColumnsThenRest(f->omega, l.omega0, l.d_in, l.k_cap,
+                                    x.omega_cols());
+  }
+  if (f->omega.empty()) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "factor of %s from %s: no Ω₀ of %d x %d to complete its %d columns "
+        "of omega",
+        l.name, Clip(r.owner()), l.d_in, l.k_cap, x.omega_cols()));
+  }
   f->t.assign(x.t().begin(), x.t().end());
   f->t_inv.assign(x.t_inv().begin(), x.t_inv().end());
   return f;
@@ -217,7 +240,7 @@ v1::PublishFactorRequest FactorPipeline::FactorMessage(const JobLayer& l,
                                                        const shm::FactorData& f,
                                                        double seconds) const {
   return FactorToMessage(p_.config->job_id, p_.config->node, p_.peers->term(),
-                         l.name, f, seconds);
+                         l, f, seconds);
 }
 
 absl::Status FactorPipeline::AcceptFactor(const v1::PublishFactorRequest& r) {

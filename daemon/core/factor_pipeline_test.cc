@@ -48,7 +48,7 @@ TEST(FactorPipelineTest, AFactorCrossesThePeersUnchanged) {
   const JobLayer l = Layer(8, 4, 6);
   const shm::FactorData f = LowRank(l, 3);
   const v1::PublishFactorRequest m =
-      FactorToMessage("job", "n1", 7, l.name, f, 0.02);
+      FactorToMessage("job", "n1", 7, l, f, 0.02);
   EXPECT_EQ(m.job_id(), "job");
   EXPECT_EQ(m.owner(), "n1");
   EXPECT_EQ(m.term(), 7);
@@ -77,7 +77,7 @@ TEST(FactorPipelineTest, AFactorCrossesThePeersUnchanged) {
 TEST(FactorPipelineTest, APeersFactorIsCheckedLikeARanksSlot) {
   const JobLayer l = Layer(8, 4, 6);
   v1::PublishFactorRequest m =
-      FactorToMessage("job", "n1", 1, l.name, LowRank(l, 3), 0);
+      FactorToMessage("job", "n1", 1, l, LowRank(l, 3), 0);
   v1::PublishFactorRequest bad = m;
   bad.mutable_factor()->set_r(5);  // above r_cap
   EXPECT_THAT(
@@ -102,6 +102,79 @@ TEST(FactorPipelineTest, APeersFactorIsCheckedLikeARanksSlot) {
   EXPECT_THAT(FactorFromMessage(l, bad),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("T has 0 values, expected 64")));
+}
+
+// Ω is built r + p wide and kept k_cap wide with Ω₀'s columns after it
+// (FactorOf): only the columns before Ω₀'s travel, and the receiver, which
+// holds the same Ω₀, completes the same bytes.
+TEST(FactorPipelineTest, OnlyTheColumnsBeforeOmega0Travel) {
+  JobLayer l = Layer(8, 4, 6);
+  for (int64_t i = 0; i < l.d_in * l.k_cap; ++i) {
+    l.omega0.push_back(0.25f - 0.01f * i);
+  }
+  shm::FactorData f = LowRank(l, 3);
+  const std::vector<float> first = shm::FirstColumns(f.omega, 8, 6, 4);
+  f.omega = shm::ColumnsThenRest(first, l.omega0, 8, 6, 4);
+  v1::PublishFactorRequest m = FactorToMessage("job", "n1", 1, l, f, 0);
+  EXPECT_EQ(m.factor().omega_cols(), 4);
+  EXPECT_EQ(m.factor().omega_size(), 8 * 4);
+  absl::StatusOr<std::unique_ptr<shm::FactorData>> back =
+      FactorFromMessage(l, m);
+  ASSERT_OK(back);
+  EXPECT_EQ((*back)->omega, f.omega);
+
+  // Column 2 equal to Ω₀'s before a column 3 that is not: both travel.
+  for (int64_t i = 0; i < l.d_in; ++i) f.omega[i * 6 + 2] = l.omega0[i * 6 + 2];
+  m = FactorToMessage("job", "n1", 1, l, f, 0);
+  EXPECT_EQ(m.factor().omega_cols(), 4);
+  // Column 3 equal to Ω₀'s but in one row: it still travels.
+  for (int64_t i = 0; i < l.d_in; ++i) f.omega[i * 6 + 3] = l.omega0[i * 6 + 3];
+  f.omega[5 * 6 + 3] = 2.0f;
+  m = FactorToMessage("job", "n1", 1, l, f, 0);
+  EXPECT_EQ(m.factor().omega_cols(), 4);
+  // Columns 2.. all Ω₀'s: two travel.
+  f.omega[5 * 6 + 3] = l.omega0[5 * 6 + 3];
+  m = FactorToMessage("job", "n1", 1, l, f, 0);
+  EXPECT_EQ(m.factor().omega_cols(), 2);
+  back = FactorFromMessage(l, m);
+  ASSERT_OK(back);
+  EXPECT_EQ((*back)->omega, f.omega);
+
+  // Ω₀ itself (a full factor's basis) sends nothing.
+  f.omega = l.omega0;
+  m = FactorToMessage("job", "n1", 1, l, f, 0);
+  EXPECT_EQ(m.factor().omega_cols(), 0);
+  EXPECT_EQ(m.factor().omega_size(), 0);
+  back = FactorFromMessage(l, m);
+  ASSERT_OK(back);
+  EXPECT_EQ((*back)->omega, l.omega0);
+}
+
+TEST(FactorPipelineTest, APeersOmegaColumnsAreChecked) {
+  JobLayer l = Layer(8, 4, 6);
+  l.omega0.assign(static_cast<size_t>(l.d_in * l.k_cap), 0.5f);
+  shm::FactorData f = LowRank(l, 3);
+  f.omega = shm::ColumnsThenRest(shm::FirstColumns(f.omega, 8, 6, 3), l.omega0,
+                                 8, 6, 3);
+  const v1::PublishFactorRequest m = FactorToMessage("job", "n1", 1, l, f, 0);
+  ASSERT_EQ(m.factor().omega_cols(), 3);
+  v1::PublishFactorRequest bad = m;
+  bad.mutable_factor()->set_omega_cols(7);
+  EXPECT_THAT(FactorFromMessage(l, bad),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("omega_cols 7 (0..k_cap 6)")));
+  bad.mutable_factor()->set_omega_cols(-1);
+  EXPECT_THAT(FactorFromMessage(l, bad),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  bad.mutable_factor()->set_omega_cols(4);  // 24 values, not 32
+  EXPECT_THAT(FactorFromMessage(l, bad),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("omega has 24 values, expected 32")));
+  // A layer without Ω₀ (no local rank yet) cannot complete the columns.
+  JobLayer bare = Layer(8, 4, 6);
+  EXPECT_THAT(
+      FactorFromMessage(bare, m),
+      StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("no Ω₀")));
 }
 
 }  // namespace

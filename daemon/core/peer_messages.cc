@@ -12,6 +12,30 @@
 
 namespace gift::daemon {
 
+namespace {
+
+// Windows of different widths or bases never sum: a follower that sketches
+// another r + p, or derives another Ω₀, cannot join.
+absl::Status CheckJoinSketches(const v1::JoinRequest& r,
+                               const DaemonConfig& c) {
+  if (r.has_sketch_oversample() &&
+      r.sketch_oversample() != c.sketch_oversample) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "join of %s: its sketch_oversample p = %d differs from the leader's "
+        "%d; every node of a job must sketch the same r + p columns",
+        r.self().node(), r.sketch_oversample(), c.sketch_oversample));
+  }
+  if (r.has_omega_seed() && r.omega_seed() != c.omega_seed) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "join of %s: its omega_seed 0x%016x differs from the leader's "
+        "0x%016x; every node of a job must derive the same sketch basis Ω₀",
+        r.self().node(), r.omega_seed(), c.omega_seed));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status CheckJoinLayout(const v1::JoinRequest& r) {
   if (r.layout_version() == shm::kLayoutVersion) return absl::OkStatus();
   return absl::FailedPreconditionError(
@@ -42,13 +66,7 @@ absl::StatusOr<v1::PeerPlan> PeerMessages::Join(const v1::JoinRequest& r) {
         p_.peers->term(), r.self().node(), r.term()));
   }
   // Every check before anything changes.
-  if (r.has_sketch_oversample() &&
-      r.sketch_oversample() != c.sketch_oversample) {
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "join of %s: its sketch_oversample p = %d differs from the leader's "
-        "%d; every node of a job must sketch the same r + p columns",
-        r.self().node(), r.sketch_oversample(), c.sketch_oversample));
-  }
+  RETURN_IF_ERROR(CheckJoinSketches(r, c));
   if (r.has_plan()) {
     RETURN_IF_ERROR(layout.CheckPlanFormats(r.plan(), r.self().node()));
   }
@@ -161,6 +179,7 @@ v1::JoinRequest PeerMessages::JoinState() const {
   j.set_job_id(c.job_id);
   j.set_layout_version(shm::kLayoutVersion);
   j.set_sketch_oversample(c.sketch_oversample);
+  j.set_omega_seed(c.omega_seed);
   j.mutable_self()->set_node(c.node);
   j.mutable_self()->set_instance(*p_.instance);
   j.mutable_self()->set_address(c.peer_advertise_address.empty()

@@ -119,6 +119,23 @@ TEST(PeerMessagesTest, AJoinerOfAnotherSketchOversampleIsRefused) {
   EXPECT_EQ(core.layout.size(), 1u);
 }
 
+// Ω₀, and the columns of a later Ω that a factor does not send, derive
+// from omega_seed: a follower with another seed is refused the same way.
+TEST(PeerMessagesTest, AJoinerOfAnotherOmegaSeedIsRefused) {
+  CoreParts core(Peered("pmseed"));
+  EXPECT_EQ(core.messages.JoinState().omega_seed(), core.config.omega_seed);
+  v1::JoinRequest j = Joiner(0);
+  j.set_omega_seed(core.config.omega_seed + 1);
+  EXPECT_THAT(core.messages.Join(j),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("omega_seed 0x9e3779b97f4a7c16 differs from "
+                                 "the leader's 0x9e3779b97f4a7c15")));
+  EXPECT_TRUE(core.layout.empty());
+  j.set_omega_seed(core.config.omega_seed);
+  EXPECT_OK(core.messages.Join(j));
+  EXPECT_EQ(core.layout.size(), 1u);
+}
+
 TEST(PeerMessagesTest, CheckJoinLayoutRefusesAnotherVersion) {
   v1::JoinRequest j = Joiner(0);
   EXPECT_OK(CheckJoinLayout(j));
