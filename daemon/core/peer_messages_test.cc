@@ -1,6 +1,7 @@
 #include "daemon/core/peer_messages.h"
 
 #include <string>
+#include <utility>
 
 #include "common/status_matchers.h"
 #include "daemon/core/core_testutil.h"
@@ -101,38 +102,34 @@ TEST(PeerMessagesTest, ALeadersReportsAreCheckedAndKept) {
   EXPECT_GT(core.planner.epoch(), epoch + 5);
 }
 
-// Windows of different widths never sum: a follower sketching another
-// r + p is refused before anything changes, and JoinState says its p.
-TEST(PeerMessagesTest, AJoinerOfAnotherSketchOversampleIsRefused) {
-  CoreParts core(Peered("pmover"));
+// Windows of different widths or bases never sum: a follower sketching
+// another r + p, or deriving Ω₀ (and the columns of a later Ω that a factor
+// does not send) from another omega_seed, is refused before anything
+// changes; JoinState says its p and seed.
+TEST(PeerMessagesTest, AJoinerThatSketchesAnotherBasisIsRefused) {
+  CoreParts core(Peered("pmbasis"));
   EXPECT_EQ(core.messages.JoinState().sketch_oversample(),
             core.config.sketch_oversample);
-  v1::JoinRequest j = Joiner(0);
-  j.set_sketch_oversample(core.config.sketch_oversample + 8);
-  EXPECT_THAT(core.messages.Join(j),
-              StatusIs(absl::StatusCode::kFailedPrecondition,
-                       HasSubstr("sketch_oversample p = 24 differs from the "
-                                 "leader's 16")));
-  EXPECT_TRUE(core.layout.empty());
-  j.set_sketch_oversample(core.config.sketch_oversample);
-  EXPECT_OK(core.messages.Join(j));
-  EXPECT_EQ(core.layout.size(), 1u);
-}
-
-// Ω₀, and the columns of a later Ω that a factor does not send, derive
-// from omega_seed: a follower with another seed is refused the same way.
-TEST(PeerMessagesTest, AJoinerOfAnotherOmegaSeedIsRefused) {
-  CoreParts core(Peered("pmseed"));
   EXPECT_EQ(core.messages.JoinState().omega_seed(), core.config.omega_seed);
-  v1::JoinRequest j = Joiner(0);
-  j.set_omega_seed(core.config.omega_seed + 1);
-  EXPECT_THAT(core.messages.Join(j),
-              StatusIs(absl::StatusCode::kFailedPrecondition,
-                       HasSubstr("omega_seed 0x9e3779b97f4a7c16 differs from "
-                                 "the leader's 0x9e3779b97f4a7c15")));
-  EXPECT_TRUE(core.layout.empty());
-  j.set_omega_seed(core.config.omega_seed);
-  EXPECT_OK(core.messages.Join(j));
+  v1::JoinRequest good = Joiner(0);
+  good.set_sketch_oversample(core.config.sketch_oversample);
+  good.set_omega_seed(core.config.omega_seed);
+  v1::JoinRequest wider = good;
+  wider.set_sketch_oversample(core.config.sketch_oversample + 8);
+  v1::JoinRequest seeded = good;
+  seeded.set_omega_seed(core.config.omega_seed + 1);
+  const std::pair<v1::JoinRequest, const char*> bad[] = {
+      {wider, "sketch_oversample p = 24 differs from the leader's 16"},
+      {seeded,
+       "omega_seed 0x9e3779b97f4a7c16 differs from the leader's "
+       "0x9e3779b97f4a7c15"}};
+  for (const auto& [j, what] : bad) {
+    EXPECT_THAT(
+        core.messages.Join(j),
+        StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr(what)));
+    EXPECT_TRUE(core.layout.empty());
+  }
+  EXPECT_OK(core.messages.Join(good));
   EXPECT_EQ(core.layout.size(), 1u);
 }
 
