@@ -413,6 +413,39 @@ TEST_F(DaemonPeerTest, WindowsOfRankPlusOversamplingColumnsMakeOneFactor) {
     EXPECT_EQ(f.u, first.u) << "rank " << rank;
     EXPECT_EQ(f.omega, first.omega) << "rank " << rank;
   }
+
+  // Raised to rank 16, the ranks sketch 32 columns of that Ω: its 24 built
+  // ones and 8 of Ω₀'s (not orthogonal to them, of full column rank), and
+  // every node gets one factor of rank 16 whose basis is built 32 wide.
+  v1::SetRankRequest rank16;
+  rank16.set_rank(16);
+  ASSERT_OK(daemons_[0]->SetRank(rank16));
+  ASSERT_TRUE(net_.Drain());
+  for (PeerRank& r : ranks_) ASSERT_EQ(r.Plan().layers[kFc2].rank, 16);
+  for (PeerRank& r : ranks_) r.CloseWindow(kFc2, 1);
+  ASSERT_TRUE(PollUntil([&] { return RanksHoldFc2(2); }));
+  shm::FactorData second;
+  ASSERT_OK(shm::ReadNewestFactor(*ranks_[0].entry(kFc2), *ranks_[0].data[kFc2],
+                                  nullptr, &second));
+  EXPECT_EQ(second.r, 16);
+  EXPECT_NEAR(std::abs(second.u[0]), 1.0, 1e-3);
+  ASSERT_EQ(second.lambda.size(), 16u);
+  for (int j = 1; j < 16; ++j)
+    EXPECT_LE(second.lambda[j], second.lambda[j - 1]);
+  for (int i = 0; i < 48; ++i) {
+    EXPECT_NE(second.omega[i * 48 + 31], omega0[i * 48 + 31]) << i;
+    for (int j = 32; j < 48; ++j) {
+      ASSERT_EQ(second.omega[i * 48 + j], omega0[i * 48 + j]) << i << "," << j;
+    }
+  }
+  for (int rank = 1; rank < kWorld; ++rank) {
+    shm::FactorData f;
+    ASSERT_OK(shm::ReadNewestFactor(*ranks_[rank].entry(kFc2),
+                                    *ranks_[rank].data[kFc2], nullptr, &f));
+    EXPECT_EQ(f.version, second.version) << "rank " << rank;
+    EXPECT_EQ(f.u, second.u) << "rank " << rank;
+    EXPECT_EQ(f.omega, second.omega) << "rank " << rank;
+  }
 }
 
 TEST_F(DaemonPeerTest, FollowerWithoutItsLeaderKeepsItsPlan) {
