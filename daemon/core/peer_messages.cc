@@ -14,8 +14,9 @@ namespace gift::daemon {
 
 namespace {
 
-// Windows of different widths or bases never sum: a follower that sketches
-// another r + p, or derives another Ω₀, cannot join.
+// Windows of different widths or bases never sum, and factors of another
+// width do not fit: a follower that sketches another r + p, derives another
+// Ω₀ or holds another max_rank cannot join.
 absl::Status CheckJoinSketches(const v1::JoinRequest& r,
                                const DaemonConfig& c) {
   if (r.has_sketch_oversample() &&
@@ -30,6 +31,12 @@ absl::Status CheckJoinSketches(const v1::JoinRequest& r,
         "join of %s: its omega_seed 0x%016x differs from the leader's "
         "0x%016x; every node of a job must derive the same sketch basis Ω₀",
         r.self().node(), r.omega_seed(), c.omega_seed));
+  }
+  if (r.has_max_rank() && r.max_rank() != c.max_rank) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "join of %s: its max_rank %d differs from the leader's %d; every "
+        "node of a job must hold factors and sketch bases of the same width",
+        r.self().node(), r.max_rank(), c.max_rank));
   }
   return absl::OkStatus();
 }
@@ -180,6 +187,7 @@ v1::JoinRequest PeerMessages::JoinState() const {
   j.set_layout_version(shm::kLayoutVersion);
   j.set_sketch_oversample(c.sketch_oversample);
   j.set_omega_seed(c.omega_seed);
+  j.set_max_rank(c.max_rank);
   j.mutable_self()->set_node(c.node);
   j.mutable_self()->set_instance(*p_.instance);
   j.mutable_self()->set_address(c.peer_advertise_address.empty()

@@ -102,27 +102,33 @@ TEST(PeerMessagesTest, ALeadersReportsAreCheckedAndKept) {
   EXPECT_GT(core.planner.epoch(), epoch + 5);
 }
 
-// Windows of different widths or bases never sum: a follower sketching
-// another r + p, or deriving Ω₀ (and the columns of a later Ω that a factor
-// does not send) from another omega_seed, is refused before anything
-// changes; JoinState says its p and seed.
+// Windows of different widths or bases never sum, and factors of another
+// width do not fit: a follower sketching another r + p, deriving Ω₀ (and
+// the columns of a later Ω that a factor does not send) from another
+// omega_seed, or holding another max_rank, is refused before anything
+// changes; JoinState says its p, seed and max_rank.
 TEST(PeerMessagesTest, AJoinerThatSketchesAnotherBasisIsRefused) {
   CoreParts core(Peered("pmbasis"));
   EXPECT_EQ(core.messages.JoinState().sketch_oversample(),
             core.config.sketch_oversample);
   EXPECT_EQ(core.messages.JoinState().omega_seed(), core.config.omega_seed);
+  EXPECT_EQ(core.messages.JoinState().max_rank(), core.config.max_rank);
   v1::JoinRequest good = Joiner(0);
   good.set_sketch_oversample(core.config.sketch_oversample);
   good.set_omega_seed(core.config.omega_seed);
+  good.set_max_rank(core.config.max_rank);
   v1::JoinRequest wider = good;
   wider.set_sketch_oversample(core.config.sketch_oversample + 8);
   v1::JoinRequest seeded = good;
   seeded.set_omega_seed(core.config.omega_seed + 1);
+  v1::JoinRequest ranked = good;
+  ranked.set_max_rank(core.config.max_rank * 2);
   const std::pair<v1::JoinRequest, const char*> bad[] = {
       {wider, "sketch_oversample p = 24 differs from the leader's 16"},
       {seeded,
        "omega_seed 0x9e3779b97f4a7c16 differs from the leader's "
-       "0x9e3779b97f4a7c15"}};
+       "0x9e3779b97f4a7c15"},
+      {ranked, "max_rank 128 differs from the leader's 64"}};
   for (const auto& [j, what] : bad) {
     EXPECT_THAT(
         core.messages.Join(j),
