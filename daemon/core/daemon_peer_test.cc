@@ -162,6 +162,25 @@ class DaemonPeerTest : public ::testing::Test {
     }
     return true;
   }
+  // Rank 0's newest factor of fc2, once every other rank (on every node)
+  // is checked to hold the same bytes (bitwise: the same floats).
+  shm::FactorData Fc2OnEveryRank() {
+    shm::FactorData first;
+    EXPECT_OK(shm::ReadNewestFactor(*ranks_[0].entry(kFc2),
+                                    *ranks_[0].data[kFc2], nullptr, &first));
+    for (int rank = 1; rank < kWorld; ++rank) {
+      shm::FactorData f;
+      EXPECT_OK(shm::ReadNewestFactor(*ranks_[rank].entry(kFc2),
+                                      *ranks_[rank].data[kFc2], nullptr, &f));
+      EXPECT_EQ(f.version, first.version) << "rank " << rank;
+      EXPECT_EQ(f.u, first.u) << "rank " << rank;
+      EXPECT_EQ(f.c, first.c) << "rank " << rank;
+      EXPECT_EQ(f.c_inv, first.c_inv) << "rank " << rank;
+      EXPECT_EQ(f.omega, first.omega) << "rank " << rank;
+      EXPECT_EQ(f.sigma2, first.sigma2) << "rank " << rank;
+    }
+    return first;
+  }
   int64_t Epoch(int node) {
     auto s = daemons_[node]->GetStatus({});
     EXPECT_OK(s);
@@ -286,23 +305,10 @@ TEST_F(DaemonPeerTest, WindowsOfEveryNodeMakeOneFactorEverywhere) {
   Pin(0);
   for (PeerRank& r : ranks_) r.CloseWindow(kFc2);
   ASSERT_TRUE(PollUntil([&] { return RanksHoldFc2(1); }));
-  shm::FactorData first;
-  ASSERT_OK(shm::ReadNewestFactor(*ranks_[0].entry(kFc2), *ranks_[0].data[kFc2],
-                                  nullptr, &first));
+  const shm::FactorData first = Fc2OnEveryRank();
   EXPECT_EQ(first.version, 1);
   EXPECT_EQ(first.window, 50);
   EXPECT_NEAR(std::abs(first.u[0]), 1.0, 1e-3);  // A's top direction
-  for (int rank = 1; rank < kWorld; ++rank) {
-    shm::FactorData f;
-    ASSERT_OK(shm::ReadNewestFactor(*ranks_[rank].entry(kFc2),
-                                    *ranks_[rank].data[kFc2], nullptr, &f));
-    EXPECT_EQ(f.version, first.version) << "rank " << rank;
-    EXPECT_EQ(f.u, first.u) << "rank " << rank;  // bitwise: same floats
-    EXPECT_EQ(f.c, first.c) << "rank " << rank;
-    EXPECT_EQ(f.c_inv, first.c_inv) << "rank " << rank;
-    EXPECT_EQ(f.omega, first.omega) << "rank " << rank;
-    EXPECT_EQ(f.sigma2, first.sigma2) << "rank " << rank;
-  }
   // Only the owner (n1) computed it.
   const std::string computed = "gift_factor_refresh_duration_seconds_count";
   EXPECT_THAT(
@@ -380,9 +386,7 @@ TEST_F(DaemonPeerTest, WindowsOfRankPlusOversamplingColumnsMakeOneFactor) {
   for (PeerRank& r : ranks_) ASSERT_EQ(r.Plan().layers[kFc2].rank, 8);
   for (PeerRank& r : ranks_) r.CloseWindow(kFc2);
   ASSERT_TRUE(PollUntil([&] { return RanksHoldFc2(1); }));
-  shm::FactorData first;
-  ASSERT_OK(shm::ReadNewestFactor(*ranks_[0].entry(kFc2), *ranks_[0].data[kFc2],
-                                  nullptr, &first));
+  const shm::FactorData first = Fc2OnEveryRank();
   EXPECT_EQ(first.r, 8);
   EXPECT_NEAR(std::abs(first.u[0]), 1.0, 1e-3);  // A's top direction
   EXPECT_EQ(first.omega.size(), 48u * 48u);      // d_in × k_cap
@@ -405,14 +409,6 @@ TEST_F(DaemonPeerTest, WindowsOfRankPlusOversamplingColumnsMakeOneFactor) {
       EXPECT_NEAR(dot, a == b ? 1.0 : 0.0, 1e-5) << a << "," << b;
     }
   }
-  for (int rank = 1; rank < kWorld; ++rank) {
-    shm::FactorData f;
-    ASSERT_OK(shm::ReadNewestFactor(*ranks_[rank].entry(kFc2),
-                                    *ranks_[rank].data[kFc2], nullptr, &f));
-    EXPECT_EQ(f.version, first.version) << "rank " << rank;
-    EXPECT_EQ(f.u, first.u) << "rank " << rank;
-    EXPECT_EQ(f.omega, first.omega) << "rank " << rank;
-  }
 
   // Raised to rank 16, the ranks sketch 32 columns of that Ω: its 24 built
   // ones and 8 of Ω₀'s (not orthogonal to them, of full column rank), and
@@ -424,9 +420,7 @@ TEST_F(DaemonPeerTest, WindowsOfRankPlusOversamplingColumnsMakeOneFactor) {
   for (PeerRank& r : ranks_) ASSERT_EQ(r.Plan().layers[kFc2].rank, 16);
   for (PeerRank& r : ranks_) r.CloseWindow(kFc2, 1);
   ASSERT_TRUE(PollUntil([&] { return RanksHoldFc2(2); }));
-  shm::FactorData second;
-  ASSERT_OK(shm::ReadNewestFactor(*ranks_[0].entry(kFc2), *ranks_[0].data[kFc2],
-                                  nullptr, &second));
+  const shm::FactorData second = Fc2OnEveryRank();
   EXPECT_EQ(second.r, 16);
   EXPECT_NEAR(std::abs(second.u[0]), 1.0, 1e-3);
   ASSERT_EQ(second.lambda.size(), 16u);
@@ -437,14 +431,6 @@ TEST_F(DaemonPeerTest, WindowsOfRankPlusOversamplingColumnsMakeOneFactor) {
     for (int j = 32; j < 48; ++j) {
       ASSERT_EQ(second.omega[i * 48 + j], omega0[i * 48 + j]) << i << "," << j;
     }
-  }
-  for (int rank = 1; rank < kWorld; ++rank) {
-    shm::FactorData f;
-    ASSERT_OK(shm::ReadNewestFactor(*ranks_[rank].entry(kFc2),
-                                    *ranks_[rank].data[kFc2], nullptr, &f));
-    EXPECT_EQ(f.version, second.version) << "rank " << rank;
-    EXPECT_EQ(f.u, second.u) << "rank " << rank;
-    EXPECT_EQ(f.omega, second.omega) << "rank " << rank;
   }
 }
 
