@@ -206,8 +206,12 @@ LowRankFactorData FinishLowRank(int64_t d, int r, const double* u,
   out.c = ToFloat(f.c);
   out.c_inv = ToFloat(f.c_inv);
   out.sigma2 = f.sigma2;
+  // The next basis starts with U as sent (float), bit for bit, so that a
+  // peer receiving the factor rebuilds those columns of Ω from U
+  // (PeerFactor.omega_u_cols) and only the p new ones travel.
+  const Eigen::MatrixXd u_sent = f.u.cast<float>().cast<double>();
   out.omega_next =
-      linalg::ToRowMajorFloat(linalg::MakeTestMatrix(d, k_next, &f.u, seed));
+      linalg::ToRowMajorFloat(linalg::MakeTestMatrix(d, k_next, &u_sent, seed));
   return out;
 }
 

@@ -36,9 +36,8 @@ void FillGaussian(uint64_t seed, Eigen::Ref<Eigen::MatrixXd> g) {
   }
 }
 
-// Q (d × k) of m = QR with R's diagonal made non-negative, so that columns
-// that are already orthonormal (U_prev) come back as themselves up to
-// rounding.
+// Q (d × k) of m = QR with R's diagonal made non-negative (one Q per m,
+// whatever the signs of the reflectors).
 Eigen::MatrixXd HouseholderQ(Eigen::MatrixXd m) {
   const Eigen::Index d = m.rows(), k = m.cols();
   Eigen::MatrixXd v = Eigen::MatrixXd::Zero(d, k);  // reflectors
@@ -105,10 +104,19 @@ Eigen::MatrixXd MakeTestMatrix(int64_t d, int64_t k,
       (r_prev > 0 && u_prev->rows() != d)) {
     return Eigen::MatrixXd();
   }
+  Eigen::MatrixXd g(d, k - r_prev);
+  FillGaussian(seed, g);
+  if (r_prev > 0) {
+    // Gram–Schmidt against U_prev, twice (one pass leaves O(eps·‖G‖) of
+    // U_prev in G), so that G's orthonormal basis is orthogonal to U_prev.
+    for (int pass = 0; pass < 2; ++pass) {
+      g.noalias() -= *u_prev * (u_prev->transpose() * g);
+    }
+  }
   Eigen::MatrixXd m(d, k);
   if (r_prev > 0) m.leftCols(r_prev) = *u_prev;
-  FillGaussian(seed, m.rightCols(k - r_prev));
-  return HouseholderQ(std::move(m));
+  if (k > r_prev) m.rightCols(k - r_prev) = HouseholderQ(std::move(g));
+  return m;
 }
 
 absl::StatusOr<EigenPairs> NystromEigenpairs(const Eigen::MatrixXd& y,

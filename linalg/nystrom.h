@@ -23,12 +23,14 @@
 namespace gift::linalg {
 
 // Ω = orthonormalised [U_prev | G] (d × k): U_prev (d × r_prev, nullable or
-// empty before the first factor) followed by k − r_prev Gaussian columns
-// from `seed` (a portable generator: the same seed gives the same Ω on every
-// machine). Orthonormalised by Householder QR with a non-negative R
-// diagonal, so the first r_prev columns equal an orthonormal U_prev up to
-// rounding. REQUIRES: 1 <= k <= d, r_prev <= k, U_prev d rows; returns an
-// empty matrix otherwise (which NystromEigenpairs rejects).
+// empty before the first factor; orthonormal) itself, bit for bit, followed
+// by an orthonormal basis of the k − r_prev Gaussian columns G from `seed`
+// (a portable generator: the same seed gives the same Ω₀ on every machine)
+// projected off U_prev: (I − U_prev U_prevᵀ)² G, orthonormalised by
+// Householder QR with a non-negative R diagonal. Its span is [U_prev | G]'s,
+// and a receiver that holds U_prev needs only the last k − r_prev columns.
+// REQUIRES: 1 <= k <= d, r_prev <= k, U_prev d rows; returns an empty matrix
+// otherwise (which NystromEigenpairs rejects).
 Eigen::MatrixXd MakeTestMatrix(int64_t d, int64_t k,
                                const Eigen::MatrixXd* u_prev, uint64_t seed);
 

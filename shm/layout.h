@@ -59,8 +59,10 @@ inline constexpr uint64_t kMagic = 0x3130'4D48'5354'4947ULL;  // "GIFTSHM01"
 // plan's sketch stride and each layer's sketch period; 8: the peer plan's
 // window owners, so a daemon of 7 that would send its windows to
 // members[i % size] is refused; 9: a peer factor sends only Ω's columns
-// before Ω₀'s, PeerFactor.omega_cols, which a daemon of 8 would refuse).
-inline constexpr uint32_t kLayoutVersion = 9;
+// before Ω₀'s, PeerFactor.omega_cols, which a daemon of 8 would refuse; 10:
+// nor those that are U's, PeerFactor.omega_u_cols, which a daemon of 9 would
+// refuse on a length check).
+inline constexpr uint32_t kLayoutVersion = 10;
 
 // Sketch oversampling p (DESIGN §2): a window sketches k = r + p columns.
 // giftd's sketch_oversample sets it (this default), at most kMaxOversample.

@@ -202,10 +202,26 @@ inline bool SketchWindowDue(int64_t step, int32_t k, int32_t period) {
 inline bool SketchStepDue(int64_t step, int32_t stride) {
   return stride <= 1 || step % stride == 0;
 }
-// The first k columns of the rows × cols row-major m, as a rows × k
-// row-major matrix; empty unless 0 <= k <= cols and m.size() == rows · cols.
+// Columns begin..end (exclusive) of the rows × cols row-major m, as a
+// rows × (end − begin) row-major matrix; empty unless
+// 0 <= begin <= end <= cols and m.size() == rows · cols.
+std::vector<float> ColumnRange(const std::vector<float>& m, int64_t rows,
+                               int64_t cols, int64_t begin, int64_t end);
+// The first k columns: ColumnRange(m, rows, cols, 0, k).
 std::vector<float> FirstColumns(const std::vector<float>& m, int64_t rows,
                                 int64_t cols, int64_t k);
+// The rows × a_cols `a` and the rows × b_cols `b` side by side, rows ×
+// (a_cols + b_cols) row-major; empty unless the sizes match.
+std::vector<float> SideBySide(const std::vector<float>& a, int64_t a_cols,
+                              const std::vector<float>& b, int64_t b_cols,
+                              int64_t rows);
+// How many leading columns of the rows × cols m equal those of the
+// rows × other_cols `other` bit for bit (at most min(cols, other_cols); 0
+// when a size does not match): a factor's Ω starts with its U (DESIGN §2),
+// which a peer receives anyway.
+int64_t LeadingColumnsEqual(const std::vector<float>& m, int64_t rows,
+                            int64_t cols, const std::vector<float>& other,
+                            int64_t other_cols);
 // Its inverse with a filler: the rows × k row-major `first`, followed in
 // every row by columns k..cols of the rows × cols `rest`; empty unless
 // 0 <= k <= cols, first.size() == rows · k and rest.size() == rows · cols.

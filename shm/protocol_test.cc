@@ -537,6 +537,37 @@ TEST(SketchColumnsTest, RankPlusOversamplingCappedByTheBuffer) {
   EXPECT_EQ(SketchColumns(64, -5, 32), 32);  // a negative p counts as 0
 }
 
+TEST(ColumnsTest, ColumnRangeAndSideBySideSplitAndJoinRows) {
+  const std::vector<float> m{1, 2, 3, 4, 5, 6};  // 2 × 3
+  EXPECT_EQ(ColumnRange(m, 2, 3, 1, 3), (std::vector<float>{2, 3, 5, 6}));
+  EXPECT_EQ(ColumnRange(m, 2, 3, 1, 2), (std::vector<float>{2, 5}));
+  EXPECT_EQ(ColumnRange(m, 2, 3, 0, 3), m);
+  EXPECT_EQ(ColumnRange(m, 2, 3, 2, 2), std::vector<float>{});
+  EXPECT_TRUE(ColumnRange(m, 2, 3, 2, 1).empty());   // begin > end
+  EXPECT_TRUE(ColumnRange(m, 2, 3, -1, 1).empty());  // begin < 0
+  EXPECT_TRUE(ColumnRange(m, 2, 3, 1, 4).empty());   // end > cols
+  EXPECT_TRUE(ColumnRange(m, 3, 3, 0, 1).empty());   // wrong size
+  EXPECT_EQ(SideBySide({1, 4}, 1, {2, 3, 5, 6}, 2, 2), m);
+  EXPECT_EQ(SideBySide({}, 0, m, 3, 2), m);
+  EXPECT_EQ(SideBySide(m, 3, {}, 0, 2), m);
+  EXPECT_TRUE(SideBySide({1, 4, 7}, 1, {2, 3, 5, 6}, 2, 2).empty());
+  EXPECT_TRUE(SideBySide({1, 4}, 1, {2, 3, 5}, 2, 2).empty());
+}
+
+TEST(ColumnsTest, LeadingColumnsEqualStopsAtTheFirstColumnThatDiffers) {
+  const std::vector<float> m{1, 2, 3, 4, 5, 6};  // 2 × 3
+  EXPECT_EQ(LeadingColumnsEqual(m, 2, 3, {1, 2, 4, 5}, 2), 2);
+  EXPECT_EQ(LeadingColumnsEqual(m, 2, 3, m, 3), 3);
+  EXPECT_EQ(LeadingColumnsEqual(m, 2, 3, {1, 9, 4, 5}, 2), 1);  // row 0
+  EXPECT_EQ(LeadingColumnsEqual(m, 2, 3, {1, 2, 4, 9}, 2), 1);  // row 1
+  EXPECT_EQ(LeadingColumnsEqual(m, 2, 3, {0, 2, 4, 5}, 2), 0);
+  EXPECT_EQ(LeadingColumnsEqual(m, 2, 3, {1, 2, 3, 9, 4, 5, 6, 9}, 4), 3);
+  EXPECT_EQ(LeadingColumnsEqual(m, 2, 3, {}, 0), 0);
+  EXPECT_EQ(LeadingColumnsEqual(m, 2, 3, {1, 2, 4}, 2), 0);  // wrong size
+  // Bit for bit: −0 is not 0.
+  EXPECT_EQ(LeadingColumnsEqual({0.0f, 1.0f}, 1, 2, {-0.0f, 1.0f}, 2), 0);
+}
+
 TEST(FirstColumnsTest, KeepsTheLeadingColumnsOfEachRow) {
   const std::vector<float> m = {1, 2, 3, 4, 5, 6};  // 2 × 3
   EXPECT_EQ(FirstColumns(m, 2, 3, 2), (std::vector<float>{1, 2, 4, 5}));

@@ -65,17 +65,64 @@ int32_t SketchColumns(int32_t k_cap, int32_t oversample, int32_t rank) {
       std::max<int64_t>(1, std::min<int64_t>(k_cap, k)));
 }
 
-std::vector<float> FirstColumns(const std::vector<float>& m, int64_t rows,
-                                int64_t cols, int64_t k) {
-  if (k < 0 || k > cols || static_cast<int64_t>(m.size()) != rows * cols) {
+std::vector<float> ColumnRange(const std::vector<float>& m, int64_t rows,
+                               int64_t cols, int64_t begin, int64_t end) {
+  if (begin < 0 || begin > end || end > cols ||
+      static_cast<int64_t>(m.size()) != rows * cols) {
     return {};
   }
-  if (k == cols) return m;
+  if (begin == 0 && end == cols) return m;
+  const int64_t k = end - begin;
   std::vector<float> out(static_cast<size_t>(rows * k));
   for (int64_t i = 0; i < rows; ++i) {
-    std::copy_n(m.begin() + i * cols, k, out.begin() + i * k);
+    std::copy_n(m.begin() + i * cols + begin, k, out.begin() + i * k);
   }
   return out;
+}
+
+std::vector<float> FirstColumns(const std::vector<float>& m, int64_t rows,
+                                int64_t cols, int64_t k) {
+  return ColumnRange(m, rows, cols, 0, k);
+}
+
+std::vector<float> SideBySide(const std::vector<float>& a, int64_t a_cols,
+                              const std::vector<float>& b, int64_t b_cols,
+                              int64_t rows) {
+  if (rows < 0 || a_cols < 0 || b_cols < 0 ||
+      static_cast<int64_t>(a.size()) != rows * a_cols ||
+      static_cast<int64_t>(b.size()) != rows * b_cols) {
+    return {};
+  }
+  const int64_t cols = a_cols + b_cols;
+  std::vector<float> out(static_cast<size_t>(rows * cols));
+  for (int64_t i = 0; i < rows; ++i) {
+    std::copy_n(a.begin() + i * a_cols, a_cols, out.begin() + i * cols);
+    std::copy_n(b.begin() + i * b_cols, b_cols,
+                out.begin() + i * cols + a_cols);
+  }
+  return out;
+}
+
+int64_t LeadingColumnsEqual(const std::vector<float>& m, int64_t rows,
+                            int64_t cols, const std::vector<float>& other,
+                            int64_t other_cols) {
+  if (rows < 0 || cols < 0 || other_cols < 0 ||
+      static_cast<int64_t>(m.size()) != rows * cols ||
+      static_cast<int64_t>(other.size()) != rows * other_cols) {
+    return 0;
+  }
+  int64_t k = std::min(cols, other_cols);
+  for (int64_t i = 0; i < rows && k > 0; ++i) {
+    for (int64_t j = 0; j < k; ++j) {
+      if (std::memcmp(&m[static_cast<size_t>(i * cols + j)],
+                      &other[static_cast<size_t>(i * other_cols + j)],
+                      sizeof(float)) != 0) {
+        k = j;
+        break;
+      }
+    }
+  }
+  return k;
 }
 
 std::vector<float> ColumnsThenRest(const std::vector<float>& first,

@@ -390,12 +390,17 @@ TEST_F(DaemonPeerTest, WindowsOfRankPlusOversamplingColumnsMakeOneFactor) {
   EXPECT_EQ(first.r, 8);
   EXPECT_NEAR(std::abs(first.u[0]), 1.0, 1e-3);  // A's top direction
   EXPECT_EQ(first.omega.size(), 48u * 48u);      // d_in × k_cap
-  // The next basis is built 24 wide (orthonormal, U first); its other 24
-  // columns are Ω₀'s, which the peers did not send (PeerFactor.omega_cols).
+  // The next basis is built 24 wide (orthonormal): U itself, bit for bit,
+  // then 16 new columns; its other 24 columns are Ω₀'s. The peers sent only
+  // the 16 (PeerFactor.omega_u_cols, omega_cols), and every node rebuilt the
+  // same bytes (Fc2OnEveryRank).
   std::vector<float> omega0;
   ASSERT_OK(
       shm::ReadOmega0(*ranks_[0].entry(kFc2), *ranks_[0].data[kFc2], &omega0));
   for (int i = 0; i < 48; ++i) {
+    for (int j = 0; j < 8; ++j) {
+      ASSERT_EQ(first.omega[i * 48 + j], first.u[i * 8 + j]) << i << "," << j;
+    }
     for (int j = 24; j < 48; ++j) {
       ASSERT_EQ(first.omega[i * 48 + j], omega0[i * 48 + j]) << i << "," << j;
     }
@@ -427,6 +432,10 @@ TEST_F(DaemonPeerTest, WindowsOfRankPlusOversamplingColumnsMakeOneFactor) {
   for (int j = 1; j < 16; ++j)
     EXPECT_LE(second.lambda[j], second.lambda[j - 1]);
   for (int i = 0; i < 48; ++i) {
+    for (int j = 0; j < 16; ++j) {
+      ASSERT_EQ(second.omega[i * 48 + j], second.u[i * 16 + j])
+          << i << "," << j;
+    }
     EXPECT_NE(second.omega[i * 48 + 31], omega0[i * 48 + 31]) << i;
     for (int j = 32; j < 48; ++j) {
       ASSERT_EQ(second.omega[i * 48 + j], omega0[i * 48 + j]) << i << "," << j;

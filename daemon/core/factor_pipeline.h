@@ -45,7 +45,8 @@
 namespace gift::daemon {
 
 // A factor of layer `l` as the peers send it (owner: `node`, leader term
-// `term`): Ω's columns up to the last that differs from l.omega0 (omega_cols).
+// `term`): Ω's columns up to the last that differs from l.omega0
+// (omega_cols), less the leading ones that equal U's (omega_u_cols).
 v1::PublishFactorRequest FactorToMessage(const std::string& job_id,
                                          const std::string& node, int64_t term,
                                          const JobLayer& l,
@@ -53,7 +54,8 @@ v1::PublishFactorRequest FactorToMessage(const std::string& job_id,
                                          double seconds);
 // A peer's factor of layer `l`, checked like a rank's slot (version, kind,
 // r within r_cap, every length): INVALID_ARGUMENT naming what is wrong. Ω is
-// completed to k_cap columns with l.omega0's.
+// rebuilt with U's leading columns and completed to k_cap columns with
+// l.omega0's.
 absl::StatusOr<std::unique_ptr<shm::FactorData>> FactorFromMessage(
     const JobLayer& l, const v1::PublishFactorRequest& r);
 

@@ -47,15 +47,17 @@ v1::PublishFactorRequest FactorToMessage(const std::string& job_id,
   *x->mutable_c() = {f.c.begin(), f.c.end()};
   *x->mutable_c_inv() = {f.c_inv.begin(), f.c_inv.end()};
   *x->mutable_lambda() = {f.lambda.begin(), f.lambda.end()};
-  // Ω's columns after the first omega_cols are Ω₀'s (FactorOf), which
-  // every member holds: only the first ones travel.
+  // Ω's columns after the first omega_cols are Ω₀'s (FactorOf), and its
+  // first omega_u_cols U's (FinishLowRank), which every member holds or
+  // receives here: only the columns between travel.
   const int64_t k = shm::ColumnsBeforeRest(f.omega, l.omega0, l.d_in, l.k_cap);
+  const int64_t from_u =
+      std::min(k, shm::LeadingColumnsEqual(f.omega, l.d_in, l.k_cap, f.u, f.r));
   x->set_omega_cols(static_cast<int32_t>(k));
+  x->set_omega_u_cols(static_cast<int32_t>(from_u));
   const std::vector<float> sent =
-      k == l.k_cap ? std::vector<float>()
-                   : shm::FirstColumns(f.omega, l.d_in, l.k_cap, k);
-  const std::vector<float>& omega = k == l.k_cap ? f.omega : sent;
-  *x->mutable_omega() = {omega.begin(), omega.end()};
+      shm::ColumnRange(f.omega, l.d_in, l.k_cap, from_u, k);
+  *x->mutable_omega() = {sent.begin(), sent.end()};
   *x->mutable_t() = {f.t.begin(), f.t.end()};
   *x->mutable_t_inv() = {f.t_inv.begin(), f.t_inv.end()};
   x->set_seconds(seconds);
@@ -82,7 +84,14 @@ absl::StatusOr<std::unique_ptr<shm::FactorData>> FactorFromMessage(
         absl::StrFormat("factor of %s from %s: omega_cols %d (0..k_cap %d)",
                         l.name, Clip(r.owner()), x.omega_cols(), l.k_cap));
   }
-  RETURN_IF_ERROR(CheckLen(x.omega_size(), l.d_in * x.omega_cols(), "omega"));
+  if (x.omega_u_cols() < 0 || x.omega_u_cols() > x.omega_cols() ||
+      x.omega_u_cols() > x.r()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "factor of %s from %s: omega_u_cols %d (0..min(omega_cols %d, r %d))",
+        l.name, Clip(r.owner()), x.omega_u_cols(), x.omega_cols(), x.r()));
+  }
+  RETURN_IF_ERROR(CheckLen(
+      x.omega_size(), l.d_in * (x.omega_cols() - x.omega_u_cols()), "omega"));
   if (x.kind() == 1) {
     RETURN_IF_ERROR(CheckLen(x.t_size(), l.d_in * l.d_in, "T"));
     RETURN_IF_ERROR(CheckLen(x.t_inv_size(), l.d_in * l.d_in, "T_inv"));
@@ -101,6 +110,11 @@ absl::StatusOr<std::unique_ptr<shm::FactorData>> FactorFromMessage(
   f->c_inv.assign(x.c_inv().begin(), x.c_inv().end());
   f->lambda.assign(x.lambda().begin(), x.lambda().end());
   f->omega.assign(x.omega().begin(), x.omega().end());
+  if (x.omega_u_cols() > 0) {
+    f->omega = shm::SideBySide(
+        shm::FirstColumns(f->u, l.d_in, f->r, x.omega_u_cols()),
+        x.omega_u_cols(), f->omega, x.omega_cols() - x.omega_u_cols(), l.d_in);
+  }
   if (x.omega_cols() < l.k_cap) {
     f->omega = shm::ColumnsThenRest(f->omega, l.omega0, l.d_in, l.k_cap,
                                     x.omega_cols());

@@ -1,5 +1,6 @@
 #include "daemon/core/factor_pipeline.h"
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -150,6 +151,49 @@ TEST(FactorPipelineTest, OnlyTheColumnsBeforeOmega0Travel) {
   EXPECT_EQ((*back)->omega, l.omega0);
 }
 
+// Ω = [U | new columns | Ω₀'s] (FinishLowRank, FactorOf): U's columns do
+// not travel twice, and the receiver rebuilds the same bytes from the U it
+// gets in the same message.
+TEST(FactorPipelineTest, OmegasLeadingUColumnsTravelOnlyAsU) {
+  JobLayer l = Layer(8, 4, 6);
+  for (int64_t i = 0; i < l.d_in * l.k_cap; ++i) {
+    l.omega0.push_back(0.25f - 0.01f * i);
+  }
+  shm::FactorData f = LowRank(l, 3);
+  const std::vector<float> built = shm::SideBySide(
+      f.u, 3, shm::ColumnRange(f.omega, 8, 6, 3, 4), 1, 8);  // [U | 1 new]
+  f.omega = shm::ColumnsThenRest(built, l.omega0, 8, 6, 4);
+  v1::PublishFactorRequest m = FactorToMessage("job", "n1", 1, l, f, 0);
+  EXPECT_EQ(m.factor().omega_cols(), 4);
+  EXPECT_EQ(m.factor().omega_u_cols(), 3);
+  EXPECT_EQ(m.factor().omega_size(), 8 * 1);
+  absl::StatusOr<std::unique_ptr<shm::FactorData>> back =
+      FactorFromMessage(l, m);
+  ASSERT_OK(back);
+  EXPECT_EQ((*back)->omega, f.omega);
+
+  // U's column 1 differs from Ω's in one row (one ulp): only column 0 is
+  // taken from U.
+  f.omega[6 * 6 + 1] = std::nextafter(f.omega[6 * 6 + 1], 1.0f);
+  m = FactorToMessage("job", "n1", 1, l, f, 0);
+  EXPECT_EQ(m.factor().omega_u_cols(), 1);
+  EXPECT_EQ(m.factor().omega_size(), 8 * 3);
+  back = FactorFromMessage(l, m);
+  ASSERT_OK(back);
+  EXPECT_EQ((*back)->omega, f.omega);
+
+  // Never more of U than Ω sends at all: Ω = [U | Ω₀'s columns 3..6].
+  f.omega = shm::ColumnsThenRest(f.u, l.omega0, 8, 6, 3);
+  for (int64_t i = 0; i < l.d_in; ++i) f.omega[i * 6 + 2] = l.omega0[i * 6 + 2];
+  m = FactorToMessage("job", "n1", 1, l, f, 0);
+  EXPECT_EQ(m.factor().omega_cols(), 2);
+  EXPECT_EQ(m.factor().omega_u_cols(), 2);
+  EXPECT_EQ(m.factor().omega_size(), 0);
+  back = FactorFromMessage(l, m);
+  ASSERT_OK(back);
+  EXPECT_EQ((*back)->omega, f.omega);
+}
+
 TEST(FactorPipelineTest, APeersOmegaColumnsAreChecked) {
   JobLayer l = Layer(8, 4, 6);
   l.omega0.assign(static_cast<size_t>(l.d_in * l.k_cap), 0.5f);
@@ -170,6 +214,27 @@ TEST(FactorPipelineTest, APeersOmegaColumnsAreChecked) {
   EXPECT_THAT(FactorFromMessage(l, bad),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("omega has 24 values, expected 32")));
+  // omega_u_cols: at most r and omega_cols, and the columns sent are the
+  // others.
+  bad = m;
+  bad.mutable_factor()->set_omega_u_cols(4);  // r 3
+  EXPECT_THAT(
+      FactorFromMessage(l, bad),
+      StatusIs(absl::StatusCode::kInvalidArgument,
+               HasSubstr("omega_u_cols 4 (0..min(omega_cols 3, r 3))")));
+  bad.mutable_factor()->set_omega_u_cols(-1);
+  EXPECT_THAT(FactorFromMessage(l, bad),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  bad.mutable_factor()->set_omega_cols(1);
+  bad.mutable_factor()->set_omega_u_cols(2);  // more than Ω sends
+  EXPECT_THAT(FactorFromMessage(l, bad),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("omega_u_cols 2")));
+  bad = m;
+  bad.mutable_factor()->set_omega_u_cols(1);  // 24 values, not 16
+  EXPECT_THAT(FactorFromMessage(l, bad),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("omega has 24 values, expected 16")));
   // A layer without Ω₀ (no local rank yet) cannot complete the columns.
   JobLayer bare = Layer(8, 4, 6);
   EXPECT_THAT(
