@@ -4,8 +4,9 @@
 // (LAPACK dsyevr), which is what the sketch avoids. The sketch Y = A Ω is
 // the clients' work and is not timed. A summary line per d_in prints both
 // times and the speed-up. BM_NextBasis times the next window's basis alone
-// at r + p columns (what giftd builds) and at k_cap = r_cap + p = 80 (what it
-// built before), a line per d_in.
+// (Ω = [U | Q], U of rank 32 kept and p new columns) at r + p columns (what
+// giftd builds) and at k_cap = r_cap + p = 80 (the width it once built), a
+// line per d_in.
 #include <benchmark/benchmark.h>
 
 #include <Eigen/Dense>

@@ -336,13 +336,17 @@ def train(a, rank, world):
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         loss = ddp(x, y)
-        loss.backward()
+        t1 = time.perf_counter()
+        loss.backward()  # returns once DDP has every bucket's result
+        t2 = time.perf_counter()
         if a.grad_clip > 0:
             torch.nn.utils.clip_grad_norm_(ddp.parameters(), a.grad_clip)
         opt.step()
         dt = time.perf_counter() - t0
         net1 = net_counters(a.iface)
-        rec = {"step": step, "seconds": dt, "loss": float(loss)}
+        # forward / backward with the wait for the last bucket's result
+        rec = {"step": step, "seconds": dt, "loss": float(loss),
+               "forward_seconds": t1 - t0, "backward_seconds": t2 - t1}
         if net0 and net1:
             rec["tx_bytes"] = net1[0] - net0[0]
             rec["rx_bytes"] = net1[1] - net0[1]

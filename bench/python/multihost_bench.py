@@ -539,11 +539,37 @@ def merge(runs):
                 if "gift_path" in st and st["step"] >= r["warmup"]]
     if whitened:
         out["gift_path_layers_mean_timed"] = statistics.mean(whitened)
+    phases = phase_medians(ok)
+    if phases:
+        out["phase_seconds_median"] = phases
     layers = [l for r in ok for rk in r.get("ranks", [])
               for l in rk.get("gift_path_layers", [])]
     if any("gift_path_layers" in rk for r in ok for rk in r.get("ranks", [])):
         out["gift_path_layers"] = sorted(set(layers))
     return out
+
+
+def phase_medians(runs):
+    """Where the step goes: per timed step the slowest rank's forward pass,
+    its backward pass with the wait for every bucket's result, and the rest
+    (gradient clipping, the optimizer step); medians over the pooled timed
+    steps of `runs`. None without gpt_train's phase times."""
+    parts = {"forward": [], "backward": [], "rest": []}
+    for r in runs:
+        ranks = r.get("ranks") or []
+        n = min((len(rk["steps"]) for rk in ranks), default=0)
+        for i in range(r.get("warmup", 0), n):
+            st = max((rk["steps"][i] for rk in ranks),
+                     key=lambda x: x["seconds"])
+            if "forward_seconds" not in st:
+                return None
+            parts["forward"].append(st["forward_seconds"])
+            parts["backward"].append(st["backward_seconds"])
+            parts["rest"].append(st["seconds"] - st["forward_seconds"]
+                                 - st["backward_seconds"])
+    if not parts["forward"]:
+        return None
+    return {k: statistics.median(v) for k, v in parts.items()}
 
 
 def step_seconds(run):
@@ -684,6 +710,18 @@ def table(results, rates, modes):
             lines.append(f"* {rate} {label(m)}: " + ", ".join(
                 f"{name} {v / 1e3:.1f}" for name, v in
                 sorted(k.items(), key=lambda kv: -kv[1]) if v > 0))
+    phases = [(rate, m, results[rate][m]["phase_seconds_median"])
+              for rate in rates for m in modes
+              if results.get(rate, {}).get(m, {}).get("phase_seconds_median")]
+    if phases:
+        lines += ["", "Where the step goes (s; per timed step the slowest "
+                  "rank's forward pass, its backward pass with the wait for "
+                  "every bucket's result, and the rest: clipping and the "
+                  "optimizer step; medians):"]
+        for rate, m, ph in phases:
+            lines.append(f"* {rate} {label(m)}: forward {ph['forward']:.3f}, "
+                         f"backward + wait {ph['backward']:.3f}, "
+                         f"rest {ph['rest']:.3f}")
     if notes:
         lines.append("")
         lines += [f"{i + 1}. {n}" for i, n in enumerate(notes)]
