@@ -105,93 +105,89 @@ TEST(FactorPipelineTest, APeersFactorIsCheckedLikeARanksSlot) {
                        HasSubstr("T has 0 values, expected 64")));
 }
 
-// Ω is built r + p wide and kept k_cap wide with Ω₀'s columns after it
-// (FactorOf): only the columns before Ω₀'s travel, and the receiver, which
-// holds the same Ω₀, completes the same bytes.
-TEST(FactorPipelineTest, OnlyTheColumnsBeforeOmega0Travel) {
+// A layer with d_in 8, r_cap 4 and k_cap 6 whose Ω₀ differs from every
+// LowRank() factor's Ω and U.
+JobLayer LayerWithOmega0() {
   JobLayer l = Layer(8, 4, 6);
   for (int64_t i = 0; i < l.d_in * l.k_cap; ++i) {
     l.omega0.push_back(0.25f - 0.01f * i);
   }
-  shm::FactorData f = LowRank(l, 3);
-  const std::vector<float> first = shm::FirstColumns(f.omega, 8, 6, 4);
-  f.omega = shm::ColumnsThenRest(first, l.omega0, 8, 6, 4);
-  v1::PublishFactorRequest m = FactorToMessage("job", "n1", 1, l, f, 0);
-  EXPECT_EQ(m.factor().omega_cols(), 4);
-  EXPECT_EQ(m.factor().omega_size(), 8 * 4);
+  return l;
+}
+
+// f's Ω crosses the peers as columns u_cols..cols, and the receiver
+// rebuilds it bit for bit.
+void ExpectOmegaTravels(const JobLayer& l, const shm::FactorData& f, int cols,
+                        int u_cols) {
+  const v1::PublishFactorRequest m = FactorToMessage("job", "n1", 1, l, f, 0);
+  EXPECT_EQ(m.factor().omega_cols(), cols);
+  EXPECT_EQ(m.factor().omega_u_cols(), u_cols);
+  EXPECT_EQ(m.factor().omega_size(), l.d_in * (cols - u_cols));
   absl::StatusOr<std::unique_ptr<shm::FactorData>> back =
       FactorFromMessage(l, m);
   ASSERT_OK(back);
   EXPECT_EQ((*back)->omega, f.omega);
+}
 
-  // Column 2 equal to Ω₀'s before a column 3 that is not: both travel.
-  for (int64_t i = 0; i < l.d_in; ++i) f.omega[i * 6 + 2] = l.omega0[i * 6 + 2];
-  m = FactorToMessage("job", "n1", 1, l, f, 0);
-  EXPECT_EQ(m.factor().omega_cols(), 4);
-  // Column 3 equal to Ω₀'s but in one row: it still travels.
-  for (int64_t i = 0; i < l.d_in; ++i) f.omega[i * 6 + 3] = l.omega0[i * 6 + 3];
-  f.omega[5 * 6 + 3] = 2.0f;
-  m = FactorToMessage("job", "n1", 1, l, f, 0);
-  EXPECT_EQ(m.factor().omega_cols(), 4);
-  // Columns 2.. all Ω₀'s: two travel.
-  f.omega[5 * 6 + 3] = l.omega0[5 * 6 + 3];
-  m = FactorToMessage("job", "n1", 1, l, f, 0);
-  EXPECT_EQ(m.factor().omega_cols(), 2);
-  back = FactorFromMessage(l, m);
-  ASSERT_OK(back);
-  EXPECT_EQ((*back)->omega, f.omega);
-
-  // Ω₀ itself (a full factor's basis) sends nothing.
-  f.omega = l.omega0;
-  m = FactorToMessage("job", "n1", 1, l, f, 0);
-  EXPECT_EQ(m.factor().omega_cols(), 0);
-  EXPECT_EQ(m.factor().omega_size(), 0);
-  back = FactorFromMessage(l, m);
-  ASSERT_OK(back);
-  EXPECT_EQ((*back)->omega, l.omega0);
+// Ω is built r + p wide and kept k_cap wide with Ω₀'s columns after it
+// (FactorOf): only the columns before Ω₀'s travel, and the receiver, which
+// holds the same Ω₀, completes the same bytes.
+TEST(FactorPipelineTest, OnlyTheColumnsBeforeOmega0Travel) {
+  const JobLayer l = LayerWithOmega0();
+  shm::FactorData f = LowRank(l, 3);
+  f.omega = shm::ColumnsThenRest(shm::FirstColumns(f.omega, 8, 6, 4), l.omega0,
+                                 8, 6, 4);
+  ExpectOmegaTravels(l, f, 4, 0);
+  {
+    SCOPED_TRACE("column 2 equal to Ω₀'s before a column 3 that is not");
+    for (int64_t i = 0; i < l.d_in; ++i) {
+      f.omega[i * 6 + 2] = l.omega0[i * 6 + 2];
+    }
+    ExpectOmegaTravels(l, f, 4, 0);
+  }
+  {
+    SCOPED_TRACE("column 3 equal to Ω₀'s but in one row");
+    for (int64_t i = 0; i < l.d_in; ++i) {
+      f.omega[i * 6 + 3] = l.omega0[i * 6 + 3];
+    }
+    f.omega[5 * 6 + 3] = 2.0f;
+    ExpectOmegaTravels(l, f, 4, 0);
+  }
+  {
+    SCOPED_TRACE("columns 2.. all Ω₀'s");
+    f.omega[5 * 6 + 3] = l.omega0[5 * 6 + 3];
+    ExpectOmegaTravels(l, f, 2, 0);
+  }
+  {
+    SCOPED_TRACE("Ω₀ itself (a full factor's basis) sends nothing");
+    f.omega = l.omega0;
+    ExpectOmegaTravels(l, f, 0, 0);
+  }
 }
 
 // Ω = [U | new columns | Ω₀'s] (FinishLowRank, FactorOf): U's columns do
 // not travel twice, and the receiver rebuilds the same bytes from the U it
 // gets in the same message.
 TEST(FactorPipelineTest, OmegasLeadingUColumnsTravelOnlyAsU) {
-  JobLayer l = Layer(8, 4, 6);
-  for (int64_t i = 0; i < l.d_in * l.k_cap; ++i) {
-    l.omega0.push_back(0.25f - 0.01f * i);
-  }
+  const JobLayer l = LayerWithOmega0();
   shm::FactorData f = LowRank(l, 3);
   const std::vector<float> built = shm::SideBySide(
       f.u, 3, shm::ColumnRange(f.omega, 8, 6, 3, 4), 1, 8);  // [U | 1 new]
   f.omega = shm::ColumnsThenRest(built, l.omega0, 8, 6, 4);
-  v1::PublishFactorRequest m = FactorToMessage("job", "n1", 1, l, f, 0);
-  EXPECT_EQ(m.factor().omega_cols(), 4);
-  EXPECT_EQ(m.factor().omega_u_cols(), 3);
-  EXPECT_EQ(m.factor().omega_size(), 8 * 1);
-  absl::StatusOr<std::unique_ptr<shm::FactorData>> back =
-      FactorFromMessage(l, m);
-  ASSERT_OK(back);
-  EXPECT_EQ((*back)->omega, f.omega);
-
-  // U's column 1 differs from Ω's in one row (one ulp): only column 0 is
-  // taken from U.
-  f.omega[6 * 6 + 1] = std::nextafter(f.omega[6 * 6 + 1], 1.0f);
-  m = FactorToMessage("job", "n1", 1, l, f, 0);
-  EXPECT_EQ(m.factor().omega_u_cols(), 1);
-  EXPECT_EQ(m.factor().omega_size(), 8 * 3);
-  back = FactorFromMessage(l, m);
-  ASSERT_OK(back);
-  EXPECT_EQ((*back)->omega, f.omega);
-
-  // Never more of U than Ω sends at all: Ω = [U | Ω₀'s columns 3..6].
-  f.omega = shm::ColumnsThenRest(f.u, l.omega0, 8, 6, 3);
-  for (int64_t i = 0; i < l.d_in; ++i) f.omega[i * 6 + 2] = l.omega0[i * 6 + 2];
-  m = FactorToMessage("job", "n1", 1, l, f, 0);
-  EXPECT_EQ(m.factor().omega_cols(), 2);
-  EXPECT_EQ(m.factor().omega_u_cols(), 2);
-  EXPECT_EQ(m.factor().omega_size(), 0);
-  back = FactorFromMessage(l, m);
-  ASSERT_OK(back);
-  EXPECT_EQ((*back)->omega, f.omega);
+  ExpectOmegaTravels(l, f, 4, 3);
+  {
+    SCOPED_TRACE("U's column 1 differs from Ω's in one row, by one ulp");
+    f.omega[6 * 6 + 1] = std::nextafter(f.omega[6 * 6 + 1], 1.0f);
+    ExpectOmegaTravels(l, f, 4, 1);
+  }
+  {
+    SCOPED_TRACE("never more of U than Ω sends: Ω = [U | Ω₀'s columns 2..]");
+    f.omega = shm::ColumnsThenRest(f.u, l.omega0, 8, 6, 3);
+    for (int64_t i = 0; i < l.d_in; ++i) {
+      f.omega[i * 6 + 2] = l.omega0[i * 6 + 2];
+    }
+    ExpectOmegaTravels(l, f, 2, 2);
+  }
 }
 
 TEST(FactorPipelineTest, APeersOmegaColumnsAreChecked) {
