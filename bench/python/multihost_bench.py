@@ -96,7 +96,8 @@ def split_mode(mode):
     before the pieces), side by side with the default; (mode, None) else.
     A gift mode may end in :FORMAT (gift.init's format, gpt_train.py
     --gift-format), e.g. gift:nvfp4 or euclid@0:mxfp4: see mode_format;
-    and a gift mode in ~NAME, giftd flags of --variant NAME (variant)."""
+    and a gift or euclid mode in ~NAME, the flags of --variant NAME
+    (variant; giftd's, or gpt_train.py's where rank:ARG)."""
     base, _, piece = variant(mode)[0].partition(":")[0].partition("@")
     return base, (piece or None)
 
@@ -110,6 +111,15 @@ def variant(mode):
     """("gift:nvfp4", "dense") for "gift:nvfp4~dense"; (mode, None) else."""
     rest, _, name = mode.partition("~")
     return rest, (name or None)
+
+
+def variant_flags(a, mode, rank=False):
+    """mode's --variant flags: giftd's, or (rank) gpt_train.py's, the
+    rank:ARG ones without their prefix."""
+    flags = a.variants.get(variant(mode)[1], [])
+    if rank:
+        return [f[len("rank:"):] for f in flags if f.startswith("rank:")]
+    return [f for f in flags if not f.startswith("rank:")]
 
 
 def label(mode):
@@ -383,7 +393,7 @@ def rank_argv(a, mode, rank, port, out_json):
         script += ["--json", out_json]
     else:
         script.append("--quiet")
-    script += a.train_arg
+    script += a.train_arg + variant_flags(a, mode, rank=True)
     if piece is not None:  # after --train-arg: the mode's own wins
         script += ["--powersgd-rank" if base == "powersgd"
                    else "--gift-piece-mb", piece]
@@ -773,7 +783,10 @@ def parse_args(argv=None):
                     help="NAME=FLAG[,FLAG...]: giftd flags of the mode "
                          "gift~NAME (repeatable), side by side with plain "
                          "gift, e.g. --variant dense=--sketch-stride=1,"
-                         "--max-sketch-period=1 --modes gift,gift~dense")
+                         "--max-sketch-period=1 --modes gift,gift~dense; a "
+                         "FLAG rank:ARG is gpt_train.py's ARG instead (then "
+                         "euclid~NAME too), e.g. --variant "
+                         "big=rank:--bucket-cap-mb=100")
     ap.add_argument("--timeout", type=float, default=300,
                     help="seconds per run before its ranks are killed")
     ap.add_argument("--grace", type=float, default=15,
@@ -801,8 +814,11 @@ def parse_args(argv=None):
         if base not in MODES:
             ap.error(f"unknown mode {m!r} ({', '.join(MODES)})")
         name = variant(m)[1]
-        if name is not None and (base != "gift" or name not in a.variants):
-            ap.error(f"{m!r}: ~NAME goes with gift and a --variant NAME")
+        if name is not None and (
+                name not in a.variants or base not in ("euclid", "gift") or
+                (base == "euclid" and variant_flags(a, m))):
+            ap.error(f"{m!r}: ~NAME goes with gift and a --variant NAME "
+                     "(euclid~NAME with rank:ARG flags only)")
         if piece is not None and base == "powersgd":
             if not (piece.isdigit() and int(piece) >= 1):
                 ap.error(f"{m!r}: powersgd@R takes a rank R >= 1")
@@ -871,8 +887,7 @@ def run_all(a, ns, giftd, ctl, tmp_root):
                                           f"{a.refresh_interval}",
                                           "--refresh-threads=1"]
                                          + a.giftd_flag
-                                         + a.variants.get(variant(mode)[1],
-                                                          []), timeout=60)
+                                         + variant_flags(a, mode), timeout=60)
                         daemons.timed_interval = a.timed_refresh_interval
                         rec["giftd_command"] = daemons.command
                     res = run_job(a, ns, mode, tmp, port, daemons)
