@@ -113,13 +113,12 @@ void FactorPipeline::SubmitRefresh(JobLayer& l, WindowSum& p) {
   job.k = p.sum.meta.k;
   job.y = std::move(p.sum.y);
   job.omega = shm::FirstColumns(*omega, l.d_in, l.k_cap, job.k);
-  job.r = static_cast<int>(
-      std::min<int64_t>({l.r_cap, p_.planner->RankOf(l.settings), job.k}));
+  const int rank = p_.planner->RankOf(l.settings);
+  job.r = static_cast<int>(std::min<int64_t>({l.r_cap, rank, job.k}));
   // The next basis is as wide as the next windows sketch (r + p); it is
   // kept k_cap wide with Ω₀'s columns after it (FactorOf).
   job.k_next =
-      std::max(job.r, shm::SketchColumns(l.k_cap, c.sketch_oversample,
-                                         p_.planner->RankOf(l.settings)));
+      std::max(job.r, shm::SketchColumns(l.k_cap, c.sketch_oversample, rank));
   job.seed = c.omega_seed + static_cast<uint64_t>(job.version);
   job.a = std::move(p.sum.a);
   job.trace = p.sum.trace;
