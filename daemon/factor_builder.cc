@@ -197,7 +197,11 @@ LowRankFactorData FinishLowRank(int64_t d, int r, const double* u,
   LowRankFactorData out;
   out.r = r;
   out.d_in = d;
-  out.u = linalg::ToRowMajorFloat(f.u);
+  // U as sent (float): the next basis starts with these very values, bit
+  // for bit, so that a peer receiving the factor rebuilds those columns of
+  // Ω from U (PeerFactor.omega_u_cols) and only the p new ones travel.
+  const Eigen::MatrixXd u_sent = f.u.cast<float>().cast<double>();
+  out.u = linalg::ToRowMajorFloat(u_sent);
   // λ as estimated, not λ' (the clipped copy is max(λ, σ²)): a client
   // rebuilding the coefficients for another β needs the eigenvalues the
   // floor clipped (client::LayerFactor::WithBeta).
@@ -206,10 +210,6 @@ LowRankFactorData FinishLowRank(int64_t d, int r, const double* u,
   out.c = ToFloat(f.c);
   out.c_inv = ToFloat(f.c_inv);
   out.sigma2 = f.sigma2;
-  // The next basis starts with U as sent (float), bit for bit, so that a
-  // peer receiving the factor rebuilds those columns of Ω from U
-  // (PeerFactor.omega_u_cols) and only the p new ones travel.
-  const Eigen::MatrixXd u_sent = f.u.cast<float>().cast<double>();
   out.omega_next =
       linalg::ToRowMajorFloat(linalg::MakeTestMatrix(d, k_next, &u_sent, seed));
   return out;
