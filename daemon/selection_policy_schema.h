@@ -146,6 +146,17 @@ inline constexpr PolicyField kMaxExtraFlops = {
 inline constexpr PolicyField kMinGain = {
     "min_gain", "min-gain", Type::kDouble, 0.05,
     0,          1,          true,          "Measured-gain guard"};
+inline constexpr PolicyField kEntryGain = {
+    "entry_gain",
+    "entry-gain",
+    Type::kDouble,
+    0.15,
+    0,
+    1,
+    true,
+    "A layer enters the GIFT path only when each probe step of its factor "
+    "gains this much (at least min_gain): a probe reads more gain than the "
+    "path with error feedback delivers"};
 inline constexpr PolicyField kGainHold = {
     "gain_hold",
     "gain-hold",
@@ -198,13 +209,20 @@ inline constexpr PolicyField kAuditMargin = {
 }  // namespace policy_field
 
 // Every numeric field, in the order of giftd's help and the README.
-inline constexpr std::array<PolicyField, 12> kPolicyFields = {
-    policy_field::kTopK,        policy_field::kThreshold,
-    policy_field::kHysteresis,  policy_field::kWindowSteps,
-    policy_field::kMaxLayers,   policy_field::kMaxExtraFlops,
-    policy_field::kMinGain,     policy_field::kGainHold,
-    policy_field::kWarmupSteps, policy_field::kPlanIntervalSteps,
-    policy_field::kAuditWindow, policy_field::kAuditMargin,
+inline constexpr std::array<PolicyField, 13> kPolicyFields = {
+    policy_field::kTopK,
+    policy_field::kThreshold,
+    policy_field::kHysteresis,
+    policy_field::kWindowSteps,
+    policy_field::kMaxLayers,
+    policy_field::kMaxExtraFlops,
+    policy_field::kMinGain,
+    policy_field::kEntryGain,
+    policy_field::kGainHold,
+    policy_field::kWarmupSteps,
+    policy_field::kPlanIntervalSteps,
+    policy_field::kAuditWindow,
+    policy_field::kAuditMargin,
 };
 
 // A bound as the texts print it: integers as integers (1000000, not 1e+06),

@@ -59,15 +59,17 @@
 //  3. the measured-gain guard with probation: a factor version is judged
 //     once the window holds kProbationProbes probes made with it. A
 //     candidate is selected once the newest version is judged with gain
-//     >= min_gain, and that version becomes its accepted version
-//     (LayerScore::accepted_version: the one factor every rank may use on
-//     the GIFT path; newer versions are used by probes only). A selected
-//     layer whose newest version is still on probation stays on the path
-//     with its accepted version; once judged, the new version is accepted
-//     when its gain is >= min_gain · (1 − hysteresis) (the stay level),
-//     else the layer leaves the GIFT path (it does not fall back to the
-//     older factor: no probe measures that one any more, and it only grows
-//     staler). Until a version is judged an unselected candidate is not
+//     >= min_gain, over its probes and on each probe observation (in
+//     practice each probe step: a gain that decays as the factor ages must
+//     not enter on its first probe), and that version becomes its accepted
+//     version (LayerScore::accepted_version: the one factor every rank may
+//     use on the GIFT path; newer versions are used by probes only). A
+//     selected layer whose newest version is still on probation stays on
+//     the path with its accepted version; once judged, the new version is
+//     accepted when its gain is >= min_gain · (1 − hysteresis) (the stay
+//     level), else the layer leaves the GIFT path (it does not fall back to
+//     the older factor: no probe measures that one any more, and it only
+//     grows staler). Until a version is judged an unselected candidate is not
 //     selected (it still gets factors, so probes can measure it). Pinned-in
 //     and resumed layers accept the newest version without probation;
 //  4. the audit rule: a selected layer whose mean audited GIFT-path RelL2
@@ -226,6 +228,9 @@ struct LayerScore {
   // Probe steps the gain was measured on (all with the newest factor
   // version).
   int64_t gain_probe_steps = 0;
+  // The lowest gain of one probe observation (in practice one probe step)
+  // among them: a layer enters the GIFT path only when every probe gained.
+  double gain_lowest = std::numeric_limits<double>::quiet_NaN();
   // The factor version the GIFT path may use: -1 unless selected (and while
   // a selected layer has no version yet). Probes use the newest version.
   int64_t accepted_version = -1;

@@ -55,6 +55,7 @@ const std::array<PolicyMember, kPolicyFields.size()>& PolicyMembers() {
       {&f::kMaxLayers, &P::max_layers, nullptr},
       {&f::kMaxExtraFlops, nullptr, &P::max_extra_flops},
       {&f::kMinGain, nullptr, &P::min_gain},
+      {&f::kEntryGain, nullptr, &P::entry_gain},
       {&f::kGainHold, nullptr, &P::gain_hold},
       {&f::kWarmupSteps, &P::warmup_steps, nullptr},
       {&f::kPlanIntervalSteps, &P::plan_interval_steps, nullptr},

@@ -37,6 +37,8 @@ TEST(SelectorPolicyTest, ValidateNamesTheBadField) {
   check([](auto& p) { p.max_layers = -1; }, "selection.max_layers");
   check([](auto& p) { p.max_extra_flops = -1; }, "selection.max_extra_flops");
   check([](auto& p) { p.min_gain = 1; }, "selection.min_gain");
+  check([](auto& p) { p.entry_gain = 1; }, "selection.entry_gain");
+  check([](auto& p) { p.entry_gain = -0.1; }, "selection.entry_gain");
   check([](auto& p) { p.gain_hold = 0.5; }, "selection.gain_hold");
   check([](auto& p) { p.gain_hold = NAN; }, "selection.gain_hold");
   check([](auto& p) { p.warmup_steps = -1; }, "selection.warmup_steps");

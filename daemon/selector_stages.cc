@@ -219,12 +219,17 @@ std::string Probation(const Row& r) {
   return absl::StrCat(out, ")");
 }
 
+// The gain a newcomer's every probe step must show: entry_gain, at least
+// min_gain, raised by the hysteresis on a return after an audit removal.
+double EntryLevel(const SelectorPolicy& policy, bool reentry) {
+  return std::max(policy.min_gain, policy.entry_gain) *
+         (reentry ? 1 + policy.hysteresis : 1);
+}
+
 // The guard's verdict on an unpinned, unbarred candidate; sets selected and
 // the accepted version.
 std::string GuardVerdict(const SelectorPolicy& policy, Row& r) {
   const double stay = policy.min_gain * (1 - policy.hysteresis);
-  const double entry =
-      policy.min_gain * (r.reentry ? 1 + policy.hysteresis : 1);
   const double g = r.score.gain;
   const bool judged =
       r.score.gain_probe_steps >= kProbationProbes && !std::isnan(g);
@@ -248,22 +253,45 @@ std::string GuardVerdict(const SelectorPolicy& policy, Row& r) {
                               on)
                : absl::StrCat("candidate, not selected: ", Probation(r));
   }
-  if (g >= entry) {
+  if (r.was_selected) {
+    // On the path: a new version is kept on its summed gain.
+    if (g >= stay) {
+      r.score.selected = true;
+      r.accepted = r.factor_version;
+      return g >= policy.min_gain
+                 ? absl::StrCat("selected: gain ", Num(g),
+                                " >= ", Num(policy.min_gain), on, " (",
+                                r.score.gain_probe_steps, " probe steps)")
+                 : absl::StrCat("selected: gain ", Num(g), " >= ", Num(stay),
+                                " (hysteresis)", on);
+    }
+    return absl::StrCat("candidate, not selected: gain ", Num(g), " < ",
+                        Num(stay), on, " (left the GIFT path)");
+  }
+  // A newcomer must gain entry_gain on every probe step of the version,
+  // not only on their sum. The probe (one rank's round trip without error
+  // feedback) reads more gain than the path then delivers, and a gain that
+  // decays as the factor ages (an early factor, the activations still
+  // moving) reads well summed over its first probe while the later ones
+  // lose (issue 27's demo: 0.185, then -0.02 twice on a w2 layer, which
+  // ran 1.14x Euclidean once on the path).
+  const double entry = EntryLevel(policy, r.reentry);
+  const double lowest = r.score.gain_lowest;
+  if (g >= entry && !(lowest < entry)) {
     r.score.selected = true;
     r.accepted = r.factor_version;
     return absl::StrCat("selected: gain ", Num(g), " >= ", Num(entry),
                         r.reentry ? " (back after an audit removal)" : "", on,
-                        " (", r.score.gain_probe_steps, " probe steps)");
+                        " (", r.score.gain_probe_steps, " probe steps, lowest ",
+                        Num(lowest), ")");
   }
-  if (r.was_selected && g >= stay) {
-    r.score.selected = true;
-    r.accepted = r.factor_version;
-    return absl::StrCat("selected: gain ", Num(g), " >= ", Num(stay),
-                        " (hysteresis)", on);
+  if (g >= entry) {
+    return absl::StrCat("candidate, not selected: gain ", Num(g),
+                        " but one probe step's ", Num(lowest), " < ",
+                        Num(entry), on);
   }
   return absl::StrCat("candidate, not selected: gain ", Num(g), " < ",
-                      Num(r.was_selected ? stay : entry), on,
-                      r.was_selected ? " (left the GIFT path)" : "");
+                      Num(entry), on);
 }
 
 }  // namespace
@@ -330,8 +358,7 @@ void ApplyAudit(const SelectorPolicy& policy, std::vector<Row>& rows) {
         "candidate, not selected: audit: ", why, " (removal ",
         r.score.audit_removals, "; back after ", r.euclid_audits_needed,
         " Euclidean audits, a factor newer than v", r.barred_version,
-        " and gain >= ", Num(policy.min_gain * (1 + policy.hysteresis)), "); ",
-        r.policy_reason);
+        " and gain >= ", Num(EntryLevel(policy, true)), "); ", r.policy_reason);
   }
 }
 

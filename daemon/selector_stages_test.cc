@@ -367,12 +367,76 @@ TEST_F(ProbationTest, TwoGainingProbesOfTheVersionSelectAndAcceptIt) {
   EXPECT_EQ(d.scores["l0"].accepted_version, 2);
   EXPECT_THAT(
       d.scores["l0"].reason,
-      HasSubstr("selected: gain 0.4 >= 0.05 on factor v2 (2 probe steps)"));
+      HasSubstr("selected: gain 0.4 >= 0.05 on factor v2 (2 probe steps, "
+                "lowest 0.3)"));
   // Two probes that do not gain: not selected.
   Make(selector_->policy(), 1);
   Observe(2, 1, 2, 0.5, 10);
   d = Observe(2, 1, 2, -0.6, 10);  // together: gain -0.05
   EXPECT_THAT(d.selected, IsEmpty());
+}
+
+TEST_F(ProbationTest, ANewcomerMustGainOnEveryProbeStep) {
+  // A gain that decays as the factor ages: the first probe step gains 0.2,
+  // the next two nothing. Summed, 0.067 >= 0.05; one step's 0 is not.
+  Observe(2, 1, 2, 0.2, 10);
+  Observe(2, 1, 2, 0.0, 10);
+  SelectionDecision d = Observe(2, 1, 2, 0.0, 10);
+  EXPECT_THAT(d.selected, IsEmpty());
+  EXPECT_NEAR(d.scores["l0"].gain, 0.2 / 3, 1e-12);
+  EXPECT_EQ(d.scores["l0"].gain_lowest, 0.0);
+  EXPECT_EQ(d.scores["l0"].accepted_version, -1);
+  EXPECT_THAT(d.scores["l0"].reason,
+              HasSubstr("candidate, not selected: gain 0.0667 but one probe "
+                        "step's 0 < 0.05 on factor v2"));
+  // Once those steps leave the window, two gaining probe steps select it.
+  d = Observe(2, 1, 2, 0.3, 50);
+  EXPECT_THAT(d.selected, IsEmpty());
+  EXPECT_EQ(d.scores["l0"].gain_probe_steps, 1);
+  d = Observe(2, 1, 2, 0.2, 10);
+  EXPECT_THAT(d.selected, ElementsAre("l0"));
+  EXPECT_NEAR(d.scores["l0"].gain_lowest, 0.2, 1e-12);
+  EXPECT_THAT(d.scores["l0"].reason,
+              HasSubstr("selected: gain 0.25 >= 0.05 on factor v2 (2 probe "
+                        "steps, lowest 0.2)"));
+  // A layer already on the path keeps a new version on its summed gain.
+  d = Observe(3, 1, 3, 0.2, 10);
+  d = Observe(3, 1, 3, 0.0, 10);
+  EXPECT_THAT(d.selected, ElementsAre("l0"));
+  EXPECT_EQ(d.scores["l0"].accepted_version, 3);
+}
+
+TEST_F(ProbationTest, EntryGainIsTheBarOfEveryProbeStepOfANewcomer) {
+  SelectorPolicy p = selector_->policy();
+  p.entry_gain = 0.15;  // the default
+  Make(p, 1);
+  Observe(2, 1, 2, 0.3, 10);
+  SelectionDecision d = Observe(2, 1, 2, 0.12, 10);
+  EXPECT_THAT(d.selected, IsEmpty());
+  EXPECT_THAT(d.scores["l0"].reason,
+              HasSubstr("candidate, not selected: gain 0.21 but one probe "
+                        "step's 0.12 < 0.15 on factor v2"));
+  d = Observe(2, 1, 2, 0.2, 50);  // the two steps leave the window
+  d = Observe(2, 1, 2, 0.16, 10);
+  EXPECT_THAT(d.selected, ElementsAre("l0"));
+  EXPECT_THAT(d.scores["l0"].reason,
+              HasSubstr("selected: gain 0.18 >= 0.15 on factor v2 (2 probe "
+                        "steps, lowest 0.16)"));
+  // On the path, min_gain and the hysteresis decide: a version gaining 0.05
+  // is kept; one below the stay level (0.045) leaves.
+  Observe(3, 1, 3, 0.05, 10);
+  d = Observe(3, 1, 3, 0.05, 10);
+  EXPECT_THAT(d.selected, ElementsAre("l0"));
+  EXPECT_EQ(d.scores["l0"].accepted_version, 3);
+  Observe(4, 1, 4, 0.04, 10);
+  d = Observe(4, 1, 4, 0.04, 10);
+  EXPECT_THAT(d.selected, IsEmpty());
+  // min_gain above entry_gain is the bar.
+  p.min_gain = 0.3;
+  Make(p, 1);
+  Observe(2, 1, 2, 0.25, 10);
+  d = Observe(2, 1, 2, 0.25, 10);
+  EXPECT_THAT(d.scores["l0"].reason, HasSubstr("gain 0.25 < 0.3"));
 }
 
 TEST_F(ProbationTest, ANewFactorOfASelectedLayerIsOnProbationThenAccepted) {

@@ -47,6 +47,7 @@ inline SelectorPolicy Classic() {
   SelectorPolicy p;
   p.plan_interval_steps = 0;
   p.gain_hold = 1;
+  p.entry_gain = 0;  // newcomers enter at min_gain, as the tests were written
   return p;
 }
 

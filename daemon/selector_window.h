@@ -50,8 +50,11 @@ struct SampleWindow {
   // 1 − Σ gift / Σ euclid over the window's probes; NaN without probes.
   double Gain() const;
   // The same over the probes of samples whose probe_version is `version`;
-  // `probe_steps` gets their probe steps.
-  double VersionGain(int64_t version, int64_t* probe_steps) const;
+  // `probe_steps` gets their probe steps, and `lowest` (when given) the
+  // lowest gain of one such sample (NaN without one). A sample is one
+  // observation of the ranks, in practice one probe step.
+  double VersionGain(int64_t version, int64_t* probe_steps,
+                     double* lowest = nullptr) const;
   // Mean Euclidean round-trip RelL2 of the probes (NaN without probes).
   double ProbeEuclid() const;
   // The same of the GIFT path, and of each β of the grid.

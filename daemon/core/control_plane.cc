@@ -38,6 +38,7 @@ v1::SelectionPolicy ToProto(const SelectorPolicy& p) {
   out.set_max_layers(p.max_layers);
   out.set_max_extra_flops(p.max_extra_flops);
   out.set_min_gain(p.min_gain);
+  out.set_entry_gain(p.entry_gain);
   out.set_gain_hold(p.gain_hold);
   out.set_warmup_steps(p.warmup_steps);
   out.set_plan_interval_steps(p.plan_interval_steps);
@@ -74,6 +75,7 @@ absl::StatusOr<SelectorPolicy> Merge(SelectorPolicy p,
   if (in.has_max_layers()) p.max_layers = in.max_layers();
   if (in.has_max_extra_flops()) p.max_extra_flops = in.max_extra_flops();
   if (in.has_min_gain()) p.min_gain = in.min_gain();
+  if (in.has_entry_gain()) p.entry_gain = in.entry_gain();
   if (in.has_gain_hold()) p.gain_hold = in.gain_hold();
   if (in.has_warmup_steps()) p.warmup_steps = in.warmup_steps();
   if (in.has_plan_interval_steps()) {
@@ -82,7 +84,7 @@ absl::StatusOr<SelectorPolicy> Merge(SelectorPolicy p,
   if (in.has_audit_window()) p.audit_window = in.audit_window();
   if (in.has_audit_margin()) p.audit_margin = in.audit_margin();
   for (double v : {p.threshold, p.hysteresis, p.max_extra_flops, p.min_gain,
-                   p.gain_hold, p.audit_margin}) {
+                   p.entry_gain, p.gain_hold, p.audit_margin}) {
     if (!std::isfinite(v)) {
       return absl::InvalidArgumentError(
           "selection policy values must be finite");

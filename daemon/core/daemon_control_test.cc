@@ -141,6 +141,7 @@ TEST_F(DaemonControlTest,
       {"max_extra_flops",
        [](v1::SelectionPolicy* p) { p->set_max_extra_flops(-1); }},
       {"min_gain", [](v1::SelectionPolicy* p) { p->set_min_gain(1.5); }},
+      {"entry_gain", [](v1::SelectionPolicy* p) { p->set_entry_gain(1); }},
       {"gain_hold", [](v1::SelectionPolicy* p) { p->set_gain_hold(0.5); }},
       {"gain_hold", [](v1::SelectionPolicy* p) { p->set_gain_hold(1001); }},
       {"warmup_steps", [](v1::SelectionPolicy* p) { p->set_warmup_steps(-1); }},
@@ -194,6 +195,7 @@ TEST_F(DaemonControlTest, PolicyFieldsSetToZeroAreApplied) {
   pace.mutable_policy()->set_plan_interval_steps(0);
   pace.mutable_policy()->set_warmup_steps(0);
   pace.mutable_policy()->set_gain_hold(1.5);
+  pace.mutable_policy()->set_entry_gain(0);
   pace.mutable_policy()->set_audit_window(5);
   pace.mutable_policy()->set_audit_margin(0.2);
   r = daemon_->SetSelectionPolicy(pace);
@@ -201,6 +203,7 @@ TEST_F(DaemonControlTest, PolicyFieldsSetToZeroAreApplied) {
   EXPECT_EQ(r->policy().plan_interval_steps(), 0);
   EXPECT_EQ(r->policy().warmup_steps(), 0);
   EXPECT_EQ(r->policy().gain_hold(), 1.5);
+  EXPECT_EQ(r->policy().entry_gain(), 0);  // the entry level is min_gain
   EXPECT_EQ(r->policy().audit_window(), 5);
   EXPECT_EQ(r->policy().audit_margin(), 0.2);
   EXPECT_EQ(r->policy().top_k(), 2);  // absent: kept

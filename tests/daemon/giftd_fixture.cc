@@ -41,8 +41,8 @@ std::string Yaml(const GiftdConfig& c, const std::string& socket,
       "heartbeat_interval_ms: ", c.heartbeat_interval_ms, "\n",
       "rank_timeout_ms: ", c.rank_timeout_ms, "\n", "log_level: ", c.log_level,
       "\n", "selection:\n", "  kind: top-k\n", "  top_k: ", c.top_k, "\n",
-      "  min_gain: ", c.min_gain, "\n", "  window_steps: ", c.window_steps,
-      "\n", c.extra_yaml);
+      "  min_gain: ", c.min_gain, "\n", "  entry_gain: ", c.entry_gain, "\n",
+      "  window_steps: ", c.window_steps, "\n", c.extra_yaml);
 }
 
 }  // namespace

@@ -57,7 +57,7 @@ const char kUsage[] =
     "                             change (or show) one layer's settings\n"
     "  policy [--kind top-k|elbow|threshold] [--top-k N] [--threshold X]\n"
     "         [--hysteresis H] [--window N] [--max-layers N] [--max-flops F]\n"
-    "         [--min-gain G] [--gain-hold F] [--warmup N]\n"
+    "         [--min-gain G] [--entry-gain G] [--gain-hold F] [--warmup N]\n"
     "         [--plan-interval N] [--audit-window N] [--audit-margin M]\n"
     "                             change (or show) the selection policy\n"
     "  refresh [LAYER]            refresh factors now (default: every\n"
