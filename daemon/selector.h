@@ -59,11 +59,12 @@
 //  3. the measured-gain guard with probation: a factor version is judged
 //     once the window holds kProbationProbes probes made with it. A
 //     candidate is selected once the newest version is judged with gain
-//     >= min_gain, over its probes and on each probe observation (in
-//     practice each probe step: a gain that decays as the factor ages must
-//     not enter on its first probe), and that version becomes its accepted
-//     version (LayerScore::accepted_version: the one factor every rank may
-//     use on the GIFT path; newer versions are used by probes only). A
+//     >= entry_gain (at least min_gain) on each probe observation (in
+//     practice each probe step: the probe reads more gain than the path
+//     delivers, and a gain that decays as the factor ages must not enter
+//     on its first probe), and that version becomes its accepted version
+//     (LayerScore::accepted_version: the one factor every rank may use on
+//     the GIFT path; newer versions are used by probes only). A
 //     selected layer whose newest version is still on probation stays on
 //     the path with its accepted version; once judged, the new version is
 //     accepted when its gain is >= min_gain · (1 − hysteresis) (the stay
@@ -87,8 +88,8 @@
 //     Euclidean-path audits have come since its n-th removal (the evidence
 //     has aged out; each repeat doubles the wait) and (b) a factor newer
 //     than the one it was removed with is published; it then re-enters only
-//     at gain >= min_gain · (1 + hysteresis). Pinned-in layers stay; their
-//     reason says the audit objects;
+//     at gain >= that entry level · (1 + hysteresis) on each probe step.
+//     Pinned-in layers stay; their reason says the audit objects;
 //  5. the budget (max_layers, max_extra_flops per step: 4·d_out·d_in·r for
 //     low-rank, 2·d_out·d_in² for full) in order of vulnerability; pinned
 //     layers count against it first;
@@ -229,7 +230,8 @@ struct LayerScore {
   // version).
   int64_t gain_probe_steps = 0;
   // The lowest gain of one probe observation (in practice one probe step)
-  // among them: a layer enters the GIFT path only when every probe gained.
+  // among them: a layer enters the GIFT path only when it is at least
+  // entry_gain.
   double gain_lowest = std::numeric_limits<double>::quiet_NaN();
   // The factor version the GIFT path may use: -1 unless selected (and while
   // a selected layer has no version yet). Probes use the newest version.
