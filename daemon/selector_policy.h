@@ -49,8 +49,9 @@ struct SelectorPolicy {
   // the GIFT path (at least min_gain, which stays the level a layer on the
   // path keeps and the noise level of "whitening hurts"). The default,
   // 0.15: on the demo's NVFP4 layers the probe (one rank's round trip, no
-  // error feedback) read 0.00-0.09 more gain than the path then delivered,
-  // and a 50-step window of the path varies by about 0.05 around its mean.
+  // error feedback) read 0.00-0.15 more gain than the path then delivered
+  // over the layer's time on it, and its worst 50-step window lay up to
+  // about 0.1 above that.
   double entry_gain = PolicyDefault<double>(policy_field::kEntryGain);
   // How much more firmly a gaining candidate (selected, gain >= the guard's
   // stay level) holds its candidate place; 1 = plain hysteresis. The
