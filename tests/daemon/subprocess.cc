@@ -14,6 +14,7 @@
 #include <fstream>
 #include <mutex>
 #include <random>
+#include <set>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
@@ -203,17 +204,21 @@ absl::StatusOr<int> FreePort() {
   // Below the ephemeral range: a port bind(0) handed out is one the kernel
   // may give any outgoing connection (gRPC's, etcd's) before the daemon
   // listens on it ("cannot listen on 127.0.0.1:55843" in CI). Random, so
-  // that tests running side by side rarely try the same one.
+  // that tests running side by side rarely try the same one. Never twice in
+  // one process: two calls before anything listens (a daemon's control and
+  // metrics ports) once drew the same port ("cannot listen on control_address
+  // 127.0.0.1:28038" after metrics took it, CI).
   static std::mutex mu;
   static std::mt19937 rng(std::random_device{}() ^ ::getpid());
+  static std::set<int>* handed_out = new std::set<int>();
   const int low = 10000, high = EphemeralLow();
   for (int i = 0; i < 200; ++i) {
-    int port;
-    {
-      std::lock_guard<std::mutex> lock(mu);
-      port = std::uniform_int_distribution<int>(low, high - 1)(rng);
+    std::lock_guard<std::mutex> lock(mu);
+    const int port = std::uniform_int_distribution<int>(low, high - 1)(rng);
+    if (handed_out->count(port) == 0 && Bindable(port)) {
+      handed_out->insert(port);
+      return port;
     }
-    if (Bindable(port)) return port;
   }
   return absl::UnavailableError(absl::StrFormat(
       "no free TCP port on 127.0.0.1 in [%d, %d) after 200 tries", low, high));
