@@ -63,6 +63,7 @@ const std::vector<std::string> kKeys = {"node",
                                         "selection.max_extra_flops",
                                         "selection.min_gain",
                                         "selection.entry_gain",
+                                        "selection.entry_probes",
                                         "selection.gain_hold",
                                         "selection.warmup_steps",
                                         "selection.plan_interval_steps",
@@ -127,6 +128,7 @@ void ExpectSameConfig(const DaemonConfig& a, const DaemonConfig& b) {
   EXPECT_EQ(a.selection.max_extra_flops, b.selection.max_extra_flops);
   EXPECT_EQ(a.selection.min_gain, b.selection.min_gain);
   EXPECT_EQ(a.selection.entry_gain, b.selection.entry_gain);
+  EXPECT_EQ(a.selection.entry_probes, b.selection.entry_probes);
   EXPECT_EQ(a.selection.gain_hold, b.selection.gain_hold);
   EXPECT_EQ(a.selection.warmup_steps, b.selection.warmup_steps);
   EXPECT_EQ(a.selection.plan_interval_steps, b.selection.plan_interval_steps);

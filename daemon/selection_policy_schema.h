@@ -157,6 +157,17 @@ inline constexpr PolicyField kEntryGain = {
     "A layer enters the GIFT path only when each probe step of its factor "
     "gains this much (at least min_gain): a probe reads more gain than the "
     "path with error feedback delivers"};
+inline constexpr PolicyField kEntryProbes = {
+    "entry_probes",
+    "entry-probes",
+    Type::kInt,
+    2,
+    2,
+    100,
+    false,
+    "Probe steps of its factor a layer needs before it enters the GIFT path, "
+    "each gaining entry_gain (window_steps must span them; a layer on the "
+    "path judges a new factor on 2)"};
 inline constexpr PolicyField kGainHold = {
     "gain_hold",
     "gain-hold",
@@ -209,20 +220,14 @@ inline constexpr PolicyField kAuditMargin = {
 }  // namespace policy_field
 
 // Every numeric field, in the order of giftd's help and the README.
-inline constexpr std::array<PolicyField, 13> kPolicyFields = {
-    policy_field::kTopK,
-    policy_field::kThreshold,
-    policy_field::kHysteresis,
-    policy_field::kWindowSteps,
-    policy_field::kMaxLayers,
-    policy_field::kMaxExtraFlops,
-    policy_field::kMinGain,
-    policy_field::kEntryGain,
-    policy_field::kGainHold,
-    policy_field::kWarmupSteps,
-    policy_field::kPlanIntervalSteps,
-    policy_field::kAuditWindow,
-    policy_field::kAuditMargin,
+inline constexpr std::array<PolicyField, 14> kPolicyFields = {
+    policy_field::kTopK,        policy_field::kThreshold,
+    policy_field::kHysteresis,  policy_field::kWindowSteps,
+    policy_field::kMaxLayers,   policy_field::kMaxExtraFlops,
+    policy_field::kMinGain,     policy_field::kEntryGain,
+    policy_field::kEntryProbes, policy_field::kGainHold,
+    policy_field::kWarmupSteps, policy_field::kPlanIntervalSteps,
+    policy_field::kAuditWindow, policy_field::kAuditMargin,
 };
 
 // A bound as the texts print it: integers as integers (1000000, not 1e+06),

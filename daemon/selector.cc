@@ -108,7 +108,7 @@ double JobCalibration(
 void ScoreRow(const LayerState& st, LayerScore& sc) {
   sc.vulnerability = st.window.Vulnerability();
   sc.gain = st.window.VersionGain(st.factor_version, &sc.gain_probe_steps,
-                                  &sc.gain_lowest);
+                                  &sc.gain_lowest, &sc.gain_latest);
   sc.probe_gift_rel_l2 = st.window.ProbeGift();
   sc.beta_probes = st.window.sum.beta_probes;
   sc.beta_probe_samples = st.window.BetaProbeSamples();

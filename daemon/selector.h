@@ -12,7 +12,8 @@
 //   vulnerability = Σ(upper + lower) / Σ n        over the window,
 //   gain          = 1 − Σ gift_rel_l2 / Σ euclid  over the window's probes
 //                   made with the newest published factor version, judged
-//                   on >= kProbationProbes probe steps
+//                   on >= kProbationProbes probe steps (a layer on
+//                   the path) or >= policy.entry_probes (a newcomer)
 //                   (SelectorSample::probe_version; NaN while the window
 //                   holds none: probes of an older version, or of a sample
 //                   whose probes mixed versions, never judge the new one);
@@ -57,7 +58,8 @@
 //     must beat gain_hold · (1 + hysteresis) times its score; under elbow
 //     and threshold it stays down to cut · (1 − hysteresis) / gain_hold;
 //  3. the measured-gain guard with probation: a factor version is judged
-//     once the window holds kProbationProbes probes made with it. A
+//     once the window holds kProbationProbes probes made with it
+//     (entry_probes, default 2, for a layer not on the path). A
 //     candidate is selected once the newest version is judged with gain
 //     >= entry_gain (at least min_gain) on each probe observation (in
 //     practice each probe step: the probe reads more gain than the path
@@ -233,6 +235,8 @@ struct LayerScore {
   // among them: a layer enters the GIFT path only when it is at least
   // entry_gain.
   double gain_lowest = std::numeric_limits<double>::quiet_NaN();
+  // The newest probe observation's gain: an early refresh looks at it too.
+  double gain_latest = std::numeric_limits<double>::quiet_NaN();
   // The factor version the GIFT path may use: -1 unless selected (and while
   // a selected layer has no version yet). Probes use the newest version.
   int64_t accepted_version = -1;

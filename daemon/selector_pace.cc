@@ -63,7 +63,7 @@ void ApplyPlanPace(const SelectorPolicy& p, int64_t clock, bool forced,
       r->early_refresh_version = r->factor_version;
       d->early_refresh.push_back(r->layer->name);
       absl::StrAppend(&r->score.reason, "; early refresh: gain ",
-                      Num(r->score.gain), " < half the best ",
+                      Num(RefreshGain(r->score)), " < half the best ",
                       Num(r->best_gain), " of factor v", r->factor_version);
     }
   } else if (pending) {

@@ -107,8 +107,8 @@ TEST_F(SelectorTest, PlanPaceLetsUrgentMovesThrough) {
   Feed({0.3, 0.2, 0.1});  // both selected on gain 0.5
   EXPECT_THAT(Decide().selected, ElementsAre("l0", "l1"));
   // A gain below the guard is held ...
-  ASSERT_OK(selector_->Observe("l0", Sample(0.3, 50, kProbationProbes, 0.02)));
-  ASSERT_OK(selector_->Observe("l1", Sample(0.2, 50, kProbationProbes, 0.5)));
+  ASSERT_OK(selector_->Observe("l0", Sample(0.3, 50, kJudgedProbes, 0.02)));
+  ASSERT_OK(selector_->Observe("l1", Sample(0.2, 50, kJudgedProbes, 0.5)));
   SelectionDecision d = Decide();
   EXPECT_THAT(d.selected, ElementsAre("l0", "l1"));
   EXPECT_THAT(d.scores["l0"].reason,
@@ -116,28 +116,28 @@ TEST_F(SelectorTest, PlanPaceLetsUrgentMovesThrough) {
                         "plan pace); then candidate, not selected: gain 0.02 "
                         "< 0.045"));
   // ... and so is one just below 0 (noise) ...
-  ASSERT_OK(selector_->Observe("l0", Sample(0.3, 50, kProbationProbes, -0.02)));
-  ASSERT_OK(selector_->Observe("l1", Sample(0.2, 50, kProbationProbes, 0.5)));
+  ASSERT_OK(selector_->Observe("l0", Sample(0.3, 50, kJudgedProbes, -0.02)));
+  ASSERT_OK(selector_->Observe("l1", Sample(0.2, 50, kJudgedProbes, 0.5)));
   d = Decide();
   EXPECT_THAT(d.selected, ElementsAre("l0", "l1"));
   EXPECT_TRUE(d.scores["l0"].held);
   // ... one below -min_gain is not: whitening measurably hurts.
-  ASSERT_OK(selector_->Observe("l0", Sample(0.3, 50, kProbationProbes, -0.1)));
-  ASSERT_OK(selector_->Observe("l1", Sample(0.2, 50, kProbationProbes, 0.5)));
+  ASSERT_OK(selector_->Observe("l0", Sample(0.3, 50, kJudgedProbes, -0.1)));
+  ASSERT_OK(selector_->Observe("l1", Sample(0.2, 50, kJudgedProbes, 0.5)));
   d = Decide();
   EXPECT_THAT(d.selected, ElementsAre("l1"));
   EXPECT_TRUE(d.changed);
   // Pins act at once, and pending moves ride along.
   ASSERT_OK(selector_->Observe(
-      "l0", Sample(0.3, 50, kProbationProbes, 0.5)));  // wants in
-  ASSERT_OK(selector_->Observe("l1", Sample(0.2, 50, kProbationProbes, 0.5)));
+      "l0", Sample(0.3, 50, kJudgedProbes, 0.5)));  // wants in
+  ASSERT_OK(selector_->Observe("l1", Sample(0.2, 50, kJudgedProbes, 0.5)));
   EXPECT_THAT(Decide().selected, ElementsAre("l1"));  // held
   settings_["l2"].pin = PinState::kIn;
   d = Decide();
   EXPECT_THAT(d.selected, ElementsAre("l0", "l1", "l2"));
   // SetPolicy applies everything at once too.
-  ASSERT_OK(selector_->Observe("l0", Sample(0.3, 50, kProbationProbes, 0.01)));
-  ASSERT_OK(selector_->Observe("l1", Sample(0.2, 50, kProbationProbes, 0.5)));
+  ASSERT_OK(selector_->Observe("l0", Sample(0.3, 50, kJudgedProbes, 0.01)));
+  ASSERT_OK(selector_->Observe("l1", Sample(0.2, 50, kJudgedProbes, 0.5)));
   EXPECT_THAT(Decide().selected, ElementsAre("l0", "l1", "l2"));  // held
   ASSERT_OK(selector_->SetPolicy(p));  // the same policy: nothing opens
   EXPECT_THAT(Decide().selected, ElementsAre("l0", "l1", "l2"));  // held

@@ -56,6 +56,7 @@ const std::array<PolicyMember, kPolicyFields.size()>& PolicyMembers() {
       {&f::kMaxExtraFlops, nullptr, &P::max_extra_flops},
       {&f::kMinGain, nullptr, &P::min_gain},
       {&f::kEntryGain, nullptr, &P::entry_gain},
+      {&f::kEntryProbes, &P::entry_probes, nullptr},
       {&f::kGainHold, nullptr, &P::gain_hold},
       {&f::kWarmupSteps, &P::warmup_steps, nullptr},
       {&f::kPlanIntervalSteps, &P::plan_interval_steps, nullptr},

@@ -53,6 +53,15 @@ struct SelectorPolicy {
   // over the layer's time on it, and its worst 50-step window lay up to
   // about 0.1 above that.
   double entry_gain = PolicyDefault<double>(policy_field::kEntryGain);
+  // Probe steps of its newest factor a layer not on the GIFT path needs
+  // before it enters (each >= the entry level); a layer on the path judges a
+  // new factor on kProbationProbes (2). The default, 2: 3 was measured on
+  // the demo (5 runs against 5) and did not help. A w2 layer's first factor
+  // read 0.29 and 0.26, then about 0 from step 80 on whenever it was
+  // published (a phase of training, not an age), and the third probe step
+  // kept out a w2 layer that gains (0.8x Euclidean) more often than the one
+  // that does not.
+  int entry_probes = PolicyDefault<int>(policy_field::kEntryProbes);
   // How much more firmly a gaining candidate (selected, gain >= the guard's
   // stay level) holds its candidate place; 1 = plain hysteresis. The
   // default, 2: a flat tail of near-equal scores never displaces a layer

@@ -39,6 +39,8 @@ TEST(SelectorPolicyTest, ValidateNamesTheBadField) {
   check([](auto& p) { p.min_gain = 1; }, "selection.min_gain");
   check([](auto& p) { p.entry_gain = 1; }, "selection.entry_gain");
   check([](auto& p) { p.entry_gain = -0.1; }, "selection.entry_gain");
+  check([](auto& p) { p.entry_probes = 1; }, "selection.entry_probes");
+  check([](auto& p) { p.entry_probes = 101; }, "selection.entry_probes");
   check([](auto& p) { p.gain_hold = 0.5; }, "selection.gain_hold");
   check([](auto& p) { p.gain_hold = NAN; }, "selection.gain_hold");
   check([](auto& p) { p.warmup_steps = -1; }, "selection.warmup_steps");

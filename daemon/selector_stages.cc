@@ -208,11 +208,17 @@ std::string BarReason(const Row& r) {
 
 namespace {
 
+// Probe steps of its newest version a row's layer needs: a newcomer the
+// policy's entry_probes, a layer on the path kProbationProbes.
+int64_t ProbesNeeded(const SelectorPolicy& policy, const Row& r) {
+  return r.was_selected ? kProbationProbes : policy.entry_probes;
+}
+
 // "factor v3 on probation (1 of 2 probe steps, gain 0.2)".
-std::string Probation(const Row& r) {
-  std::string out = absl::StrCat("factor v", r.factor_version,
-                                 " on probation (", r.score.gain_probe_steps,
-                                 " of ", kProbationProbes, " probe steps");
+std::string Probation(const SelectorPolicy& policy, const Row& r) {
+  std::string out = absl::StrCat(
+      "factor v", r.factor_version, " on probation (", r.score.gain_probe_steps,
+      " of ", ProbesNeeded(policy, r), " probe steps");
   if (!std::isnan(r.score.gain)) {
     absl::StrAppend(&out, ", gain ", Num(r.score.gain));
   }
@@ -232,7 +238,7 @@ std::string GuardVerdict(const SelectorPolicy& policy, Row& r) {
   const double stay = policy.min_gain * (1 - policy.hysteresis);
   const double g = r.score.gain;
   const bool judged =
-      r.score.gain_probe_steps >= kProbationProbes && !std::isnan(g);
+      r.score.gain_probe_steps >= ProbesNeeded(policy, r) && !std::isnan(g);
   const std::string on = r.factor_version >= 0
                              ? absl::StrCat(" on factor v", r.factor_version)
                              : "";
@@ -245,13 +251,14 @@ std::string GuardVerdict(const SelectorPolicy& policy, Row& r) {
     r.score.selected = true;
     r.accepted = r.was_accepted;
     return absl::StrCat("selected on factor v", r.was_accepted, "; ",
-                        Probation(r));
+                        Probation(policy, r));
   }
   if (!judged) {
     return r.score.gain_probe_steps == 0
                ? absl::StrCat("candidate, not selected: no gain measured yet",
                               on)
-               : absl::StrCat("candidate, not selected: ", Probation(r));
+               : absl::StrCat("candidate, not selected: ",
+                              Probation(policy, r));
   }
   if (r.was_selected) {
     // On the path: a new version is kept on its summed gain.
@@ -274,7 +281,8 @@ std::string GuardVerdict(const SelectorPolicy& policy, Row& r) {
   // decays as the factor ages (an early factor, the activations still
   // moving) reads well summed over its first probe while the later ones
   // lose (issue 27's demo: 0.185, then -0.02 twice on a w2 layer, which
-  // ran 1.14x Euclidean once on the path).
+  // ran 1.14x Euclidean once on the path), on entry_probes steps
+  // (ProbesNeeded).
   const double entry = EntryLevel(policy, r.reentry);
   const double lowest = r.score.gain_lowest;
   if (g >= entry && !(lowest < entry)) {
@@ -409,14 +417,21 @@ void ApplyBudget(const SelectorPolicy& policy, std::vector<Row>& rows) {
   }
 }
 
+double RefreshGain(const LayerScore& s) {
+  return std::isnan(s.gain_latest) ? s.gain : std::min(s.gain, s.gain_latest);
+}
+
 // Layers for an early refresh: once per factor version for a layer on (or
 // just leaving) the GIFT path whose gain decayed below half its best and
-// below the guard's entry level: a fresher factor may win the gain back.
+// below min_gain: a fresher factor may win the gain back. The gain is the
+// lower of the version's summed gain and its newest probe observation's: a
+// summed gain lags a decay by the window (the demo's w2 layers: 0.29, 0.26,
+// then 0.02 read as 0.19 summed).
 std::vector<Row*> EarlyRefresh(const SelectorPolicy& policy,
                                std::vector<Row>& rows) {
   std::vector<Row*> out;
   for (Row& r : rows) {
-    const double g = r.score.gain;
+    const double g = RefreshGain(r.score);
     if (!r.score.candidate || !(r.score.selected || r.was_selected)) continue;
     if (r.factor_version < 0 || std::isnan(g) || std::isnan(r.best_gain)) {
       continue;

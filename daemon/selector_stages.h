@@ -70,6 +70,9 @@ void ApplyGainGuard(const SelectorPolicy& policy, std::vector<Row>& rows);
 void ApplyAudit(const SelectorPolicy& policy, std::vector<Row>& rows);
 // 5. The budget, pinned layers first, then by vulnerability.
 void ApplyBudget(const SelectorPolicy& policy, std::vector<Row>& rows);
+// The gain an early refresh judges: the lower of the version's summed gain
+// and its newest probe observation's.
+double RefreshGain(const LayerScore& s);
 // 6. The layers due an early refresh (listed by the plan pace).
 std::vector<Row*> EarlyRefresh(const SelectorPolicy& policy,
                                std::vector<Row>& rows);

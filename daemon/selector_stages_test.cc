@@ -439,6 +439,37 @@ TEST_F(ProbationTest, EntryGainIsTheBarOfEveryProbeStepOfANewcomer) {
   EXPECT_THAT(d.scores["l0"].reason, HasSubstr("gain 0.25 < 0.3"));
 }
 
+TEST_F(ProbationTest, ANewcomerNeedsEntryProbesStepsALayerOnThePathTwo) {
+  SelectorPolicy p = selector_->policy();
+  p.entry_probes = 3;  // one more than the default
+  Make(p, 1);
+  // A first factor that gains while young and loses as it ages (the demo's
+  // w2 layer): two probe steps are not enough to enter, the third sees it.
+  Observe(2, 1, 2, 0.3, 10);
+  SelectionDecision d = Observe(2, 1, 2, 0.3, 10);
+  EXPECT_THAT(d.selected, IsEmpty());
+  EXPECT_THAT(d.scores["l0"].reason,
+              HasSubstr("factor v2 on probation (2 of 3 probe steps, gain "
+                        "0.3)"));
+  d = Observe(2, 1, 2, 0.02, 10);
+  ExpectOff(d,
+            "candidate, not selected: gain 0.207 but one probe step's 0.02 "
+            "< 0.05 on factor v2");
+  // A factor that keeps its gain enters on its third probe step.
+  Observe(3, 1, 3, 0.3, 50);  // the older steps leave the window
+  Observe(3, 1, 3, 0.25, 10);
+  d = Observe(3, 1, 3, 0.2, 10);
+  EXPECT_THAT(d.selected, ElementsAre("l0"));
+  EXPECT_THAT(d.scores["l0"].reason,
+              HasSubstr("selected: gain 0.25 >= 0.05 on factor v3 (3 probe "
+                        "steps, lowest 0.2)"));
+  // On the path a new version is judged on kProbationProbes steps.
+  Observe(4, 1, 4, 0.2, 10);
+  d = Observe(4, 1, 4, 0.2, 10);
+  EXPECT_THAT(d.selected, ElementsAre("l0"));
+  EXPECT_EQ(d.scores["l0"].accepted_version, 4);
+}
+
 TEST_F(ProbationTest, ANewFactorOfASelectedLayerIsOnProbationThenAccepted) {
   ASSERT_EQ(Observe(2, 2, 2, 0.5).scores["l0"].accepted_version, 2);
   // v3 published: the path keeps v2 until v3 is judged.

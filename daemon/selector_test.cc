@@ -366,6 +366,28 @@ TEST_F(SelectorTest, EarlyRefreshOncePerFactorVersion) {
   EXPECT_THAT(Decide().early_refresh, ElementsAre("l0"));
 }
 
+// The version's summed gain lags a decay by the window; its newest probe
+// step does not (the demo's w2 layers: 0.29, 0.26, then 0.02).
+TEST_F(SelectorTest, EarlyRefreshOnTheNewestProbeStep) {
+  SelectorPolicy p = Classic();
+  p.window_steps = 50;
+  Make(p, 1);
+  auto feed = [&](double gain) {
+    EXPECT_OK(selector_->Observe("l0", Sample(0.2, 10, 1, gain, 1)));
+    return Decide();
+  };
+  feed(0.3);
+  SelectionDecision d = feed(0.3);
+  EXPECT_THAT(d.selected, ElementsAre("l0"));
+  d = feed(0.06);  // below half the best, not below min_gain
+  EXPECT_THAT(d.early_refresh, IsEmpty());
+  EXPECT_NEAR(d.scores["l0"].gain_latest, 0.06, 1e-12);
+  d = feed(0.02);  // summed 0.17, the newest step 0.02 < 0.05
+  EXPECT_NEAR(d.scores["l0"].gain, 0.17, 1e-12);
+  EXPECT_THAT(d.early_refresh, ElementsAre("l0"));
+  EXPECT_THAT(d.selected, ElementsAre("l0"));
+}
+
 TEST_F(SelectorTest, NoEarlyRefreshWhileGainHolds) {
   SelectorPolicy p = Classic();
   p.window_steps = 10;

@@ -23,6 +23,11 @@
 
 namespace gift::daemon {
 
+// Probe steps that judge a factor version for a newcomer and a layer on the
+// path alike under the default policy (entry_probes).
+inline constexpr int64_t kJudgedProbes =
+    PolicyDefault<int>(policy_field::kEntryProbes);
+
 // `steps` steps of a layer whose vulnerability is `v`, plus `probes` probes
 // measuring gain `gain` (none when probes == 0).
 inline SelectorSample Sample(double v, int64_t steps = 10, int64_t probes = 0,
@@ -62,12 +67,12 @@ class SelectorTest : public ::testing::Test {
   }
   static std::string Name(int i) { return "l" + std::to_string(i); }
   // Feeds one window (window_steps in one sample) of scores, all with a
-  // gain of `gain` measured on kProbationProbes probes.
+  // gain of `gain` measured on kJudgedProbes probes.
   void Feed(const std::vector<double>& scores, double gain = 0.5) {
     const int w = selector_->policy().window_steps;
     for (size_t i = 0; i < scores.size(); ++i) {
-      ASSERT_OK(selector_->Observe(
-          Name(i), Sample(scores[i], w, kProbationProbes, gain)));
+      ASSERT_OK(selector_->Observe(Name(i),
+                                   Sample(scores[i], w, kJudgedProbes, gain)));
     }
   }
   SelectionDecision Decide() { return selector_->Decide(settings_); }

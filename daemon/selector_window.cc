@@ -128,20 +128,22 @@ double SampleWindow::Gain() const {
 }
 
 double SampleWindow::VersionGain(int64_t version, int64_t* probe_steps,
-                                 double* lowest) const {
+                                 double* lowest, double* latest) const {
   double euclid = 0, gift = 0;
   *probe_steps = 0;
   int64_t probes = 0;
   if (lowest != nullptr) *lowest = kNaN;
+  if (latest != nullptr) *latest = kNaN;
   for (const SelectorSample& s : samples) {
     if (s.probes <= 0 || s.probe_version != version) continue;
     probes += s.probes;
     *probe_steps += s.probe_steps;
     euclid += s.probe_euclid_sum;
     gift += s.probe_gift_sum;
-    if (lowest != nullptr && s.probe_euclid_sum > 0) {
+    if (s.probe_euclid_sum > 0) {
       const double g = 1.0 - s.probe_gift_sum / s.probe_euclid_sum;
-      if (!(*lowest <= g)) *lowest = g;
+      if (lowest != nullptr && !(*lowest <= g)) *lowest = g;
+      if (latest != nullptr) *latest = g;
     }
   }
   if (probes <= 0 || !(euclid > 0)) return kNaN;

@@ -51,10 +51,11 @@ struct SampleWindow {
   double Gain() const;
   // The same over the probes of samples whose probe_version is `version`;
   // `probe_steps` gets their probe steps, and `lowest` (when given) the
-  // lowest gain of one such sample (NaN without one). A sample is one
-  // observation of the ranks, in practice one probe step.
+  // lowest gain of one such sample and `latest` that of the newest (NaN
+  // without one). A sample is one observation of the ranks, in practice one
+  // probe step.
   double VersionGain(int64_t version, int64_t* probe_steps,
-                     double* lowest = nullptr) const;
+                     double* lowest = nullptr, double* latest = nullptr) const;
   // Mean Euclidean round-trip RelL2 of the probes (NaN without probes).
   double ProbeEuclid() const;
   // The same of the GIFT path, and of each β of the grid.

@@ -39,6 +39,7 @@ v1::SelectionPolicy ToProto(const SelectorPolicy& p) {
   out.set_max_extra_flops(p.max_extra_flops);
   out.set_min_gain(p.min_gain);
   out.set_entry_gain(p.entry_gain);
+  out.set_entry_probes(p.entry_probes);
   out.set_gain_hold(p.gain_hold);
   out.set_warmup_steps(p.warmup_steps);
   out.set_plan_interval_steps(p.plan_interval_steps);
@@ -76,6 +77,7 @@ absl::StatusOr<SelectorPolicy> Merge(SelectorPolicy p,
   if (in.has_max_extra_flops()) p.max_extra_flops = in.max_extra_flops();
   if (in.has_min_gain()) p.min_gain = in.min_gain();
   if (in.has_entry_gain()) p.entry_gain = in.entry_gain();
+  if (in.has_entry_probes()) p.entry_probes = in.entry_probes();
   if (in.has_gain_hold()) p.gain_hold = in.gain_hold();
   if (in.has_warmup_steps()) p.warmup_steps = in.warmup_steps();
   if (in.has_plan_interval_steps()) {

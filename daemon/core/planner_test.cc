@@ -36,17 +36,18 @@ PlannerOptions Options(bool peered = false) {
   return o;
 }
 
-// `steps` steps of vulnerability 0.2 with two probe steps of factor
-// `version` measuring `gain` (enough to judge it: kProbationProbes).
+// `steps` steps of vulnerability 0.2 with probe steps of factor `version`
+// measuring `gain` (enough to judge it for a newcomer: entry_probes).
 SelectorSample Sample(double gain, int64_t version = -1) {
   SelectorSample s;
   s.steps = 10;
   s.n = 1000000;
   s.upper = 50000;
   s.lower = 150000;
-  s.probes = s.probe_steps = 2;
-  s.probe_euclid_sum = 2 * 0.05;
-  s.probe_gift_sum = 2 * 0.05 * (1 - gain);
+  const int probes = PolicyDefault<int>(policy_field::kEntryProbes);
+  s.probes = s.probe_steps = probes;
+  s.probe_euclid_sum = probes * 0.05;
+  s.probe_gift_sum = probes * 0.05 * (1 - gain);
   s.factor_version = s.probe_version = version;
   return s;
 }
@@ -394,7 +395,7 @@ SelectorSample BetaSample() {
   s.n = 100000;
   s.upper = 5000;
   s.lower = 15000;
-  s.probes = 2;
+  s.probes = s.probe_steps = 2;
   s.probe_euclid_sum = 2 * 0.05;
   s.probe_gift_sum = 2 * 0.025;
   s.beta_probes = 2;

@@ -129,16 +129,18 @@ TEST(ParseTest, PolicyFields) {
   EXPECT_EQ(p.max_layers(), 5);
   EXPECT_EQ(p.max_extra_flops(), 1e12);
   EXPECT_EQ(p.min_gain(), 0.1);
-  EXPECT_FALSE(p.has_entry_gain() || p.has_gain_hold() ||
-               p.has_warmup_steps() || p.has_plan_interval_steps() ||
-               p.has_audit_window() || p.has_audit_margin());
+  EXPECT_FALSE(p.has_entry_gain() || p.has_entry_probes() ||
+               p.has_gain_hold() || p.has_warmup_steps() ||
+               p.has_plan_interval_steps() || p.has_audit_window() ||
+               p.has_audit_margin());
   // The plan pace and the audit rule.
-  inv = Parse({"policy", "--entry-gain=0.2", "--gain-hold", "1.5",
-               "--warmup=50", "--plan-interval", "0", "--audit-window", "4",
-               "--audit-margin=0.2"});
+  inv = Parse({"policy", "--entry-gain=0.2", "--entry-probes", "4",
+               "--gain-hold", "1.5", "--warmup=50", "--plan-interval", "0",
+               "--audit-window", "4", "--audit-margin=0.2"});
   ASSERT_OK(inv);
   const gift::v1::SelectionPolicy& s = inv->set_policy.policy();
   EXPECT_EQ(s.entry_gain(), 0.2);
+  EXPECT_EQ(s.entry_probes(), 4);
   EXPECT_EQ(s.gain_hold(), 1.5);
   EXPECT_EQ(s.warmup_steps(), 50);
   EXPECT_TRUE(s.has_plan_interval_steps());  // a present 0: pace off

@@ -187,16 +187,18 @@ TEST(FormatPolicyTest, NamesEveryField) {
   p.set_max_extra_flops(1e12);
   p.set_min_gain(0.05);
   p.set_entry_gain(0.15);
+  p.set_entry_probes(3);
   p.set_gain_hold(2);
   p.set_warmup_steps(100);
   p.set_plan_interval_steps(200);
   p.set_audit_window(3);
   p.set_audit_margin(0.1);
-  EXPECT_EQ(FormatPolicy(p),
-            "threshold k=0 threshold=0.02 hysteresis=0.1 window=50 "
-            "max_layers=0 max_flops=1e+12 min_gain=0.05 entry_gain=0.15 "
-            "gain_hold=2 warmup=100 plan_interval=200 audit_window=3 "
-            "audit_margin=0.1");
+  EXPECT_EQ(
+      FormatPolicy(p),
+      "threshold k=0 threshold=0.02 hysteresis=0.1 window=50 "
+      "max_layers=0 max_flops=1e+12 min_gain=0.05 entry_gain=0.15 "
+      "entry_probes=3 gain_hold=2 warmup=100 plan_interval=200 audit_window=3 "
+      "audit_margin=0.1");
 }
 
 TEST(EnumNamesTest, UnspecifiedIsDash) {
