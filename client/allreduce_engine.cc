@@ -97,6 +97,7 @@ AllReduceEngine::AllReduceEngine(Transport* comm, EpochPlan plan,
       current_epoch_(plan.epoch()),
       backend_(std::move(backend)),
       nccl_fp8_(std::move(nccl_fp8)),
+      probe_interval_(options.probe_interval),
       audit_interval_(options.audit_interval) {
   plans_.emplace(plan.epoch(), std::move(plan));
   round_ =
@@ -215,8 +216,7 @@ absl::Status AllReduceEngine::Begin(const VersionedFactors& factors) {
       drift_steps_ = 0;
     }
     ASSIGN_OR_RETURN(plan, AgreeOnStep(factors, &step_ctx_.versions));
-    t.probe_step =
-        options_.probe_interval > 0 && step_ % options_.probe_interval == 0;
+    t.probe_step = probe_interval_ > 0 && step_ % probe_interval_ == 0;
   } else {
     step_ctx_.versions.assign(plan->layers().size(), kNoVersion);
   }

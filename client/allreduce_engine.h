@@ -140,7 +140,8 @@ struct AllReduceEngineOptions {
   // REQUIRES: >= 4 (one float).
   int64_t piece_bytes = int64_t{256} << 20;
   // Probe steps every this many Run calls (step 0 is one); 0 = never.
-  // Default: 10. REQUIRES: >= 0.
+  // Default: 10. REQUIRES: >= 0. An attached giftd's plan overrides it
+  // (set_probe_interval).
   int probe_interval = 10;
   // Worker and owner error feedback on GIFT layers. Default: true. A layer
   // that a new plan epoch takes off the GIFT path sends its worker residual,
@@ -293,6 +294,10 @@ class AllReduceEngine {
   // negative). 0 stops auditing and frees the drift sums.
   absl::Status set_audit_interval(int steps);
   int audit_interval() const { return audit_interval_; }
+  // Local: the probe interval from the next step on (INVALID_ARGUMENT when
+  // negative; 0 = no probes). Probes are local, so ranks may differ.
+  absl::Status set_probe_interval(int steps);
+  int probe_interval() const { return probe_interval_; }
   // The epoch used by the last Run (the creation plan's before the first).
   int64_t current_epoch() const { return current_epoch_; }
   // The factor version the layer's last GIFT-path step used (its owner
@@ -438,6 +443,8 @@ class AllReduceEngine {
   std::map<uint64_t, Group> groups_;
   StepContext step_ctx_;
   std::unique_ptr<Fp8Buffer> bf16_;
+  // Probe steps (options.probe_interval until set_probe_interval).
+  int probe_interval_;
   // Audit steps.
   int audit_interval_;
   // Per layer name: running sums of the local and the applied gradient

@@ -1,6 +1,7 @@
 // The audit steps of AllReduceEngine (fp8 mode): the drift sums kept
 // before each round and, on an agreed audit step, the FP32 allreduce of
-// the same local gradients that the applied ones are compared against.
+// the same local gradients that the applied ones are compared against; and
+// the probe interval's setter beside the audit interval's.
 #include <memory>
 #include <vector>
 
@@ -18,6 +19,15 @@ absl::Status AllReduceEngine::set_audit_interval(int steps) {
   audit_interval_ = steps;
   return absl::OkStatus();
 }
+absl::Status AllReduceEngine::set_probe_interval(int steps) {
+  if (steps < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("probe interval must be >= 0 (is ", steps, ")"));
+  }
+  probe_interval_ = steps;
+  return absl::OkStatus();
+}
+
 absl::Status AllReduceEngine::AuditBefore(const Group& g, const float* data) {
   const std::vector<BucketLayer>& layers = g.plan.layers();
   const bool audit = step_ctx_.t.audit_step;

@@ -43,6 +43,13 @@ absl::Status GiftdConnection::Impl::ApplyPlan(AllReduceEngine* allreduce,
       plan.audit_interval != allreduce->audit_interval()) {
     RETURN_IF_ERROR(allreduce->set_audit_interval(plan.audit_interval));
   }
+  // So does its probe interval (giftd's selection judges factors on the
+  // probes); probes are local, so a rank may take it at any step. A value
+  // below 1, which no giftd publishes, leaves the rank's own.
+  if (plan.probe_interval > 0 &&
+      plan.probe_interval != allreduce->probe_interval()) {
+    RETURN_IF_ERROR(allreduce->set_probe_interval(plan.probe_interval));
+  }
   RETURN_IF_ERROR(MapFullRegions(plan));
   if (plan.plan_epoch <= newest_epoch) return absl::OkStatus();
   absl::StatusOr<std::vector<BucketLayer>> specs = PlanLayers(plan);

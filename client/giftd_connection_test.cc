@@ -4,7 +4,8 @@
 // daemon dies and the ranks keep training, going Euclidean once the factor
 // is stale; a restarted daemon is re-adopted with versions above the old.
 // Also, without a daemon, the drop of a stale factor and its note, and the
-// option checks (resume names, device_memory needing a device).
+// option checks (resume names, device_memory needing a device), and
+// giftd's probe interval in the plan, which the rank probes at.
 #include "client/giftd_connection.h"
 
 #include <unistd.h>
@@ -85,10 +86,8 @@ class TwoRanks {
     RunThreadRanks(2, [&](Transport& comm) { Rank(socket, comm); });
   }
   void Rank(const std::string& socket, Transport& comm) {
-    AllReduceEngineOptions qo;
-    qo.probe_interval = 2;
     absl::StatusOr<TestRank> r =
-        TestRank::Open(socket, "attach-test", comm, /*world_size=*/2, qo);
+        TestRank::Open(socket, "attach-test", comm, /*world_size=*/2);
     ASSERT_OK(r);
     auto& [att, ar, factors] = *r;
     std::vector<float> acts, bucket;
@@ -475,6 +474,51 @@ TEST(GiftdConnectionTest, StaleFactorOffTheGiftPathGoesQuietly) {
         << att->stats().last_error;
   });
   EXPECT_TRUE(pinned_out);
+}
+
+// giftd's probe interval (its config, published in the plan) is the one
+// the rank probes at, whatever the rank's own option says; a plan value no
+// giftd publishes (below 1) leaves the interval in use.
+TEST(GiftdConnectionTest, TheRankProbesAtGiftdsProbeInterval) {
+  gift::testing::TempDir tmp("gift_probe");
+  ASSERT_TRUE(tmp.ok());
+  const std::string socket = absl::StrCat(tmp.path(), "/agent.sock");
+  const std::string prefix = absl::StrCat("/gift-probe", ::getpid());
+  Giftd giftd(socket, prefix, /*refresh_interval=*/4,
+              [](daemon::DaemonConfig& c) { c.probe_interval = 3; });
+  RunThreadRanks(1, [&](Transport& comm) {
+    AllReduceEngineOptions o;
+    o.probe_interval = 10;
+    absl::StatusOr<TestRank> r =
+        TestRank::Open(socket, "probe-test", comm, /*world_size=*/1, o);
+    ASSERT_OK(r);
+    EXPECT_THAT(r->ar->set_probe_interval(-1),
+                testing::StatusIs(absl::StatusCode::kInvalidArgument));
+    std::vector<float> acts, bucket;
+    std::vector<int64_t> probed;
+    for (int64_t step = 0; step < 10; ++step) {
+      MakeStep(comm.rank(), step, &acts, &bucket);
+      StepTelemetry t;
+      ASSERT_OK(r->Step(acts, /*sketch=*/true, &bucket, &t));
+      if (t.probe_step) probed.push_back(step);
+    }
+    EXPECT_EQ(r->ar->probe_interval(), 3);
+    EXPECT_EQ(probed, (std::vector<int64_t>{0, 3, 6, 9}));
+    // A plan with a probe interval of -5 (a broken daemon's) changes
+    // nothing.
+    absl::StatusOr<std::vector<std::unique_ptr<shm::Region>>> blocks =
+        OpenControlBlocks(prefix);
+    ASSERT_OK(blocks);
+    ASSERT_EQ(blocks->size(), 1u);
+    shm::PlanView bad;
+    ASSERT_TRUE(shm::ReadPlan(blocks->front()->data(), &bad));
+    bad.probe_interval = -5;
+    shm::PublishPlan(blocks->front()->data(), bad);
+    MakeStep(comm.rank(), 10, &acts, &bucket);
+    StepTelemetry t;
+    ASSERT_OK(r->Step(acts, /*sketch=*/true, &bucket, &t));
+    EXPECT_EQ(r->ar->probe_interval(), 3);
+  });
 }
 
 TEST(GiftdConnectionTest, ResumeMustNameTwoDimensionalLayers) {

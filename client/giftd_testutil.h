@@ -188,6 +188,7 @@ class Giftd {
     c.rank_timeout_ms = 3000;
     c.staleness_limit = 30;
     c.refresh_threads = 1;
+    c.probe_interval = 2;  // the ranks probe at it
     if (tweak) tweak(c);
     auto d = daemon::Daemon::Create(c, &registry_);
     EXPECT_OK(d);

@@ -374,7 +374,8 @@ std::vector<Option> Plan() {
       GIFT_INT(rank, 1, "Default factor rank r (<= max_rank)"),
       GIFT_INT_RANGE(max_rank, 1, 4096,
                      "Factor slot capacity: largest run-time rank"),
-      GIFT_INT(probe_interval, 1, "Probe step interval M (measured gain)"),
+      GIFT_INT(probe_interval, 1,
+               "Probe step interval M (measured gain); the ranks probe at it"),
       GIFT_INT_RANGE(audit_interval, 0, kMaxAuditInterval,
                      "Audit step interval: an FP32 allreduce beside the "
                      "quantized one measures what was applied; 0 = none"),

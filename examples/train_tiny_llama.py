@@ -84,7 +84,9 @@ def parse_args(argv=None):
                    "else /tmp/gift/agent.sock)")
     p.add_argument("--job-id", default=None)
     p.add_argument("--sketch-rows", type=int, default=256)
-    p.add_argument("--probe-interval", type=int, default=10)
+    p.add_argument("--probe-interval", type=int, default=10,
+                   help="steps between probe steps (default 10; an "
+                   "attached giftd's own interval overrides it)")
     p.add_argument("--audit-interval", type=int, default=100,
                    help="steps between audit steps (an FP32 allreduce "
                    "beside the FP8 one); 0 = none (default 100, libgift's)")

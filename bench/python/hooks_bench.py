@@ -606,7 +606,9 @@ def main():
                          "with error feedback)")
     ap.add_argument("--refresh-interval", type=int, default=10,
                     help="giftd factor refresh interval K (steps)")
-    ap.add_argument("--probe-interval", type=int, default=10)
+    ap.add_argument("--probe-interval", type=int, default=10,
+                    help="steps between probe steps (giftd's, which its "
+                         "ranks follow)")
     ap.add_argument("--giftd-flag", action="append", default=[],
                     help="extra giftd flag (repeatable)")
     ap.add_argument("--timeout", type=float, default=900,
@@ -652,8 +654,10 @@ def main():
                      "warmup": args.warmup,
                      "socket": None, "tmp": tmp, "progress": True}
             if method == "gift-gift":
+                # giftd's probe interval is the one its ranks probe at.
                 daemon = Giftd(giftd_exe, tmp, args.refresh_interval,
-                               args.giftd_flag)
+                               [f"--probe-interval={args.probe_interval}"]
+                               + args.giftd_flag)
                 rargs["socket"] = daemon.sock
             ranks = _run_method(method, world, rargs, tmp, args.timeout)
             res = _summarise(method, ranks, world, args.warmup,

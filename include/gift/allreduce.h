@@ -79,7 +79,8 @@ struct AllReduceOptions {
   // REQUIRES: >= 4.
   int64_t piece_bytes = int64_t{256} << 20;
   // Euclidean-vs-GIFT probe steps every this many steps (step 0 is one);
-  // 0 = never. Default: 10. REQUIRES: >= 0.
+  // 0 = never. Default: 10. REQUIRES: >= 0. An attached giftd's own
+  // interval (its plan's) overrides it.
   int probe_interval = 10;
   // Error feedback on GIFT layers. Default: true.
   bool error_feedback = true;

@@ -333,7 +333,7 @@ GIFT_EXPORT gift_status_t gift_allreduce_options_set_mode(
 /* Buckets above this FP32 payload are sent in pieces. REQUIRES: >= 4. */
 GIFT_EXPORT gift_status_t gift_allreduce_options_set_piece_bytes(
     gift_allreduce_options_t* options, int64_t piece_bytes);
-/* 0 = never. REQUIRES: >= 0. */
+/* 0 = never. REQUIRES: >= 0. An attached giftd's own interval overrides it. */
 GIFT_EXPORT gift_status_t gift_allreduce_options_set_probe_interval(
     gift_allreduce_options_t* options, int probe_interval);
 GIFT_EXPORT gift_status_t gift_allreduce_options_set_error_feedback(

@@ -68,7 +68,8 @@ def _worker(rank, sock, control):
 @pytest.mark.skipif(not os.environ.get("GIFTD") or not os.environ.get("GIFTCTL"),
                     reason="GIFTD / GIFTCTL not set")
 def test_pinned_layer_goes_gift():
-    with u.giftd("--refresh-interval=4", "--rank=8") as (_, sock, control):
+    with u.giftd("--refresh-interval=4", "--rank=8",
+                 "--probe-interval=2") as (_, sock, control):
         u.spawn(_worker, sock, control)
 
 

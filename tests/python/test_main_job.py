@@ -200,7 +200,7 @@ def _worker(rank, giftd_pid, log_path, sock, control, ckpt):
 @needs_giftd
 def test_main_job_with_giftd():
     with tempfile.TemporaryDirectory() as d, \
-            u.giftd("--refresh-interval=4", "--rank=8",
+            u.giftd("--refresh-interval=4", "--rank=8", "--probe-interval=2",
                     "--selection.window-steps=20",
                     # The plan pace from the start (no warm-up): one paced
                     # plan change per 20 steps at most. Urgent moves (audit

@@ -29,7 +29,9 @@ class Options:
     the job (default $GIFT_JOB_ID, which deploy/slurm/gift-srun sets, else
     a fresh id; a multi-node job's daemons serve one job id, so its ranks
     must use it). sketch_rows: rows of each layer's input sampled for the
-    sketches. probe_interval: steps between probes of the daemon.
+    sketches. probe_interval: steps between probe steps (the daemon judges
+    factors on them) while no giftd is attached; an attached giftd's own
+    interval (its `probe_interval`) overrides it.
     timeout_seconds: bound of the rendezvous and of every collective;
     default the process group's timeout (PyTorch's default is 30 min), so a
     rank waiting while rank 0 evaluates alone is not killed. backend:
