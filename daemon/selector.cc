@@ -164,6 +164,7 @@ Row MakeRow(const SelectorPolicy& p, const SelectorLayer& layer, size_t order,
   r.resumed = st.resumed;
   r.factor_version = st.factor_version;
   r.was_accepted = st.accepted_version;
+  r.was_proven = r.proven = st.proven_version;
   r.best_gain = st.best_gain;
   r.early_refresh_version = st.early_refresh_version;
   if (auto it = settings.find(layer.name); it != settings.end()) {
@@ -185,6 +186,7 @@ void CommitRow(const Row& r, LayerState& st) {
   st.candidate = r.score.candidate;
   st.selected = r.score.selected;
   st.accepted_version = r.score.accepted_version;
+  st.proven_version = r.score.selected ? r.proven : -1;
   st.resumed = st.resumed && std::isnan(r.score.gain);
   st.early_refresh_version = r.early_refresh_version;
   st.settings = r.settings;

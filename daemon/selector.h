@@ -66,15 +66,20 @@
 //     delivers, and a gain that decays as the factor ages must not enter
 //     on its first probe), and that version becomes its accepted version
 //     (LayerScore::accepted_version: the one factor every rank may use on
-//     the GIFT path; newer versions are used by probes only). A
-//     selected layer whose newest version is still on probation stays on
-//     the path with its accepted version; once judged, the new version is
-//     accepted when its gain is >= min_gain · (1 − hysteresis) (the stay
-//     level), else the layer leaves the GIFT path (it does not fall back to
-//     the older factor: no probe measures that one any more, and it only
-//     grows staler). Until a version is judged an unselected candidate is not
-//     selected (it still gets factors, so probes can measure it). Pinned-in
-//     and resumed layers accept the newest version without probation;
+//     the GIFT path; a candidate's newer versions are used by probes
+//     only). A selected layer uses its newest version at once, on trial
+//     (it is accepted while on probation: held back, the path's factor
+//     lagged the probes' by the probation, and its per-step RelL2 ratio was
+//     1.07x the probes' in issue 27's demo against 0.99x); once judged, the
+//     new version is kept when its gain is >= min_gain · (1 − hysteresis)
+//     (the stay level), else the layer leaves the GIFT path (it does not
+//     fall back to the older factor: no probe measures that one any more,
+//     and it only grows staler), except while the plan pace holds the leave,
+//     when it goes back to the newest version judged to gain
+//     (LayerState::proven_version). Until a version is judged an unselected
+//     candidate is not selected (it still gets factors, so probes can measure
+//     it). Pinned-in and resumed layers accept the newest version without
+//     probation;
 //  4. the audit rule: a selected layer whose mean audited GIFT-path RelL2
 //     over its audit window (at least two GIFT audits, or one when
 //     audit_window is 1) exceeds its Euclidean reference times

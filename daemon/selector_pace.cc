@@ -38,7 +38,11 @@ void HoldMove(Row& r, int64_t next) {
   if (say_bar) absl::StrAppend(&r.score.reason, "; ", BarReason(r));
   r.score.candidate = r.was_candidate;
   r.score.selected = r.was_selected;
-  r.accepted = r.was_accepted;  // the version goes with the held move
+  // The version goes with the held move; a held leave goes back to the
+  // newest version judged to gain, not the one on trial.
+  r.accepted =
+      r.was_selected && r.was_proven >= 0 ? r.was_proven : r.was_accepted;
+  r.proven = r.was_proven;
   r.score.held = true;
 }
 

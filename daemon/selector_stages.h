@@ -42,6 +42,10 @@ struct Row {
   int64_t factor_version = -1;
   int64_t was_accepted = -1;  // the accepted version at the last Decide
   int64_t accepted = -1;      // the one the guard accepts (while selected)
+  // The newest version judged to gain on the path (on trial versions are
+  // accepted before their probes judge them; a held leave goes back to it).
+  int64_t was_proven = -1;
+  int64_t proven = -1;
   double best_gain = std::numeric_limits<double>::quiet_NaN();
   int64_t early_refresh_version = -1;
   std::string policy_reason;  // what the vulnerability policy said

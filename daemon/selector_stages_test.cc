@@ -470,17 +470,17 @@ TEST_F(ProbationTest, ANewcomerNeedsEntryProbesStepsALayerOnThePathTwo) {
   EXPECT_EQ(d.scores["l0"].accepted_version, 4);
 }
 
-TEST_F(ProbationTest, ANewFactorOfASelectedLayerIsOnProbationThenAccepted) {
+TEST_F(ProbationTest, ANewFactorOfASelectedLayerIsUsedOnTrialThenKept) {
   ASSERT_EQ(Observe(2, 2, 2, 0.5).scores["l0"].accepted_version, 2);
-  // v3 published: the path keeps v2 until v3 is judged.
+  // v3 published: the path uses it at once, on probation.
   SelectionDecision d = Observe(3, 0, -1, 0, 10);
   EXPECT_THAT(d.selected, ElementsAre("l0"));
-  EXPECT_EQ(d.scores["l0"].accepted_version, 2);
+  EXPECT_EQ(d.scores["l0"].accepted_version, 3);
   d = Observe(3, 1, 3, 0.3, 10);
-  EXPECT_EQ(d.scores["l0"].accepted_version, 2);
+  EXPECT_EQ(d.scores["l0"].accepted_version, 3);
   EXPECT_THAT(d.scores["l0"].reason,
-              HasSubstr("selected on factor v2; factor v3 on probation (1 of "
-                        "2 probe steps, gain 0.3)"));
+              HasSubstr("selected: factor v3 on probation (1 of 2 probe "
+                        "steps, gain 0.3), in use"));
   EXPECT_FALSE(d.changed);
   d = Observe(3, 1, 3, 0.3, 10);
   EXPECT_THAT(d.selected, ElementsAre("l0"));
@@ -490,7 +490,7 @@ TEST_F(ProbationTest, ANewFactorOfASelectedLayerIsOnProbationThenAccepted) {
 
 TEST_F(ProbationTest, ASelectedLayerWhoseNewFactorDoesNotGainLeaves) {
   ASSERT_EQ(Observe(2, 2, 2, 0.5).scores["l0"].accepted_version, 2);
-  Observe(3, 1, 3, 0.01, 10);  // v3 on probation: still on v2
+  Observe(3, 1, 3, 0.01, 10);  // v3 on trial
   SelectionDecision d = Observe(3, 1, 3, 0.01, 10);
   ExpectOff(d,
             "candidate, not selected: gain 0.01 < 0.045 on factor v3 (left "
@@ -513,6 +513,24 @@ TEST_F(ProbationTest, APacedLeaveKeepsTheAcceptedVersion) {
   SelectionDecision d = Observe(3, 2, 3, 0.01);  // leaves, but paced
   EXPECT_THAT(d.selected, ElementsAre("l0"));
   EXPECT_TRUE(d.scores["l0"].held);
+  EXPECT_EQ(d.scores["l0"].accepted_version, 2);
+}
+
+// A version on trial that its probes judge not to gain, while the plan pace
+// holds the leave: the path goes back to the version judged to gain.
+TEST_F(ProbationTest, AHeldLeaveGoesBackToTheVersionJudgedToGain) {
+  SelectorPolicy p = selector_->policy();
+  p.warmup_steps = 0;
+  p.plan_interval_steps = 1000;
+  Make(p, 1);
+  ASSERT_EQ(Observe(2, 2, 2, 0.5).scores["l0"].accepted_version, 2);
+  SelectionDecision d = Observe(3, 1, 3, 0.01, 10);  // on trial
+  EXPECT_EQ(d.scores["l0"].accepted_version, 3);
+  d = Observe(3, 1, 3, 0.01, 10);  // judged: leaves, but paced
+  EXPECT_THAT(d.selected, ElementsAre("l0"));
+  EXPECT_TRUE(d.scores["l0"].held);
+  EXPECT_EQ(d.scores["l0"].accepted_version, 2);
+  d = Observe(3, 1, 3, 0.01, 10);  // still held: still v2
   EXPECT_EQ(d.scores["l0"].accepted_version, 2);
 }
 

@@ -94,8 +94,9 @@ struct LayerState {
   std::deque<double> calibration;
   int64_t steps_seen = 0;
   int64_t factor_version = -1;
-  double best_gain = kNaN;             // since factor_version was published
-  int64_t accepted_version = -1;       // at the last Decide (selected only)
+  double best_gain = kNaN;        // since factor_version was published
+  int64_t accepted_version = -1;  // at the last Decide (selected only)
+  int64_t proven_version = -1;  // newest judged to gain on the path (selected)
   int64_t early_refresh_version = -1;  // version already listed
   bool candidate = false;              // at the last Decide (hysteresis memory)
   bool selected = false;
