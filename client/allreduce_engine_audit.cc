@@ -11,21 +11,27 @@
 
 namespace gift::client {
 
-absl::Status AllReduceEngine::set_audit_interval(int steps) {
+namespace {
+
+// Sets `*interval` to `steps` (>= 0; 0 = never), else INVALID_ARGUMENT
+// naming `what`.
+absl::Status SetInterval(const char* what, int steps, int* interval) {
   if (steps < 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("audit interval must be >= 0 (is ", steps, ")"));
+        absl::StrCat(what, " interval must be >= 0 (is ", steps, ")"));
   }
-  audit_interval_ = steps;
+  *interval = steps;
   return absl::OkStatus();
 }
+
+}  // namespace
+
+absl::Status AllReduceEngine::set_audit_interval(int steps) {
+  return SetInterval("audit", steps, &audit_interval_);
+}
+
 absl::Status AllReduceEngine::set_probe_interval(int steps) {
-  if (steps < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("probe interval must be >= 0 (is ", steps, ")"));
-  }
-  probe_interval_ = steps;
-  return absl::OkStatus();
+  return SetInterval("probe", steps, &probe_interval_);
 }
 
 absl::Status AllReduceEngine::AuditBefore(const Group& g, const float* data) {

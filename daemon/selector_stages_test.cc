@@ -504,7 +504,10 @@ TEST_F(ProbationTest, ASelectedLayerWhoseNewFactorDoesNotGainLeaves) {
   EXPECT_EQ(d.scores["l0"].accepted_version, 4);
 }
 
-TEST_F(ProbationTest, APacedLeaveKeepsTheAcceptedVersion) {
+// While the plan pace holds the leave of a version judged not to gain, the
+// path keeps (or goes back to) the newest version judged to gain: a version
+// judged at once, then one used on trial first.
+TEST_F(ProbationTest, APacedLeaveKeepsTheVersionJudgedToGain) {
   SelectorPolicy p = selector_->policy();
   p.warmup_steps = 0;
   p.plan_interval_steps = 1000;
@@ -514,23 +517,13 @@ TEST_F(ProbationTest, APacedLeaveKeepsTheAcceptedVersion) {
   EXPECT_THAT(d.selected, ElementsAre("l0"));
   EXPECT_TRUE(d.scores["l0"].held);
   EXPECT_EQ(d.scores["l0"].accepted_version, 2);
-}
-
-// A version on trial that its probes judge not to gain, while the plan pace
-// holds the leave: the path goes back to the version judged to gain.
-TEST_F(ProbationTest, AHeldLeaveGoesBackToTheVersionJudgedToGain) {
-  SelectorPolicy p = selector_->policy();
-  p.warmup_steps = 0;
-  p.plan_interval_steps = 1000;
-  Make(p, 1);
-  ASSERT_EQ(Observe(2, 2, 2, 0.5).scores["l0"].accepted_version, 2);
-  SelectionDecision d = Observe(3, 1, 3, 0.01, 10);  // on trial
-  EXPECT_EQ(d.scores["l0"].accepted_version, 3);
-  d = Observe(3, 1, 3, 0.01, 10);  // judged: leaves, but paced
+  d = Observe(4, 1, 4, 0.01, 10);  // v4 on trial
+  EXPECT_EQ(d.scores["l0"].accepted_version, 4);
+  d = Observe(4, 1, 4, 0.01, 10);  // judged: leaves, but paced
   EXPECT_THAT(d.selected, ElementsAre("l0"));
   EXPECT_TRUE(d.scores["l0"].held);
   EXPECT_EQ(d.scores["l0"].accepted_version, 2);
-  d = Observe(3, 1, 3, 0.01, 10);  // still held: still v2
+  d = Observe(4, 1, 4, 0.01, 10);  // still held: still v2
   EXPECT_EQ(d.scores["l0"].accepted_version, 2);
 }
 
