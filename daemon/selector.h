@@ -70,7 +70,7 @@
 //     only). A selected layer uses its newest version at once, on trial
 //     (it is accepted while on probation: held back, the path's factor
 //     lagged the probes' by the probation, and its per-step RelL2 ratio was
-//     1.07x the probes' in issue 27's demo against 0.99x); once judged, the
+//     1.08x the probes' in issue 27's demo against 0.98x); once judged, the
 //     new version is kept when its gain is >= min_gain · (1 − hysteresis)
 //     (the stay level), else the layer leaves the GIFT path (it does not
 //     fall back to the older factor: no probe measures that one any more,

@@ -253,9 +253,9 @@ std::string GuardVerdict(const SelectorPolicy& policy, Row& r) {
     // leave goes back to the last version judged to gain (HoldMove). Held
     // back until judged, the path's factor lagged the probes' by the
     // probation: in issue 27's demo the path's per-step RelL2 ratio was
-    // 1.07x the probes' that way, 0.99x on trial.
+    // 1.08x the probes' that way, 0.98x on trial.
     r.score.selected = true;
-    r.accepted = r.factor_version;
+    r.accepted = std::max(r.factor_version, r.was_accepted);
     return absl::StrCat("selected: ", Probation(policy, r), ", in use");
   }
   if (!judged) {
