@@ -60,10 +60,11 @@ class TwoRanks {
     if (thread_.joinable()) thread_.join();
   }
   int failures() const { return failures_; }
-  // Waits (60 s at most) until the newest record of both ranks satisfies
-  // `pred`.
-  bool WaitFor(const std::function<bool(const Record&)>& pred) {
-    const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  // Waits (`limit` at most) until the newest record of both ranks
+  // satisfies `pred`.
+  bool WaitFor(const std::function<bool(const Record&)>& pred,
+               absl::Duration limit = absl::Seconds(60)) {
+    const absl::Time deadline = absl::Now() + limit;
     while (absl::Now() < deadline && failures_ == 0) {
       {
         absl::MutexLock lock(&mu_);
@@ -192,14 +193,22 @@ TEST(GiftdConnectionTest, AnAutoLayerEntersOnlyOnFactorsItsProbesJudged) {
       socket, prefix, 20,
       [](daemon::DaemonConfig& c) { c.selection.entry_gain = 0; });
   TwoRanks ranks(socket);
-  EXPECT_TRUE(ranks.WaitFor([](const Record& r) {
-    return r.path == LayerPath::kGift && r.version >= 1;
-  })) << "the layer never took the GIFT path on its gain";
-  // Two factor switches on the path: each new version is judged first.
+  // Entry takes probe steps of a judged factor: under ASan on a loaded
+  // 2-core machine it once took over 60 s (CI, 2026-12-06).
+  EXPECT_TRUE(ranks.WaitFor(
+      [](const Record& r) {
+        return r.path == LayerPath::kGift && r.version >= 1;
+      },
+      absl::Seconds(180)))
+      << "the layer never took the GIFT path on its gain";
+  // Two factor switches on the path: each new version is used on trial.
   const int64_t first = ranks.records()[0].back().version;
-  EXPECT_TRUE(ranks.WaitFor([&](const Record& r) {
-    return r.path == LayerPath::kGift && r.version >= first + 2;
-  })) << "the layer did not stay on the GIFT path through new factors";
+  EXPECT_TRUE(ranks.WaitFor(
+      [&](const Record& r) {
+        return r.path == LayerPath::kGift && r.version >= first + 2;
+      },
+      absl::Seconds(180)))
+      << "the layer did not stay on the GIFT path through new factors";
   ranks.Stop();
   giftd.reset();
   ASSERT_EQ(ranks.failures(), 0);
