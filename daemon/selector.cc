@@ -73,7 +73,9 @@ absl::Status LayerSelector::Observe(const std::string& layer,
   return absl::OkStatus();
 }
 
-absl::Status LayerSelector::Resume(const std::vector<std::string>& selected) {
+absl::Status LayerSelector::Resume(
+    const std::vector<std::string>& selected,
+    const std::map<std::string, Versions>& versions) {
   for (const std::string& name : selected) {
     if (state_.count(name) == 0) {
       return absl::NotFoundError(
@@ -83,6 +85,12 @@ absl::Status LayerSelector::Resume(const std::vector<std::string>& selected) {
   for (const std::string& name : selected) {
     LayerState& st = *state_.at(name);
     st.resumed = st.candidate = st.selected = true;
+    auto it = versions.find(name);
+    if (it == versions.end()) continue;
+    const Versions& v = it->second;
+    st.accepted_version = std::max<int64_t>(v.accepted, -1);
+    st.proven_version =
+        v.proven >= 0 && v.proven <= st.accepted_version ? v.proven : -1;
   }
   force_ = true;
   return absl::OkStatus();
@@ -226,6 +234,7 @@ SelectionDecision LayerSelector::Decide(
   force_ = false;
   for (Row& r : rows) {
     r.score.accepted_version = r.score.selected ? r.accepted : -1;
+    r.score.proven_version = r.score.selected ? r.proven : -1;
     CommitRow(r, *state_.at(r.layer->name));
     if (r.score.candidate) d.candidates.push_back(r.layer->name);
     if (r.score.selected) d.selected.push_back(r.layer->name);

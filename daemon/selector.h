@@ -245,6 +245,9 @@ struct LayerScore {
   // The factor version the GIFT path may use: -1 unless selected (and while
   // a selected layer has no version yet). Probes use the newest version.
   int64_t accepted_version = -1;
+  // The newest version the probes judged to gain on the path (-1: none;
+  // selected only): where a held leave of a version on trial goes back to.
+  int64_t proven_version = -1;
   bool candidate = false;
   bool selected = false;
   std::string reason;  // e.g. "selected: gain 0.31 >= 0.05"
@@ -332,8 +335,17 @@ class LayerSelector {
   // factors) until their window holds telemetry, then until a gain is
   // measured; from then on the usual rules decide, with `selected` as the
   // hysteresis memory. Pins and the budget still apply. NOT_FOUND (state
-  // unchanged) for an unknown layer.
-  absl::Status Resume(const std::vector<std::string>& selected);
+  // unchanged) for an unknown layer. `versions` (by layer; a leader rebuilt
+  // from a follower's plan): the factor version the path used and the newest
+  // one judged to gain, which a resumed layer continues with instead of the
+  // newest version; negative means none, and a proven version above the
+  // accepted one is ignored.
+  struct Versions {
+    int64_t accepted = -1;
+    int64_t proven = -1;
+  };
+  absl::Status Resume(const std::vector<std::string>& selected,
+                      const std::map<std::string, Versions>& versions = {});
 
   // settings: by layer name; a missing layer has the defaults.
   SelectionDecision Decide(

@@ -155,6 +155,12 @@ double ElbowCut(const std::vector<Row*>& eligible, double h) {
   return cut;
 }
 
+// The version a resumed layer's path uses until a gain is measured: the
+// one it used (a leader rebuilt from a follower's plan), else the newest.
+int64_t ResumedVersion(const Row& r) {
+  return r.was_accepted >= 0 ? r.was_accepted : r.factor_version;
+}
+
 }  // namespace
 
 void ApplyCandidates(const SelectorPolicy& policy, std::vector<Row>& rows) {
@@ -168,7 +174,7 @@ void ApplyCandidates(const SelectorPolicy& policy, std::vector<Row>& rows) {
       r.score.reason = "selected: pinned in";
     } else if (r.resumed && !r.has_telemetry) {
       r.score.candidate = r.score.selected = true;
-      r.accepted = r.factor_version;
+      r.accepted = ResumedVersion(r);
       r.score.reason = "selected: resumed from a checkpoint, no telemetry yet";
     } else if (!(r.score.vulnerability > 0)) {
       r.score.reason = r.has_telemetry
@@ -244,7 +250,7 @@ std::string GuardVerdict(const SelectorPolicy& policy, Row& r) {
                              : "";
   if (!judged && r.resumed) {
     r.score.selected = true;
-    r.accepted = r.was_accepted >= 0 ? r.was_accepted : r.factor_version;
+    r.accepted = ResumedVersion(r);
     return "selected: resumed from a checkpoint, no gain measured yet";
   }
   if (!judged && r.was_selected && r.was_accepted >= 0) {

@@ -527,6 +527,35 @@ TEST_F(ProbationTest, APacedLeaveKeepsTheVersionJudgedToGain) {
   EXPECT_EQ(d.scores["l0"].accepted_version, 2);
 }
 
+// A leader rebuilt from a follower's plan: the path keeps the plan's
+// version until a gain is measured, and a held leave goes back to the
+// plan's proven version, as the old leader's would have.
+TEST_F(ProbationTest, AResumedLayerContinuesWithThePlansVersions) {
+  SelectorPolicy p = selector_->policy();
+  p.warmup_steps = 0;
+  p.plan_interval_steps = 1000;
+  Make(p, 1);
+  ASSERT_THAT(Observe(2, 0, -1, 0).candidates, ElementsAre("l0"));  // paced
+  ASSERT_OK(selector_->Resume({"l0"}, {{"l0", {3, 2}}}));
+  SelectionDecision d = Decide();
+  EXPECT_THAT(d.selected, ElementsAre("l0"));
+  EXPECT_EQ(d.scores["l0"].accepted_version, 3);
+  EXPECT_EQ(d.scores["l0"].proven_version, 2);
+  d = Observe(5, 0, -1, 0);  // v5 published, not judged: still v3
+  EXPECT_THAT(d.selected, ElementsAre("l0"));
+  EXPECT_EQ(d.scores["l0"].accepted_version, 3);
+  d = Observe(5, 2, 5, 0.01, 10);  // judged not to gain: leaves, but paced
+  EXPECT_THAT(d.selected, ElementsAre("l0"));
+  EXPECT_TRUE(d.scores["l0"].held);
+  EXPECT_EQ(d.scores["l0"].accepted_version, 2);
+  // Inconsistent versions: a proven one above the accepted one is none.
+  Make(p, 1);
+  ASSERT_OK(selector_->Resume({"l0"}, {{"l0", {1, 4}}}));
+  d = Decide();
+  EXPECT_EQ(d.scores["l0"].accepted_version, 1);
+  EXPECT_EQ(d.scores["l0"].proven_version, -1);
+}
+
 TEST_F(ProbationTest, PinnedInLayersAcceptTheNewestVersion) {
   settings_["l0"].pin = PinState::kIn;
   SelectionDecision d = Observe(5, 0, -1, 0);

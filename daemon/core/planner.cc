@@ -1,6 +1,7 @@
 #include "daemon/core/planner.h"
 
 #include <algorithm>
+#include <map>
 
 #include "absl/strings/str_format.h"
 #include "daemon/limits.h"
@@ -60,6 +61,7 @@ Planner::Selection Planner::ApplySelection(
     }
     l.candidate = cand;
     l.selected = sel;
+    l.proven_version = l.score.proven_version;  // rides with the next plan
     if (l.score.accepted_version != l.accepted_version) {
       l.accepted_version = l.score.accepted_version;
       out.accepted_changed = true;
@@ -137,6 +139,7 @@ v1::PeerPlan Planner::BuildPlan(
     *x->mutable_settings() = l->settings;
     x->set_refresh_seq(l->refresh_seq);
     x->set_accepted_version(l->accepted_version);
+    x->set_proven_version(l->proven_version);
     x->set_sketch_period(l->sketch.period());
   }
   return p;
@@ -165,21 +168,26 @@ absl::Status Planner::TakeOverFollowerPlan(
     const std::vector<PlanLayer*>& layers) {
   if (plan.plan_epoch() < epoch_) return absl::OkStatus();
   ApplyPlan(plan, world_size, layers);
-  std::vector<std::string> selected;
-  for (const PlanLayer* l : layers) {
-    if (l->selected) selected.push_back(l->name);
-  }
-  return selector_.Resume(selected);
+  return ResumeSelection(layers);
 }
 
 absl::Status Planner::TakeLead(const std::vector<PlanLayer*>& layers) {
   epoch_ = std::max({epoch_, int64_t{1}, rank_epoch_floor_,
                      have_plan_ ? last_plan_.plan_epoch() : 0});
+  return ResumeSelection(layers);
+}
+
+absl::Status Planner::ResumeSelection(const std::vector<PlanLayer*>& layers) {
+  // The versions of the plan in use go on: the rebuilt leader's path keeps
+  // the factor every rank uses, not the newest one no probe judged.
   std::vector<std::string> selected;
+  std::map<std::string, LayerSelector::Versions> versions;
   for (const PlanLayer* l : layers) {
-    if (l->selected) selected.push_back(l->name);
+    if (!l->selected) continue;
+    selected.push_back(l->name);
+    versions[l->name] = {l->accepted_version, l->proven_version};
   }
-  return selector_.Resume(selected);
+  return selector_.Resume(selected, versions);
 }
 
 // ---- follower ---------------------------------------------------------------
@@ -228,6 +236,9 @@ void Planner::ApplyPlan(const v1::PeerPlan& plan, int* world_size,
           x.has_accepted_version() && x.accepted_version() >= 0
               ? x.accepted_version()
               : -1;
+      l->proven_version = x.has_proven_version() && x.proven_version() >= 0
+                              ? x.proven_version()
+                              : -1;
       l->sketch.Follow(l->candidate,
                        x.has_sketch_period() ? x.sketch_period() : 1);
     }

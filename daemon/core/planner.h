@@ -46,6 +46,9 @@ struct PlanLayer {
   // -1: none). Published beside the plan, not a new epoch (but carried to
   // the other nodes by one).
   int64_t accepted_version = -1;
+  // The newest version judged to gain (LayerScore::proven_version), as of
+  // the last plan: a leader rebuilt from this plan continues with it.
+  int64_t proven_version = -1;
   LayerScore score;  // the selector's last decision
   // Which windows of the layer the ranks sketch (the leader decides, the
   // plan carries its period).
@@ -171,6 +174,10 @@ class Planner {
   int64_t HeldEpoch() const { return std::max(epoch_, rank_epoch_floor_); }
 
  private:
+  // Resumes the selection of `layers` that are selected, with the versions
+  // of the plan in use.
+  absl::Status ResumeSelection(const std::vector<PlanLayer*>& layers);
+
   const double beta_;
   const bool peered_;
   int64_t epoch_ = 1;

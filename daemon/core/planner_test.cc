@@ -480,13 +480,29 @@ TEST_F(PlannerTest, AJoiningFollowersNewerPlanIsTakenOver) {
   p.add_layers()->set_name("fc1");
   p.mutable_layers(0)->set_candidate(true);
   p.mutable_layers(0)->set_selected(true);
+  p.mutable_layers(0)->set_accepted_version(3);
+  p.mutable_layers(0)->set_proven_version(2);
   ASSERT_OK(planner_.TakeOverFollowerPlan(p, &world, Layers()));
   EXPECT_TRUE(layers_[0].selected);
   EXPECT_EQ(planner_.rank(), 4);
   EXPECT_EQ(world, 2);
-  // The selection is resumed: fc1 stays selected without telemetry.
+  // The selection is resumed: fc1 stays selected without telemetry, on the
+  // plan's factor version, and the next plan carries both versions on.
   planner_.ApplySelection(Layers());
   EXPECT_TRUE(layers_[0].selected);
+  EXPECT_EQ(layers_[0].accepted_version, 3);
+  EXPECT_EQ(layers_[0].proven_version, 2);
+  const v1::PeerPlan next = planner_.BuildPlan("job", 2, ConstLayers());
+  EXPECT_EQ(next.layers(0).accepted_version(), 3);
+  EXPECT_EQ(next.layers(0).proven_version(), 2);
+  // A follower takes the proven version from the plan; none without it.
+  Follower follower(/*peered=*/true, /*world_size=*/2);
+  follower.Apply(next);
+  EXPECT_EQ(follower.layers[0].proven_version, 2);
+  v1::PeerPlan older = next;
+  older.mutable_layers(0)->clear_proven_version();
+  follower.Apply(older);
+  EXPECT_EQ(follower.layers[0].proven_version, -1);
 }
 
 }  // namespace
