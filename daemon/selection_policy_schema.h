@@ -104,6 +104,18 @@ inline constexpr double kNoMax = PolicyField::kNoMax;
 inline constexpr PolicyField kTopK = {
     "top_k", "top-k", Type::kInt, 8,
     1,       kCount,  false,      "top-k: number of candidate layers"};
+inline constexpr PolicyField kTopK4bit = {
+    "top_k_4bit",
+    "top-k-4bit",
+    Type::kInt,
+    0,
+    0,
+    kCount,
+    false,
+    "top-k: number of candidate layers among those on a 4-bit format "
+    "(nvfp4, mxfp4), ranked apart from the FP8 ones (0 = every 4-bit layer "
+    "with boundary hits: at 4 bits most layers gain, and entry_gain decides "
+    "which go on the GIFT path)"};
 inline constexpr PolicyField kThreshold = {
     "threshold",
     "threshold",
@@ -220,14 +232,22 @@ inline constexpr PolicyField kAuditMargin = {
 }  // namespace policy_field
 
 // Every numeric field, in the order of giftd's help and the README.
-inline constexpr std::array<PolicyField, 14> kPolicyFields = {
-    policy_field::kTopK,        policy_field::kThreshold,
-    policy_field::kHysteresis,  policy_field::kWindowSteps,
-    policy_field::kMaxLayers,   policy_field::kMaxExtraFlops,
-    policy_field::kMinGain,     policy_field::kEntryGain,
-    policy_field::kEntryProbes, policy_field::kGainHold,
-    policy_field::kWarmupSteps, policy_field::kPlanIntervalSteps,
-    policy_field::kAuditWindow, policy_field::kAuditMargin,
+inline constexpr std::array<PolicyField, 15> kPolicyFields = {
+    policy_field::kTopK,
+    policy_field::kTopK4bit,
+    policy_field::kThreshold,
+    policy_field::kHysteresis,
+    policy_field::kWindowSteps,
+    policy_field::kMaxLayers,
+    policy_field::kMaxExtraFlops,
+    policy_field::kMinGain,
+    policy_field::kEntryGain,
+    policy_field::kEntryProbes,
+    policy_field::kGainHold,
+    policy_field::kWarmupSteps,
+    policy_field::kPlanIntervalSteps,
+    policy_field::kAuditWindow,
+    policy_field::kAuditMargin,
 };
 
 // A bound as the texts print it: integers as integers (1000000, not 1e+06),

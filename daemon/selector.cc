@@ -180,7 +180,8 @@ Row MakeRow(const SelectorPolicy& p, const SelectorLayer& layer, size_t order,
   }
   r.settings_changed = r.settings.pin != st.settings.pin ||
                        r.settings.full != st.settings.full ||
-                       r.settings.rank != st.settings.rank;
+                       r.settings.rank != st.settings.rank ||
+                       r.settings.four_bit != st.settings.four_bit;
   ScoreRow(st, r.score);
   const double stay = p.min_gain * (1 - p.hysteresis);
   r.gaining = r.was_selected && r.settings.pin == PinState::kAuto &&

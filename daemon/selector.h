@@ -39,11 +39,12 @@
 // to each element's own block scale, a measure of the range inside blocks)
 // gave −0.31, −0.36. The E4M3 count there hits 1–6 elements per gradient and
 // ranks the gains only weakly (+0.00 to +0.31). Scores of different formats
-// are not on one scale (4-bit 0.26–0.75, E4M3 6e-5–6e-4 on that data) and
-// the selector does not know a layer's format: with layers of both formats
-// in one job, top-k and the elbow rank the 4-bit layers first, and the
-// threshold means a different thing per format. Either way the probes'
-// measured gain (the guard, with probation) decides whether a candidate
+// are not on one scale (4-bit 0.26–0.75, E4M3 6e-5–6e-4 on that data), so
+// top-k ranks the 4-bit layers (SelectorSettings::four_bit) apart: top_k
+// candidates among the others and top_k_4bit among them (0: all, the
+// default, as at 4 bits most layers gain). The elbow ranks the 4-bit layers
+// first, and the threshold means a different thing per format. Either way the
+// probes' measured gain (the guard, with probation) decides whether a candidate
 // takes the GIFT path.
 //
 // Decide() then applies, in order:
@@ -165,6 +166,9 @@ struct SelectorSettings {
   PinState pin = PinState::kAuto;
   bool full = false;  // transform `full` (flops 2·d_out·d_in²)
   int rank = 32;      // r (flops 4·d_out·d_in·r)
+  // The layer's wire format is 4-bit (nvfp4, mxfp4): top-k ranks it among
+  // the 4-bit layers (policy top_k_4bit).
+  bool four_bit = false;
 };
 
 // What happened on one layer since the last Observe (summed over ranks).

@@ -49,6 +49,7 @@ const std::array<PolicyMember, kPolicyFields.size()>& PolicyMembers() {
   using P = SelectorPolicy;
   static constexpr std::array<PolicyMember, kPolicyFields.size()> kMembers = {{
       {&f::kTopK, &P::top_k, nullptr},
+      {&f::kTopK4bit, &P::top_k_4bit, nullptr},
       {&f::kThreshold, nullptr, &P::threshold},
       {&f::kHysteresis, nullptr, &P::hysteresis},
       {&f::kWindowSteps, &P::window_steps, nullptr},

@@ -56,8 +56,8 @@ Row* Weakest(const std::vector<Row*>& members, const SelectorPolicy& p) {
 // top-k with hysteresis: members keep their place unless a newcomer beats
 // the weakest one's hold (its score times (1 + h), times gain_hold for a
 // gaining one); free places fill without a margin.
-void ApplyTopK(std::vector<Row*> eligible, const SelectorPolicy& p) {
-  const int k = p.top_k;
+void ApplyTopK(std::vector<Row*> eligible, const SelectorPolicy& p, int k,
+               const std::string& top) {
   std::vector<Row*> members, others;
   for (Row* r : eligible) (r->was_candidate ? members : others).push_back(r);
   auto by_hold = [&p](const Row* a, const Row* b) {
@@ -82,7 +82,6 @@ void ApplyTopK(std::vector<Row*> eligible, const SelectorPolicy& p) {
     others.front() = weakest;
     std::sort(others.begin(), others.end(), Stronger);
   }
-  const std::string top = absl::StrCat("top-", k);
   const double enter = Hold(Weakest(members, p), p);
   for (Row* r : members) {
     r->score.candidate = true;
@@ -186,9 +185,24 @@ void ApplyCandidates(const SelectorPolicy& policy, std::vector<Row>& rows) {
   }
   if (!eligible.empty()) {
     switch (policy.kind) {
-      case SelectionKind::kTopK:
-        ApplyTopK(eligible, policy);
+      case SelectionKind::kTopK: {
+        // The 4-bit layers apart: their scores are not on the FP8 scale.
+        std::vector<Row*> fp8, fp4;
+        for (Row* r : eligible) (r->settings.four_bit ? fp4 : fp8).push_back(r);
+        if (!fp8.empty()) {
+          ApplyTopK(fp8, policy, policy.top_k,
+                    absl::StrCat("top-", policy.top_k));
+        }
+        if (!fp4.empty()) {
+          const int k = policy.top_k_4bit > 0 ? policy.top_k_4bit
+                                              : static_cast<int>(fp4.size());
+          ApplyTopK(fp4, policy, k,
+                    policy.top_k_4bit > 0
+                        ? absl::StrCat("4-bit top-", k)
+                        : std::string("the 4-bit layers (top_k_4bit 0: all)"));
+        }
         break;
+      }
       case SelectionKind::kElbow:
         ApplyCut(eligible, ElbowCut(eligible, policy.hysteresis), policy,
                  "elbow cut");

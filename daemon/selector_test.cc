@@ -403,6 +403,37 @@ TEST_F(SelectorTest, NoEarlyRefreshWhileGainHolds) {
   EXPECT_THAT(d.selected, ElementsAre("l0"));
 }
 
+// top-k ranks the 4-bit layers apart (their scores are on another scale):
+// top_k among the others, top_k_4bit among them, 0 = all of them.
+TEST_F(SelectorTest, TopKRanksTheFourBitLayersApart) {
+  SelectorPolicy p = Classic();
+  p.top_k = 1;
+  Make(p, 5);
+  for (int i : {2, 3, 4}) settings_[Name(i)].four_bit = true;
+  // FP8 scores below 1e-3, 4-bit ones 0.3-0.6: one scale would take only
+  // 4-bit layers.
+  Feed({0.0008, 0.0005, 0.3, 0.6, 0.4});
+  SelectionDecision d = Decide();
+  EXPECT_THAT(d.candidates, ElementsAre("l0", "l2", "l3", "l4"));
+  EXPECT_THAT(d.scores["l1"].reason, HasSubstr("not in top-1"));
+  EXPECT_THAT(d.scores["l2"].reason,
+              HasSubstr("in the 4-bit layers (top_k_4bit 0: all)"));
+  p.top_k_4bit = 2;
+  ASSERT_OK(selector_->SetPolicy(p));
+  Feed({0.0008, 0.0005, 0.3, 0.6, 0.4});
+  d = Decide();
+  EXPECT_THAT(d.candidates, ElementsAre("l0", "l3", "l4"));
+  EXPECT_THAT(d.scores["l2"].reason, HasSubstr("not in 4-bit top-2"));
+  // A layer's format changes with its settings: ranked in its new class.
+  settings_["l1"].four_bit = true;
+  Feed({0.0008, 0.9, 0.3, 0.6, 0.4});
+  d = Decide();
+  EXPECT_THAT(d.candidates, ElementsAre("l0", "l1", "l3"));
+  p.top_k_4bit = -1;
+  EXPECT_THAT(selector_->SetPolicy(p).message(),
+              HasSubstr("selection.top_k_4bit must be >= 0 (got -1)"));
+}
+
 TEST_F(SelectorTest, ChangedOnlyWhenSetsChange) {
   SelectorPolicy p = Classic();
   p.top_k = 2;

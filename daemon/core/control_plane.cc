@@ -32,6 +32,7 @@ v1::SelectionPolicy ToProto(const SelectorPolicy& p) {
   v1::SelectionPolicy out;
   out.set_kind(ToProto(p.kind));
   out.set_top_k(p.top_k);
+  out.set_top_k_4bit(p.top_k_4bit);
   out.set_threshold(p.threshold);
   out.set_hysteresis(p.hysteresis);
   out.set_window_steps(p.window_steps);
@@ -70,6 +71,7 @@ absl::StatusOr<SelectorPolicy> Merge(SelectorPolicy p,
   }
   // Presence, not value, decides (types.proto): 0 is a value like any.
   if (in.has_top_k()) p.top_k = in.top_k();
+  if (in.has_top_k_4bit()) p.top_k_4bit = in.top_k_4bit();
   if (in.has_threshold()) p.threshold = in.threshold();
   if (in.has_hysteresis()) p.hysteresis = in.hysteresis();
   if (in.has_window_steps()) p.window_steps = in.window_steps();

@@ -38,6 +38,8 @@ std::map<std::string, SelectorSettings> Planner::SelectorSettingsByLayer(
                                                : PinState::kAuto;
     s.full = l->settings.transform() == v1::TRANSFORM_FULL;
     s.rank = RankOf(l->settings);
+    s.four_bit = l->settings.format() == v1::WIRE_FORMAT_NVFP4 ||
+                 l->settings.format() == v1::WIRE_FORMAT_MXFP4;
     out[l->name] = s;
   }
   return out;

@@ -173,13 +173,14 @@ std::string PinName(gift::v1::Pin pin) {
 
 std::string FormatPolicy(const gift::v1::SelectionPolicy& p) {
   return absl::StrFormat(
-      "%s k=%d threshold=%g hysteresis=%g window=%d max_layers=%d "
+      "%s k=%d k_4bit=%d threshold=%g hysteresis=%g window=%d max_layers=%d "
       "max_flops=%g min_gain=%g entry_gain=%g entry_probes=%d gain_hold=%g "
       "warmup=%d plan_interval=%d audit_window=%d audit_margin=%g",
-      KindName(p.kind()), p.top_k(), p.threshold(), p.hysteresis(),
-      p.window_steps(), p.max_layers(), p.max_extra_flops(), p.min_gain(),
-      p.entry_gain(), p.entry_probes(), p.gain_hold(), p.warmup_steps(),
-      p.plan_interval_steps(), p.audit_window(), p.audit_margin());
+      KindName(p.kind()), p.top_k(), p.top_k_4bit(), p.threshold(),
+      p.hysteresis(), p.window_steps(), p.max_layers(), p.max_extra_flops(),
+      p.min_gain(), p.entry_gain(), p.entry_probes(), p.gain_hold(),
+      p.warmup_steps(), p.plan_interval_steps(), p.audit_window(),
+      p.audit_margin());
 }
 
 // With an elected leader: the term, the coordinator and the changes seen.

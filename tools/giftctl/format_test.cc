@@ -188,6 +188,7 @@ TEST(FormatPolicyTest, NamesEveryField) {
   p.set_min_gain(0.05);
   p.set_entry_gain(0.15);
   p.set_entry_probes(3);
+  p.set_top_k_4bit(12);
   p.set_gain_hold(2);
   p.set_warmup_steps(100);
   p.set_plan_interval_steps(200);
@@ -195,7 +196,7 @@ TEST(FormatPolicyTest, NamesEveryField) {
   p.set_audit_margin(0.1);
   EXPECT_EQ(
       FormatPolicy(p),
-      "threshold k=0 threshold=0.02 hysteresis=0.1 window=50 "
+      "threshold k=0 k_4bit=12 threshold=0.02 hysteresis=0.1 window=50 "
       "max_layers=0 max_flops=1e+12 min_gain=0.05 entry_gain=0.15 "
       "entry_probes=3 gain_hold=2 warmup=100 plan_interval=200 audit_window=3 "
       "audit_margin=0.1");
