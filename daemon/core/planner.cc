@@ -5,8 +5,19 @@
 
 #include "absl/strings/str_format.h"
 #include "daemon/limits.h"
+#include "kernels/wire_format.h"
+#include "proto/wire_format_proto.h"
 
 namespace gift::daemon {
+namespace {
+
+// A factor version a plan carries: -1 (none) when absent or negative (an
+// older leader's plan, or one with none).
+int64_t PlanVersion(bool present, int64_t version) {
+  return present && version >= 0 ? version : -1;
+}
+
+}  // namespace
 
 Planner::Planner(const PlannerOptions& options)
     : beta_(options.beta),
@@ -38,8 +49,9 @@ std::map<std::string, SelectorSettings> Planner::SelectorSettingsByLayer(
                                                : PinState::kAuto;
     s.full = l->settings.transform() == v1::TRANSFORM_FULL;
     s.rank = RankOf(l->settings);
-    s.four_bit = l->settings.format() == v1::WIRE_FORMAT_NVFP4 ||
-                 l->settings.format() == v1::WIRE_FORMAT_MXFP4;
+    const absl::StatusOr<kernels::WireFormat> format =
+        FromProto(l->settings.format());
+    s.four_bit = format.ok() && format->is_fp4();
     out[l->name] = s;
   }
   return out;
@@ -235,12 +247,9 @@ void Planner::ApplyPlan(const v1::PeerPlan& plan, int* world_size,
       // An older leader's plan has none: the layer's path stays Euclidean
       // until an accepted version arrives.
       l->accepted_version =
-          x.has_accepted_version() && x.accepted_version() >= 0
-              ? x.accepted_version()
-              : -1;
-      l->proven_version = x.has_proven_version() && x.proven_version() >= 0
-                              ? x.proven_version()
-                              : -1;
+          PlanVersion(x.has_accepted_version(), x.accepted_version());
+      l->proven_version =
+          PlanVersion(x.has_proven_version(), x.proven_version());
       l->sketch.Follow(l->candidate,
                        x.has_sketch_period() ? x.sketch_period() : 1);
     }
