@@ -12,6 +12,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace gift::linalg {
 namespace {
@@ -119,6 +120,52 @@ Eigen::MatrixXd MakeTestMatrix(int64_t d, int64_t k,
   return m;
 }
 
+namespace internal {
+
+absl::StatusOr<LeftSingularPairs> TopLeftSingularPairs(const Eigen::MatrixXd& f,
+                                                       int r) {
+  // FᵀF = V Σ² Vᵀ (k × k, ascending), so F V Σ⁻¹ = Û: exact in exact
+  // arithmetic; in double the Gram matrix carries F's condition squared, with
+  // absolute errors ~ k·eps·σ₁² in Σ² and in Ûᵀ Û. Taken when σ_r² ≥
+  // kGramFloor · σ₁² (those errors are then ≤ ~1e-6 relative to σ_r², below
+  // float's rounding of the published factor), with one Cholesky QR pass
+  // that restores Ûᵀ Û = I to ~eps; otherwise the SVD of F itself.
+  constexpr double kGramFloor = 1e-8;
+  const Eigen::Index k = f.cols();
+  LeftSingularPairs out;
+  if (k >= r && r >= 1) {
+    Eigen::MatrixXd gram(k, k);
+    gram.noalias() = f.transpose() * f;
+    Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> eig(gram);
+    if (eig.info() == Eigen::Success) {
+      const Eigen::VectorXd s2 = eig.eigenvalues().tail(r).reverse();
+      if (s2(r - 1) > 0 && s2(r - 1) >= kGramFloor * s2(0)) {
+        const Eigen::MatrixXd v =
+            eig.eigenvectors().rightCols(r).rowwise().reverse();
+        out.s = s2.cwiseSqrt();
+        out.u.noalias() = f * v;
+        out.u *= out.s.cwiseInverse().asDiagonal();
+        Eigen::LLT<Eigen::MatrixXd> llt(out.u.transpose() * out.u);
+        if (llt.info() == Eigen::Success) {
+          llt.matrixU().solveInPlace<Eigen::OnTheRight>(out.u);
+          out.gram = true;
+          return out;
+        }
+      }
+    }
+  }
+  Eigen::BDCSVD<Eigen::MatrixXd> svd(f, Eigen::ComputeThinU);
+  if (svd.info() != Eigen::Success) {
+    return absl::InternalError("NystromEigenpairs: SVD did not converge");
+  }
+  out.u = svd.matrixU().leftCols(r);
+  out.s = svd.singularValues().head(r);
+  out.gram = false;
+  return out;
+}
+
+}  // namespace internal
+
 absl::StatusOr<EigenPairs> NystromEigenpairs(const Eigen::MatrixXd& y,
                                              const Eigen::MatrixXd& omega,
                                              int r) {
@@ -140,14 +187,11 @@ absl::StatusOr<EigenPairs> NystromEigenpairs(const Eigen::MatrixXd& y,
     }
     // F = Y_ν C⁻¹ with C = Lᵀ upper: solve F C = Y_ν from the right.
     llt.matrixU().solveInPlace<Eigen::OnTheRight>(y_nu);
-    Eigen::BDCSVD<Eigen::MatrixXd> svd(y_nu, Eigen::ComputeThinU);
-    if (svd.info() != Eigen::Success) {
-      return absl::InternalError("NystromEigenpairs: SVD did not converge");
-    }
+    ASSIGN_OR_RETURN(internal::LeftSingularPairs f,
+                     internal::TopLeftSingularPairs(y_nu, r));
     EigenPairs e;
-    e.u = svd.matrixU().leftCols(r);
-    e.lambda =
-        (svd.singularValues().head(r).array().square() - nu).max(0.0).matrix();
+    e.u = std::move(f.u);
+    e.lambda = (f.s.array().square() - nu).max(0.0).matrix();
     return e;
   }
   return absl::InvalidArgumentError(absl::StrCat(

@@ -98,6 +98,66 @@ TEST(NystromTest, CapturesFastDecayingSpectrum) {
   for (int j = 1; j < r; ++j) EXPECT_GE(e->lambda(j - 1), e->lambda(j));
 }
 
+// f = Q diag(s) Wᵀ with random orthonormal Q (d × k) and W (k × k).
+Eigen::MatrixXd WithSingularValues(int d, const Eigen::VectorXd& s,
+                                   uint64_t seed) {
+  const int k = static_cast<int>(s.size());
+  const Eigen::MatrixXd q = MakeTestMatrix(d, k, nullptr, seed);
+  const Eigen::MatrixXd w = MakeTestMatrix(k, k, nullptr, seed + 1);
+  return q * s.asDiagonal() * w.transpose();
+}
+
+// Both routes of the thin SVD give F's leading singular values and an
+// orthonormal basis of the leading left singular subspace; the Gram route
+// only where F's spread leaves it accurate.
+TEST(TopLeftSingularPairsTest, GramRouteWhereAccurateSvdElsewhere) {
+  const int d = 352, k = 48, r = 32;
+  struct Case {
+    double last;  // s_k / s_1 (geometric in between)
+    bool gram;
+  };
+  for (const Case& c : {Case{1e-2, true}, Case{1e-5, true}, Case{1e-7, false},
+                        Case{1e-9, false}}) {
+    Eigen::VectorXd s(k);
+    for (int i = 0; i < k; ++i) s(i) = 3.0 * std::pow(c.last, i / (k - 1.0));
+    const Eigen::MatrixXd f = WithSingularValues(d, s, 21);
+    absl::StatusOr<internal::LeftSingularPairs> p =
+        internal::TopLeftSingularPairs(f, r);
+    ASSERT_OK(p);
+    EXPECT_EQ(p->gram, c.gram) << c.last;
+    ASSERT_EQ(p->u.rows(), d);
+    ASSERT_EQ(p->u.cols(), r);
+    EXPECT_LT(
+        (p->u.transpose() * p->u - Eigen::MatrixXd::Identity(r, r)).norm(),
+        1e-12)
+        << c.last;
+    for (int i = 0; i < r; ++i) {
+      EXPECT_NEAR(p->s(i), s(i), 1e-9 * s(i)) << c.last << " " << i;
+    }
+    // Each column is F's singular vector: F Fᵀ u = s² u.
+    const Eigen::MatrixXd ffu = f * (f.transpose() * p->u);
+    for (int i = 0; i < r; ++i) {
+      EXPECT_LT((ffu.col(i) - s(i) * s(i) * p->u.col(i)).norm(),
+                1e-8 * s(0) * s(0))
+          << c.last << " " << i;
+    }
+  }
+}
+
+TEST(TopLeftSingularPairsTest, RankDeficientFallsBackToTheSvd) {
+  const int d = 60, k = 12, r = 8;
+  Eigen::VectorXd s = Eigen::VectorXd::Zero(k);
+  s.head(5) << 4, 3, 2, 1, 0.5;  // rank 5 < r
+  absl::StatusOr<internal::LeftSingularPairs> p =
+      internal::TopLeftSingularPairs(WithSingularValues(d, s, 5), r);
+  ASSERT_OK(p);
+  EXPECT_FALSE(p->gram);
+  EXPECT_NEAR(p->s(4), 0.5, 1e-12);
+  EXPECT_NEAR(p->s(7), 0.0, 1e-12);
+  EXPECT_LT((p->u.transpose() * p->u - Eigen::MatrixXd::Identity(r, r)).norm(),
+            1e-12);
+}
+
 TEST(NystromTest, WarmStartImproves) {
   // Slow decay: one sketch in a random basis misses part of the top-r
   // subspace; sketching again in [U_prev | G] is a step of subspace
