@@ -86,6 +86,7 @@ absl::Status LayerSelector::Resume(
     LayerState& st = *state_.at(name);
     st.resumed = st.candidate = st.selected = true;
     auto it = versions.find(name);
+    st.resumed_from_plan = it != versions.end();
     if (it == versions.end()) continue;
     const Versions& v = it->second;
     st.accepted_version = std::max<int64_t>(v.accepted, -1);
@@ -170,6 +171,7 @@ Row MakeRow(const SelectorPolicy& p, const SelectorLayer& layer, size_t order,
   r.was_candidate = st.candidate;
   r.was_selected = st.selected;
   r.resumed = st.resumed;
+  r.resumed_from_plan = st.resumed_from_plan;
   r.factor_version = st.factor_version;
   r.was_accepted = st.accepted_version;
   r.was_proven = r.proven = st.proven_version;

@@ -154,6 +154,12 @@ double ElbowCut(const std::vector<Row*>& eligible, double h) {
   return cut;
 }
 
+// Where a resumed layer's selection came from, for its reason.
+const char* ResumedFrom(const Row& r) {
+  return r.resumed_from_plan ? "resumed from the job's last plan"
+                             : "resumed from a checkpoint";
+}
+
 // The version a resumed layer's path uses until a gain is measured: the
 // one it used (a leader rebuilt from a follower's plan), else the newest.
 int64_t ResumedVersion(const Row& r) {
@@ -174,7 +180,8 @@ void ApplyCandidates(const SelectorPolicy& policy, std::vector<Row>& rows) {
     } else if (r.resumed && !r.has_telemetry) {
       r.score.candidate = r.score.selected = true;
       r.accepted = ResumedVersion(r);
-      r.score.reason = "selected: resumed from a checkpoint, no telemetry yet";
+      r.score.reason =
+          absl::StrCat("selected: ", ResumedFrom(r), ", no telemetry yet");
     } else if (!(r.score.vulnerability > 0)) {
       r.score.reason = r.has_telemetry
                            ? "not a candidate: no boundary hits in the window"
@@ -265,7 +272,7 @@ std::string GuardVerdict(const SelectorPolicy& policy, Row& r) {
   if (!judged && r.resumed) {
     r.score.selected = true;
     r.accepted = ResumedVersion(r);
-    return "selected: resumed from a checkpoint, no gain measured yet";
+    return absl::StrCat("selected: ", ResumedFrom(r), ", no gain measured yet");
   }
   if (!judged && r.was_selected && r.was_accepted >= 0) {
     // On the path a new version is used at once, on trial: once its probes

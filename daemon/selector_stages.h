@@ -37,6 +37,7 @@ struct Row {
   bool was_candidate = false;
   bool was_selected = false;
   bool resumed = false;
+  bool resumed_from_plan = false;  // else from a checkpoint
   bool settings_changed = false;
   bool gaining = false;  // was selected with a gain >= the stay level
   int64_t factor_version = -1;

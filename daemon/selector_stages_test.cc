@@ -541,6 +541,9 @@ TEST_F(ProbationTest, AResumedLayerContinuesWithThePlansVersions) {
   EXPECT_THAT(d.selected, ElementsAre("l0"));
   EXPECT_EQ(d.scores["l0"].accepted_version, 3);
   EXPECT_EQ(d.scores["l0"].proven_version, 2);
+  EXPECT_THAT(d.scores["l0"].reason,
+              HasSubstr("selected: resumed from the job's last plan, no gain "
+                        "measured yet"));
   d = Observe(5, 0, -1, 0);  // v5 published, not judged: still v3
   EXPECT_THAT(d.selected, ElementsAre("l0"));
   EXPECT_EQ(d.scores["l0"].accepted_version, 3);

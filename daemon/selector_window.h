@@ -100,8 +100,9 @@ struct LayerState {
   int64_t early_refresh_version = -1;  // version already listed
   bool candidate = false;              // at the last Decide (hysteresis memory)
   bool selected = false;
-  bool resumed = false;       // Resume() until a gain is measured
-  SelectorSettings settings;  // at the last Decide
+  bool resumed = false;            // Resume() until a gain is measured
+  bool resumed_from_plan = false;  // by a plan takeover, not a checkpoint
+  SelectorSettings settings;       // at the last Decide
   // The audit rule.
   int64_t audit_removals = 0;
   bool barred = false;          // off the GIFT path until the bar lifts
