@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -120,47 +121,51 @@ Eigen::MatrixXd MakeTestMatrix(int64_t d, int64_t k,
   return m;
 }
 
+namespace {
+
+// FᵀF = V Σ² Vᵀ (k × k, ascending), so F V Σ⁻¹ = Û: exact in exact
+// arithmetic; in double the Gram matrix carries F's condition squared, with
+// absolute errors ~ k·eps·σ₁² in Σ² and in Ûᵀ Û. Taken when σ_r² ≥
+// kGramFloor · σ₁² (those errors are then ≤ ~1e-6 relative to σ_r², below
+// float's rounding of the published factor), with one Cholesky QR pass
+// that restores Ûᵀ Û = I to ~eps; nullopt otherwise (the caller takes the
+// SVD of F itself).
+std::optional<internal::LeftSingularPairs> ViaGram(const Eigen::MatrixXd& f,
+                                                   int r) {
+  constexpr double kGramFloor = 1e-8;
+  Eigen::MatrixXd gram(f.cols(), f.cols());
+  gram.noalias() = f.transpose() * f;
+  Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> eig(gram);
+  if (eig.info() != Eigen::Success) return std::nullopt;
+  // The r largest, descending (the solver's order reversed).
+  const Eigen::VectorXd s2 = eig.eigenvalues().tail(r).reverse();
+  if (!(s2(r - 1) > 0 && s2(r - 1) >= kGramFloor * s2(0))) return std::nullopt;
+  const Eigen::MatrixXd v = eig.eigenvectors().rightCols(r).rowwise().reverse();
+  internal::LeftSingularPairs out;
+  out.s = s2.cwiseSqrt();
+  out.u.noalias() = f * v;
+  out.u *= out.s.cwiseInverse().asDiagonal();
+  Eigen::LLT<Eigen::MatrixXd> llt(out.u.transpose() * out.u);
+  if (llt.info() != Eigen::Success) return std::nullopt;
+  llt.matrixU().solveInPlace<Eigen::OnTheRight>(out.u);
+  out.gram = true;
+  return out;
+}
+
+}  // namespace
+
 namespace internal {
 
 absl::StatusOr<LeftSingularPairs> TopLeftSingularPairs(const Eigen::MatrixXd& f,
                                                        int r) {
-  // FᵀF = V Σ² Vᵀ (k × k, ascending), so F V Σ⁻¹ = Û: exact in exact
-  // arithmetic; in double the Gram matrix carries F's condition squared, with
-  // absolute errors ~ k·eps·σ₁² in Σ² and in Ûᵀ Û. Taken when σ_r² ≥
-  // kGramFloor · σ₁² (those errors are then ≤ ~1e-6 relative to σ_r², below
-  // float's rounding of the published factor), with one Cholesky QR pass
-  // that restores Ûᵀ Û = I to ~eps; otherwise the SVD of F itself.
-  constexpr double kGramFloor = 1e-8;
-  const Eigen::Index k = f.cols();
-  LeftSingularPairs out;
-  if (k >= r && r >= 1) {
-    Eigen::MatrixXd gram(k, k);
-    gram.noalias() = f.transpose() * f;
-    Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> eig(gram);
-    if (eig.info() == Eigen::Success) {
-      const Eigen::VectorXd s2 = eig.eigenvalues().tail(r).reverse();
-      if (s2(r - 1) > 0 && s2(r - 1) >= kGramFloor * s2(0)) {
-        const Eigen::MatrixXd v =
-            eig.eigenvectors().rightCols(r).rowwise().reverse();
-        out.s = s2.cwiseSqrt();
-        out.u.noalias() = f * v;
-        out.u *= out.s.cwiseInverse().asDiagonal();
-        Eigen::LLT<Eigen::MatrixXd> llt(out.u.transpose() * out.u);
-        if (llt.info() == Eigen::Success) {
-          llt.matrixU().solveInPlace<Eigen::OnTheRight>(out.u);
-          out.gram = true;
-          return out;
-        }
-      }
-    }
-  }
+  if (std::optional<LeftSingularPairs> g = ViaGram(f, r)) return *std::move(g);
   Eigen::BDCSVD<Eigen::MatrixXd> svd(f, Eigen::ComputeThinU);
   if (svd.info() != Eigen::Success) {
     return absl::InternalError("NystromEigenpairs: SVD did not converge");
   }
+  LeftSingularPairs out;
   out.u = svd.matrixU().leftCols(r);
   out.s = svd.singularValues().head(r);
-  out.gram = false;
   return out;
 }
 

@@ -46,10 +46,10 @@ absl::StatusOr<EigenPairs> NystromEigenpairs(const Eigen::MatrixXd& y,
 namespace internal {
 
 // The r leading singular values s (descending) and left singular vectors u
-// (d × r, orthonormal) of f (d × k, 1 <= r <= k <= d); `gram` says which
-// route computed them: the k × k Gram matrix's eigendecomposition (about 5×
-// faster than an SVD at k = 48) when σ_r² ≥ 1e-8 σ₁², f's thin SVD
-// otherwise. INTERNAL when the SVD does not converge.
+// (d × r, orthonormal) of f (d × k); `gram` says which route computed them:
+// the k × k Gram matrix's eigendecomposition (about 5× faster than an SVD at
+// k = 48) when σ_r² ≥ 1e-8 σ₁², f's thin SVD otherwise. INTERNAL when the
+// SVD does not converge. REQUIRES: 1 <= r <= k <= d.
 struct LeftSingularPairs {
   Eigen::MatrixXd u;
   Eigen::VectorXd s;
