@@ -49,7 +49,7 @@ struct DaemonConfig {
   std::string shm_prefix;
 
   // ---- plan defaults (changeable at run time through Control)
-  int refresh_interval = 50;  // K, steps. REQUIRES: >= 1.
+  int refresh_interval = 25;  // K, steps. REQUIRES: >= 1.
   int rank = 32;              // r. REQUIRES: 1 <= rank <= max_rank.
   int max_rank = 64;          // slot capacity. REQUIRES: >= 1.
   int probe_interval = 10;    // M, steps. REQUIRES: >= 1.

@@ -150,7 +150,7 @@ TEST(ConfigTest, DefaultsAreValidAndMatchTheHeader) {
   EXPECT_EQ(c->node, host);
   EXPECT_EQ(c->shm_prefix.rfind("/gift-", 0), 0u);
   EXPECT_EQ(c->control_address, "127.0.0.1:50151");
-  EXPECT_EQ(c->refresh_interval, 50);
+  EXPECT_EQ(c->refresh_interval, 25);
   EXPECT_EQ(c->rank, 32);
   EXPECT_EQ(c->selection.kind, SelectionKind::kTopK);
   EXPECT_EQ(c->selection.top_k, 8);
@@ -588,8 +588,8 @@ TEST(ConfigTest, HelpPrintConfigAndMarkdownListEveryOption) {
                                 leaf + ": "))
         << key;
   }
-  EXPECT_THAT(help, HasSubstr("--refresh-interval=INT (default: 50)"));
-  EXPECT_THAT(yaml, HasSubstr("(default: 50)\nrefresh_interval: 50\n"));
+  EXPECT_THAT(help, HasSubstr("--refresh-interval=INT (default: 25)"));
+  EXPECT_THAT(yaml, HasSubstr("(default: 25)\nrefresh_interval: 25\n"));
   EXPECT_THAT(yaml, HasSubstr("selection:\n  # "));
   EXPECT_THAT(md, HasSubstr("| `rank` | `--rank=INT` | `32` |"));
   // A '|' inside a cell would split it, even in a code span.

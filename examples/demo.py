@@ -106,7 +106,7 @@ def parse_args():
                    help="steps between audit steps in the FP8 runs "
                    "(default 10: 24 audits in 250 steps)")
     p.add_argument("--window", type=int, default=50,
-                   help="drift window, steps (default 50 = giftd's K)")
+                   help="drift window, steps (default 50)")
     p.add_argument("--fresh-reference", action="store_true",
                    help="rerun the FP32 and Euclidean runs even when cached")
     p.add_argument("--report-only", action="store_true",

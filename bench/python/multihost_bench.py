@@ -312,7 +312,7 @@ class Giftds:
 
     def _switch_interval(self, rec, stop, deadline):
         """Once every pinned layer has a factor, K goes to the timed value
-        (giftd's default 50): the short first windows only bring the
+        (giftd's default 25): the short first windows only bring the
         factors; the timed steps run at production K."""
         while not stop.is_set() and time.monotonic() < deadline:
             v = self._factor_versions()
@@ -761,11 +761,11 @@ def parse_args(argv=None):
                     help="extra gpt_train.py argument (repeatable)")
     ap.add_argument("--refresh-interval", type=int, default=4,
                     help="giftd factor refresh interval K (default 4: the "
-                         "runs are short; giftd's own default is 50, with "
-                         "~12x less Peer traffic)")
-    ap.add_argument("--timed-refresh-interval", type=int, default=50,
+                         "runs are short; giftd's own default is 25, with "
+                         "~6x less Peer traffic)")
+    ap.add_argument("--timed-refresh-interval", type=int, default=25,
                     help="K set with giftctl once the pinned layers have "
-                         "their first factors (default 50, giftd's default; "
+                         "their first factors (default 25, giftd's default; "
                          "0 keeps --refresh-interval for the whole run)")
     ap.add_argument("--gift-pin", default=r"h\.\d+\.mlp\.c_proj",
                     help="regex of layer names pinned onto the GIFT path "

@@ -82,7 +82,7 @@ TEST_F(DaemonTest, SharedMemoryLifecycle) {
   shm::PlanView plan;
   ASSERT_TRUE(shm::ReadPlan(rank.control->data(), &plan));
   EXPECT_GE(plan.plan_epoch, 1);
-  EXPECT_EQ(plan.refresh_interval, 50);
+  EXPECT_EQ(plan.refresh_interval, 25);
   ASSERT_EQ(plan.layers.size(), 2u);
   EXPECT_STREQ(rank.entry(1)->name, "fc2");
   std::vector<float> omega;

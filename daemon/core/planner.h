@@ -12,7 +12,7 @@
 // ranks (and the peers), logging and metrics are the caller's
 // (PlanPublisher::NewEpoch, PublishToAll).
 //
-//   Planner p({.refresh_interval = 50, .audit_interval = 100, .rank = 32});
+//   Planner p({.refresh_interval = 25, .audit_interval = 100, .rank = 32});
 //   ASSERT_OK(p.selector().AddLayer({"fc1", 16, 24}));
 //   Planner::Selection s = p.ApplySelection(layers);
 //   if (s.changed) { p.NextEpoch(); /* publish */ }
@@ -56,7 +56,7 @@ struct PlanLayer {
 };
 
 struct PlannerOptions {
-  int refresh_interval = 50;  // K
+  int refresh_interval = 25;  // K
   int audit_interval = 0;
   int rank = 32;  // r of the layers without a rank of their own
   SelectorPolicy selection;
