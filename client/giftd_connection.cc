@@ -267,6 +267,9 @@ void GiftdConnection::Impl::TryAttach() {
   mapping = *std::move(m);
   resume_registered = true;  // a later daemon learns the paths by itself
   heartbeat_ms = std::max(10, resp.heartbeat_interval_ms());
+  // Not yet seen to move: the first beat asks over RPC unless it moves.
+  daemon_beat_seen = shm::Header(mapping->block())
+                         ->daemon_beat.load(std::memory_order_acquire);
   for (LayerState& s : layers) {
     // Windows and Ω belong to a daemon instance; counters to a control block.
     s.open = false;
@@ -289,9 +292,19 @@ void GiftdConnection::Impl::Beat() {
   {
     absl::MutexLock lock(&mu);
     if (mapping == nullptr) return;
+    shm::ControlHeader* h = shm::Header(mapping->block());
+    h->heartbeat_ns.store(MonotonicNs(), std::memory_order_release);
+    // The daemon advances daemon_beat at each poll of a session it serves: it
+    // moved, so the daemon is alive, keeps this session and reads the beat
+    // from the block. Otherwise (dead, stuck, or this session reaped or lost
+    // to a restart) the RPC finds out.
+    const int32_t beat = h->daemon_beat.load(std::memory_order_acquire);
+    const bool polled = beat != daemon_beat_seen;
+    daemon_beat_seen = beat;
+    if (polled) return;
+    ++stats.heartbeat_rpcs;
     req.set_session_id(mapping->session_id);
     req.set_step(step);
-    shm::Header(mapping->block())->heartbeat_ns.store(MonotonicNs());
   }
   v1::HeartbeatResponse resp;
   grpc::ClientContext ctx;

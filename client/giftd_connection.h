@@ -111,8 +111,12 @@ struct ConnectionOptions {
 
 struct ConnectionStats {
   bool attached = false;
-  int64_t attaches = 0;       // successful registrations
-  int64_t detaches = 0;       // daemon lost
+  int64_t attaches = 0;  // successful registrations
+  int64_t detaches = 0;  // daemon lost
+  // Beats that asked the daemon over RPC: the first, and those after which
+  // the daemon had not polled the control block (a daemon that polls
+  // gets the beats there, DESIGN §5).
+  int64_t heartbeat_rpcs = 0;
   int64_t plans_applied = 0;  // epochs handed to AddPlan
   int64_t factors_received = 0;
   int64_t stale_drops = 0;  // layers dropped for staleness

@@ -141,6 +141,9 @@ struct GiftdConnection::Impl {
   bool resume_gate_pending ABSL_GUARDED_BY(mu) = false;
   int64_t staleness_limit ABSL_GUARDED_BY(mu);
   int heartbeat_ms ABSL_GUARDED_BY(mu) = 1000;
+  // The block's daemon_beat at the last beat: when it moved since, the
+  // daemon is alive and serves this session, and the beat needs no RPC.
+  int32_t daemon_beat_seen ABSL_GUARDED_BY(mu) = 0;
   shm::StepCounters totals ABSL_GUARDED_BY(mu){};
   ConnectionStats stats ABSL_GUARDED_BY(mu);
   std::vector<float> rows_scratch, sketch_scratch;  // host path, under mu

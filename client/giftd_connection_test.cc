@@ -45,6 +45,8 @@ struct Record {
   // Windows this rank left out so far because giftd had not yet consumed
   // the buffer they would reuse (its own timing, not the plan's).
   int64_t windows_skipped;
+  int64_t detaches;
+  int64_t heartbeat_rpcs;
 };
 
 // Two Gloo ranks in threads training the layers "w" (GIFT-capable) and "b"
@@ -120,7 +122,7 @@ class TwoRanks {
           {t.layers[0].path, t.layers[0].factor_version, s.attached, s.attaches,
            used != nullptr && used->kind == GiftTransform::kFull,
            t.layers[0].probed, t.layers[0].probe_version, sketched,
-           s.windows_skipped});
+           s.windows_skipped, s.detaches, s.heartbeat_rpcs});
       absl::SleepFor(absl::Milliseconds(2));
     }
   }
@@ -174,6 +176,37 @@ TEST(GiftdConnectionTest, FollowsDaemonThroughDeathAndRestart) {
   auto left = shm::ListPosixObjects(prefix + "-");
   ASSERT_OK(left);
   EXPECT_TRUE(left->empty());
+}
+
+// DESIGN §5: while giftd polls the training ranks' control blocks (every
+// 10 ms here), their beats (every 50 ms) go through the blocks, not over
+// RPC, and giftd counts them: over 4 s, longer than its rank timeout (3 s),
+// neither rank is reaped or detached, and at most a quarter of their ~80
+// beats each asked over RPC. (A daemon that stops polling is found out by
+// the RPC: FollowsDaemonThroughDeathAndRestart.)
+TEST(GiftdConnectionTest, BeatsGoThroughTheControlBlockWhileGiftdPolls) {
+  gift::testing::TempDir tmp("gift_beats");
+  ASSERT_TRUE(tmp.ok());
+  const std::string socket = absl::StrCat(tmp.path(), "/agent.sock");
+  const std::string prefix = absl::StrCat("/gift-btest", ::getpid());
+  Giftd giftd(socket, prefix);
+  TwoRanks ranks(socket);
+  ASSERT_TRUE(ranks.WaitFor([](const Record& r) { return r.attached; }));
+  const std::vector<std::vector<Record>> before = ranks.records();
+  absl::SleepFor(absl::Seconds(4));
+  const std::vector<std::vector<Record>> after = ranks.records();
+  ranks.Stop();
+  ASSERT_EQ(ranks.failures(), 0);
+  for (int r = 0; r < 2; ++r) {
+    SCOPED_TRACE(absl::StrCat("rank ", r));
+    const Record& a = before[r].back();
+    const Record& b = after[r].back();
+    EXPECT_GT(after[r].size(), before[r].size() + 10) << "the rank stopped";
+    EXPECT_TRUE(b.attached);
+    EXPECT_EQ(b.attaches, 1);
+    EXPECT_EQ(b.detaches, 0);
+    EXPECT_LE(b.heartbeat_rpcs - a.heartbeat_rpcs, 20);
+  }
 }
 
 // Probation (DESIGN §2): the layer "w", not pinned, enters the GIFT path on

@@ -80,6 +80,7 @@ inline constexpr int kIpcHandleBytes = 64;
 using SeqWord = std::atomic<uint64_t>;
 static_assert(SeqWord::is_always_lock_free);
 static_assert(std::atomic<int64_t>::is_always_lock_free);
+static_assert(std::atomic<int32_t>::is_always_lock_free);
 
 enum class RegionKind : uint32_t { kNone = 0, kPosix = 1, kCudaIpc = 2 };
 
@@ -159,7 +160,14 @@ struct ControlHeader {
   // A window's sketch steps: the steps whose completed-step count before
   // them is a multiple of it (>= 1; 1 = every step).
   int32_t sketch_stride;
-  int32_t reserved;
+  // ---- daemon → client, not under plan_lock
+  // Advanced by the daemon at every poll of this block (wraps; only
+  // compared): a rank that sees it move since its last beat knows the
+  // daemon is alive and still serves its session, and skips the Heartbeat
+  // RPC (DESIGN §5: the block carries the heartbeats both ways). Was
+  // a zero `reserved` word: an older daemon never moves it (its ranks beat
+  // over RPC every time), an older client never reads it.
+  std::atomic<int32_t> daemon_beat;
 };
 
 struct FactorSlot {

@@ -123,6 +123,7 @@ void Daemon::PollLoop() {
     {
       absl::MutexLock lock(&mu_);
       if (stopped_) return;
+      sessions_.ExchangeBeats(absl::Now());
       const bool quiet = Quiet();
       wait = quiet ? poll_gate_.wait() : interval;
       if (!sessions_.empty()) series_.Polls(quiet).Increment();

@@ -75,6 +75,9 @@ class RankSession {
   // Daemon-side bookkeeping.
   absl::Time last_seen;
   int64_t last_step = 0;  // the newest step reported (heartbeat or block)
+  // The rank's heartbeat word (ControlHeader::heartbeat_ns) as last read:
+  // a change is a beat (SessionTable::ExchangeBeats).
+  int64_t last_beat_word = 0;
   // The last accepted telemetry samples.
   std::vector<shm::LayerCounters> last_counters;
   shm::StepCounters last_totals{};

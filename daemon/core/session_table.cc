@@ -78,6 +78,18 @@ bool SessionTable::Heartbeat(const std::string& id, int64_t step,
   return true;
 }
 
+void SessionTable::ExchangeBeats(absl::Time now) {
+  for (auto& [id, s] : sessions_) {
+    shm::ControlHeader* h = s->header();
+    h->daemon_beat.fetch_add(1, std::memory_order_release);  // wraps
+    const int64_t word = h->heartbeat_ns.load(std::memory_order_acquire);
+    if (word != s->last_beat_word) {
+      s->last_beat_word = word;
+      s->last_seen = now;
+    }
+  }
+}
+
 int64_t SessionTable::SlowestStep() const {
   int64_t slowest = -1;
   for (const auto& [id, s] : sessions_) {

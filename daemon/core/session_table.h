@@ -12,6 +12,7 @@
 //   auto [id, prefix] = sessions.NextIds(instance, shm_prefix);
 //   ... RankSession::Create(spec) ...
 //   RankSession& s = sessions.Add(std::move(session));
+//   sessions.ExchangeBeats(absl::Now());  // every poll
 //   for (auto& [id, why] : sessions.Dead(absl::Now(), timeout)) ...
 //   for (auto& [id, s] : sessions) ...  // in session id order
 //
@@ -70,6 +71,11 @@ class SessionTable {
 
   // Records a heartbeat at `now`: false for an unknown session.
   bool Heartbeat(const std::string& id, int64_t step, absl::Time now);
+  // The heartbeats through the control blocks (DESIGN §5), once per poll:
+  // advances every block's daemon_beat (its rank then skips the Heartbeat
+  // RPC) and records a beat at `now` for each rank whose heartbeat word
+  // changed since the last call (untrusted: only compared).
+  void ExchangeBeats(absl::Time now);
   // The slowest rank's step (0 without ranks).
   int64_t SlowestStep() const;
 

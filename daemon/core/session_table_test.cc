@@ -3,6 +3,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <limits>
 #include <memory>
 #include <string>
 
@@ -103,6 +104,41 @@ TEST_F(SessionTableTest, HeartbeatsAndTheSlowestStep) {
   EXPECT_EQ(table_.Find("inst-2")->last_step, 20);
   EXPECT_EQ(table_.Find("inst-1")->last_seen, now);
   EXPECT_EQ(table_.SlowestStep(), 20);
+}
+
+// DESIGN §5: the control block carries the heartbeats both ways. Each
+// exchange advances daemon_beat in every block; a rank whose heartbeat word
+// changed (any change: the word is the rank's, only compared) is seen then,
+// one whose word stood still is not, and goes on towards the timeout.
+TEST_F(SessionTableTest, HeartbeatsThroughTheControlBlock) {
+  RankSession& beating = AddRank(0);
+  RankSession& still = AddRank(1);
+  const absl::Time t0 = absl::Now() - absl::Seconds(30);
+  beating.last_seen = still.last_seen = t0;
+  const int32_t b0 = beating.header()->daemon_beat.load();
+  const absl::Time t1 = t0 + absl::Seconds(1);
+  beating.header()->heartbeat_ns.store(12345);
+  table_.ExchangeBeats(t1);
+  EXPECT_EQ(beating.last_seen, t1);
+  EXPECT_EQ(still.last_seen, t0);
+  EXPECT_EQ(beating.header()->daemon_beat.load(), b0 + 1);
+  EXPECT_EQ(still.header()->daemon_beat.load(), b0 + 1);
+
+  // The same word again is no beat; a smaller one (garbage, a restarted
+  // clock) is one.
+  table_.ExchangeBeats(t1 + absl::Seconds(1));
+  EXPECT_EQ(beating.last_seen, t1);
+  beating.header()->heartbeat_ns.store(-7);
+  table_.ExchangeBeats(t1 + absl::Seconds(2));
+  EXPECT_EQ(beating.last_seen, t1 + absl::Seconds(2));
+  EXPECT_THAT(table_.Dead(t1 + absl::Seconds(2), absl::Milliseconds(2500)),
+              UnorderedElementsAre(Pair("inst-2", HasSubstr("no heartbeat"))));
+
+  // The beat word wraps.
+  still.header()->daemon_beat.store(std::numeric_limits<int32_t>::max());
+  table_.ExchangeBeats(t1 + absl::Seconds(3));
+  EXPECT_EQ(still.header()->daemon_beat.load(),
+            std::numeric_limits<int32_t>::min());
 }
 
 TEST_F(SessionTableTest, DeadRanksAreTheSilentAndTheGone) {
