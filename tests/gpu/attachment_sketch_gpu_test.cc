@@ -218,6 +218,11 @@ class AttachmentSketchGpuTest : public ::testing::Test {
     GiftdConfig c;
     c.refresh_interval = 4;
     c.rank_timeout_ms = 10000;  // the first CUDA calls may take seconds
+    // The first factor must not go stale before the rank takes it: with
+    // the fixture's 40 steps, a CI run at -j2 (2 ms steps, giftd's
+    // turnaround slowed by the other test) read v1 62-68 steps old in each
+    // of its five runs and dropped it.
+    c.staleness_limit = 1000;
     c.extra_yaml = "sketch_rows: 96\n";
     absl::StatusOr<std::unique_ptr<Giftd>> d =
         Giftd::Start(GIFT_GIFTD_BIN, GIFT_GIFTCTL_BIN, dir_, c);
