@@ -221,10 +221,17 @@ TEST(GiftdConnectionTest, AnAutoLayerEntersOnlyOnFactorsItsProbesJudged) {
   const std::string prefix = absl::StrCat("/gift-ptest", ::getpid());
   // Factors every 20 steps: a version lives for ten probe steps. The test
   // is of probation's mechanics, not of the entry bar: the synthetic
-  // layer's probe steps need not each gain entry_gain's default 0.15.
-  auto giftd = std::make_unique<Giftd>(
-      socket, prefix, 20,
-      [](daemon::DaemonConfig& c) { c.selection.entry_gain = 0; });
+  // layer's probe steps need not each gain entry_gain's default 0.15. At
+  // NVFP4 its gain reads 0.05-0.10; at E4M3 it read 0.00 +- 0.04, so the
+  // layer left the path on the next version it judged and came back on
+  // another, and no version was used on trial (CI, 2026-12-07). The guard
+  // at 0.01 keeps it on the path through new versions.
+  auto giftd =
+      std::make_unique<Giftd>(socket, prefix, 20, [](daemon::DaemonConfig& c) {
+        c.format = "nvfp4";
+        c.selection.entry_gain = 0;
+        c.selection.min_gain = 0.01;
+      });
   TwoRanks ranks(socket);
   // Entry takes probe steps of a judged factor: under ASan on a loaded
   // 2-core machine it once took over 60 s (CI, 2026-12-06).
