@@ -322,6 +322,8 @@ void GiftdConnection::Impl::WriteTelemetry(const StepTelemetry& t,
       ++c.probes;
       c.probe_euclid_sum += lt.probe_euclid_rel_l2;
       c.probe_gift_sum += lt.probe_gift_rel_l2;
+      c.version_probes =
+          c.probe_version == lt.probe_version ? c.version_probes + 1 : 1;
       c.probe_version = lt.probe_version;
       if (lt.beta_probed) {
         ++c.beta_probes;

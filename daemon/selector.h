@@ -189,9 +189,13 @@ struct SelectorSample {
   // version is known; kMixedProbeVersion: the probes used different
   // versions, so they judge none).
   int64_t probe_version = -1;
-  // Probe steps among the probes: the most probes of any one rank (a rank
-  // probes a layer once per probe step; the ranks probe the same steps).
-  int64_t probe_steps = 0;
+  // The probe steps of probe_version so far: the most probes any one rank
+  // made with it, counted from its first (a rank probes a layer once per
+  // probe step; the ranks probe the same steps). Cumulative, not this
+  // sample's: a probe step whose probes reach the selector in two samples
+  // (ranks or nodes polled on either side of it) counts once. 0 without
+  // probes.
+  int64_t version_probes = 0;
   // Audit steps (libgift's every-audit_interval FP32 allreduce of the same
   // local gradients beside the quantized one), summed over the ranks' audits
   // in this sample: how many, and the sum of the audited per-step RelL2 of
@@ -224,7 +228,7 @@ inline constexpr int64_t kMixedProbeVersion = -2;
 int64_t MergeProbeVersion(int64_t probes_before, int64_t version_before,
                           int64_t probes, int64_t version);
 
-// Probe steps (SelectorSample::probe_steps) a factor version needs in the
+// Probe steps (SelectorSample::version_probes) a factor version needs in the
 // window before the gain guard judges it (DESIGN §2 probation): one probe
 // step is too noisy to put a factor on the GIFT path.
 inline constexpr int64_t kProbationProbes = 2;

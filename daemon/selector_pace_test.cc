@@ -69,16 +69,15 @@ TEST_F(SelectorTest, TheClockFollowsTheJobsStepWhenGiven) {
   for (int64_t step : {5000, 5010, 5020}) {
     SelectorSample s = Sample(0.2, 15);  // 15 > the 10 steps that passed
     s.step = step;
-    ASSERT_OK(selector_->Observe("l0", s));
+    ASSERT_OK(Observe("l0", s));
   }
   EXPECT_EQ(Decide().step, 20);
   SelectorSample bad = Sample(0.2);
   bad.step = -2;
-  EXPECT_THAT(selector_->Observe("l0", bad),
-              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(Observe("l0", bad), StatusIs(absl::StatusCode::kInvalidArgument));
   Make(SelectorPolicy{}, 1);  // without it: the sum
-  ASSERT_OK(selector_->Observe("l0", Sample(0.2, 15)));
-  ASSERT_OK(selector_->Observe("l0", Sample(0.2, 15)));
+  ASSERT_OK(Observe("l0", Sample(0.2, 15)));
+  ASSERT_OK(Observe("l0", Sample(0.2, 15)));
   EXPECT_EQ(Decide().step, 30);
 }
 
@@ -107,8 +106,8 @@ TEST_F(SelectorTest, PlanPaceLetsUrgentMovesThrough) {
   Feed({0.3, 0.2, 0.1});  // both selected on gain 0.5
   EXPECT_THAT(Decide().selected, ElementsAre("l0", "l1"));
   // A gain below the guard is held ...
-  ASSERT_OK(selector_->Observe("l0", Sample(0.3, 50, kJudgedProbes, 0.02)));
-  ASSERT_OK(selector_->Observe("l1", Sample(0.2, 50, kJudgedProbes, 0.5)));
+  ASSERT_OK(Observe("l0", Sample(0.3, 50, kJudgedProbes, 0.02)));
+  ASSERT_OK(Observe("l1", Sample(0.2, 50, kJudgedProbes, 0.5)));
   SelectionDecision d = Decide();
   EXPECT_THAT(d.selected, ElementsAre("l0", "l1"));
   EXPECT_THAT(d.scores["l0"].reason,
@@ -116,28 +115,27 @@ TEST_F(SelectorTest, PlanPaceLetsUrgentMovesThrough) {
                         "plan pace); then candidate, not selected: gain 0.02 "
                         "< 0.045"));
   // ... and so is one just below 0 (noise) ...
-  ASSERT_OK(selector_->Observe("l0", Sample(0.3, 50, kJudgedProbes, -0.02)));
-  ASSERT_OK(selector_->Observe("l1", Sample(0.2, 50, kJudgedProbes, 0.5)));
+  ASSERT_OK(Observe("l0", Sample(0.3, 50, kJudgedProbes, -0.02)));
+  ASSERT_OK(Observe("l1", Sample(0.2, 50, kJudgedProbes, 0.5)));
   d = Decide();
   EXPECT_THAT(d.selected, ElementsAre("l0", "l1"));
   EXPECT_TRUE(d.scores["l0"].held);
   // ... one below -min_gain is not: whitening measurably hurts.
-  ASSERT_OK(selector_->Observe("l0", Sample(0.3, 50, kJudgedProbes, -0.1)));
-  ASSERT_OK(selector_->Observe("l1", Sample(0.2, 50, kJudgedProbes, 0.5)));
+  ASSERT_OK(Observe("l0", Sample(0.3, 50, kJudgedProbes, -0.1)));
+  ASSERT_OK(Observe("l1", Sample(0.2, 50, kJudgedProbes, 0.5)));
   d = Decide();
   EXPECT_THAT(d.selected, ElementsAre("l1"));
   EXPECT_TRUE(d.changed);
   // Pins act at once, and pending moves ride along.
-  ASSERT_OK(selector_->Observe(
-      "l0", Sample(0.3, 50, kJudgedProbes, 0.5)));  // wants in
-  ASSERT_OK(selector_->Observe("l1", Sample(0.2, 50, kJudgedProbes, 0.5)));
+  ASSERT_OK(Observe("l0", Sample(0.3, 50, kJudgedProbes, 0.5)));  // wants in
+  ASSERT_OK(Observe("l1", Sample(0.2, 50, kJudgedProbes, 0.5)));
   EXPECT_THAT(Decide().selected, ElementsAre("l1"));  // held
   settings_["l2"].pin = PinState::kIn;
   d = Decide();
   EXPECT_THAT(d.selected, ElementsAre("l0", "l1", "l2"));
   // SetPolicy applies everything at once too.
-  ASSERT_OK(selector_->Observe("l0", Sample(0.3, 50, kJudgedProbes, 0.01)));
-  ASSERT_OK(selector_->Observe("l1", Sample(0.2, 50, kJudgedProbes, 0.5)));
+  ASSERT_OK(Observe("l0", Sample(0.3, 50, kJudgedProbes, 0.01)));
+  ASSERT_OK(Observe("l1", Sample(0.2, 50, kJudgedProbes, 0.5)));
   EXPECT_THAT(Decide().selected, ElementsAre("l0", "l1", "l2"));  // held
   ASSERT_OK(selector_->SetPolicy(p));  // the same policy: nothing opens
   EXPECT_THAT(Decide().selected, ElementsAre("l0", "l1", "l2"));  // held
@@ -165,7 +163,7 @@ TEST_F(SelectorTest, NoisyFlatTailChangesThePlanRarely) {
         const double v = 3e-4 * (1 + 0.01 * i) * (0.75 + 0.5 * uniform());
         const bool gains = i % 4 != 3;
         const double g = (gains ? 0.3 : -0.1) + 0.2 * (uniform() - 0.5);
-        ASSERT_OK(selector_->Observe(Name(i), Sample(v, 10, 1, g, step / 50)));
+        ASSERT_OK(Observe(Name(i), Sample(v, 10, 1, g, step / 50)));
       }
       SelectionDecision d = Decide();
       if (d.changed && step > 100) ++after_warmup;

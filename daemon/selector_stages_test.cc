@@ -181,15 +181,15 @@ TEST_F(AuditTest, ReportsOfOneAuditStepInTwoObservationsAreOneAudit) {
   // Ranks 0-1 polled before the step, 2-3 after it: one audit, not two.
   SelectorSample a = WithAudit(Sample(0.2, 1, 0, 0, 1), true, 0.09);
   SelectorSample b = WithAudit(Sample(0.2, 1, 0, 0, 1), true, 0.09);
-  ASSERT_OK(selector_->Observe("l0", a));
+  ASSERT_OK(Observe("l0", a));
   EXPECT_THAT(Decide().selected, ElementsAre("l0"));
-  ASSERT_OK(selector_->Observe("l0", b));
+  ASSERT_OK(Observe("l0", b));
   SelectionDecision d = Decide();
   EXPECT_EQ(d.scores["l0"].audit_gift_audits, 1);
   EXPECT_NEAR(d.scores["l0"].audit_gift_rel_l2, 0.09, 1e-12);
   EXPECT_THAT(d.selected, ElementsAre("l0"));
   // The next audit step, 100 steps on, is the second.
-  ASSERT_OK(selector_->Observe("l0", Sample(0.2, 98, 5, 0.5, 1)));
+  ASSERT_OK(Observe("l0", Sample(0.2, 98, 5, 0.5, 1)));
   d = Step(0.5, true, 0.09);
   EXPECT_EQ(d.scores["l0"].audit_gift_audits, 2);
   EXPECT_THAT(d.selected, IsEmpty());
@@ -230,9 +230,9 @@ TEST_F(SelectorTest, OtherLayersRoundTripsCalibrateWithoutAnOwnAudit) {
     SelectorSample s = WithAudit(Sample(0.01, 50), false, audited);
     s.round_trip_x_sq = 4;
     s.round_trip_err_sq = 4 * local * local;
-    ASSERT_OK(selector_->Observe(name, s));
+    ASSERT_OK(Observe(name, s));
   };
-  ASSERT_OK(selector_->Observe("l0", Sample(0.2, 50, 5, 0.5, 1)));
+  ASSERT_OK(Observe("l0", Sample(0.2, 50, 5, 0.5, 1)));
   euclid("l1", 0.025, 0.03);
   euclid("l2", 0.02, 0.026);
   SelectionDecision d = Decide();
@@ -249,8 +249,8 @@ TEST_F(SelectorTest, GainHoldKeepsGainingLayersInTheTopK) {
   p.hysteresis = 0.1;
   p.gain_hold = 2;
   Make(p, 2);
-  ASSERT_OK(selector_->Observe("l0", Sample(0.1, 50, kProbationProbes, 0.5)));
-  ASSERT_OK(selector_->Observe("l1", Sample(0.05, 50, kProbationProbes, 0.5)));
+  ASSERT_OK(Observe("l0", Sample(0.1, 50, kProbationProbes, 0.5)));
+  ASSERT_OK(Observe("l1", Sample(0.05, 50, kProbationProbes, 0.5)));
   SelectionDecision d = Decide();
   ASSERT_THAT(d.selected, ElementsAre("l0"));
   // Selected at the last Decide with a gain above the guard: gaining.
@@ -304,15 +304,18 @@ class ProbationTest : public SelectorTest {
     Make(p, 1);
   }
   // `steps` steps, newest published factor `version`, `probes` probes made
-  // with `probe_version` gaining `gain`.
+  // with `probe_version` gaining `gain`, by one rank (its count of the
+  // version's probes grows by `probes`).
   SelectionDecision Observe(int64_t version, int64_t probes,
                             int64_t probe_version, double gain,
                             int64_t steps = 50) {
     SelectorSample s = Sample(0.2, steps, probes, gain, version);
     s.probe_version = probe_version;
-    EXPECT_OK(selector_->Observe("l0", s));
+    EXPECT_OK(SelectorTest::Observe("l0", s));
     return Decide();
   }
+  // A new selector with the same policy.
+  void Restart() { Make(selector_->policy(), 1); }
   // `d` keeps l0 off the GIFT path, with no accepted version, saying `why`.
   static void ExpectOff(SelectionDecision& d, const std::string& why) {
     EXPECT_THAT(d.selected, IsEmpty());
@@ -339,21 +342,31 @@ TEST_F(ProbationTest, OneProbeOfTheVersionDoesNotSelect) {
                         "of 2 probe steps, gain 0.5)"));
   // Four ranks' probes of one more step: the second probe step.
   SelectorSample s = Sample(0.2, 1, 4, 0.5, 2);
-  s.probe_steps = 1;
+  s.version_probes = 2;
   ASSERT_OK(selector_->Observe("l0", s));
   d = Decide();
   EXPECT_THAT(d.selected, ElementsAre("l0"));
   EXPECT_EQ(d.scores["l0"].gain_probe_steps, 2);
   // Probes whose versions mixed count for no version.
-  Make(selector_->policy(), 1);
+  Restart();
   Observe(2, 1, 2, 0.5, 1);
   d = Observe(2, 3, kMixedProbeVersion, 0.5, 1);
   EXPECT_THAT(d.selected, IsEmpty());
   EXPECT_EQ(d.scores["l0"].gain_probe_steps, 1);
   // Many ranks' probes of one step are one probe step.
-  Make(selector_->policy(), 1);
+  Restart();
   s = Sample(0.2, 1, 4, 0.5, 2);
-  s.probe_steps = 1;
+  s.version_probes = 1;
+  ASSERT_OK(selector_->Observe("l0", s));
+  d = Decide();
+  EXPECT_THAT(d.selected, IsEmpty());
+  EXPECT_EQ(d.scores["l0"].gain_probe_steps, 1);
+  // So are one step's probes in two samples: ranks (or nodes) polled on
+  // either side of the step; each says it is the version's first.
+  Restart();
+  s = Sample(0.2, 1, 1, 0.5, 2);
+  ASSERT_OK(selector_->Observe("l0", s));
+  Decide();
   ASSERT_OK(selector_->Observe("l0", s));
   d = Decide();
   EXPECT_THAT(d.selected, IsEmpty());
@@ -372,7 +385,7 @@ TEST_F(ProbationTest, TwoGainingProbesOfTheVersionSelectAndAcceptIt) {
       HasSubstr("selected: gain 0.4 >= 0.05 on factor v2 (2 probe steps, "
                 "lowest 0.3)"));
   // Two probes that do not gain: not selected.
-  Make(selector_->policy(), 1);
+  Restart();
   Observe(2, 1, 2, 0.5, 10);
   d = Observe(2, 1, 2, -0.6, 10);  // together: gain -0.05
   EXPECT_THAT(d.selected, IsEmpty());

@@ -32,50 +32,40 @@ TEST_F(SelectorTest, AddLayerRejectsBadInput) {
 
 TEST_F(SelectorTest, ObserveRejectsBadInput) {
   Make(Classic(), 1);
-  EXPECT_THAT(selector_->Observe("nope", Sample(0.1)),
+  EXPECT_THAT(Observe("nope", Sample(0.1)),
               StatusIs(absl::StatusCode::kNotFound));
   SelectorSample s = Sample(0.1);
   s.upper = -1;
-  EXPECT_THAT(selector_->Observe("l0", s),
-              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(Observe("l0", s), StatusIs(absl::StatusCode::kInvalidArgument));
   s = Sample(0.1);
   s.steps = -1;
-  EXPECT_THAT(selector_->Observe("l0", s),
-              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(Observe("l0", s), StatusIs(absl::StatusCode::kInvalidArgument));
   s = Sample(0.1);
   s.upper = s.n;  // more hits than elements
-  EXPECT_THAT(selector_->Observe("l0", s),
-              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(Observe("l0", s), StatusIs(absl::StatusCode::kInvalidArgument));
   s = Sample(0.1, 10, 1, 0.5);
   s.probe_gift_sum = NAN;
-  EXPECT_THAT(selector_->Observe("l0", s),
-              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(Observe("l0", s), StatusIs(absl::StatusCode::kInvalidArgument));
   s = Sample(0.1);
   s.audits_gift = -1;
-  EXPECT_THAT(selector_->Observe("l0", s),
-              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(Observe("l0", s), StatusIs(absl::StatusCode::kInvalidArgument));
   s = Sample(0.1);
   s.audits_euclid = 1;
   s.audit_euclid_rel_l2_sum = INFINITY;
-  EXPECT_THAT(selector_->Observe("l0", s),
-              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(Observe("l0", s), StatusIs(absl::StatusCode::kInvalidArgument));
   s = Sample(0.1);
   s.audit_gift_rel_l2_sum = 0.1;  // a sum without audits
-  EXPECT_THAT(selector_->Observe("l0", s),
-              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(Observe("l0", s), StatusIs(absl::StatusCode::kInvalidArgument));
   s = Sample(0.1, 10, 1, 0.5);
   s.beta_probes = 2;  // more grid probes than probes
-  EXPECT_THAT(selector_->Observe("l0", s),
-              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(Observe("l0", s), StatusIs(absl::StatusCode::kInvalidArgument));
   s = Sample(0.1, 10, 1, 0.5);
   s.beta_probes = 1;
   s.probe_beta_sum = {0.01, NAN, 0.02};
-  EXPECT_THAT(selector_->Observe("l0", s),
-              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(Observe("l0", s), StatusIs(absl::StatusCode::kInvalidArgument));
   s = Sample(0.1, 10, 1, 0.5);
   s.probe_beta_sum = {0.01, 0, 0};  // a sum without grid probes
-  EXPECT_THAT(selector_->Observe("l0", s),
-              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(Observe("l0", s), StatusIs(absl::StatusCode::kInvalidArgument));
   // Nothing was recorded.
   EXPECT_EQ(Decide().scores["l0"].vulnerability, 0);
 }
@@ -85,17 +75,17 @@ TEST_F(SelectorTest, ScoresAreWindowedSums) {
   p.window_steps = 50;
   Make(p, 1);
   for (int i = 0; i < 10; ++i) {
-    ASSERT_OK(selector_->Observe("l0", Sample(i < 5 ? 0.5 : 0.1, 10)));
+    ASSERT_OK(Observe("l0", Sample(i < 5 ? 0.5 : 0.1, 10)));
   }
   EXPECT_NEAR(Decide().scores["l0"].vulnerability, 0.1, 1e-9);
   // Window 50 with 30-step samples keeps two (60 steps).
-  ASSERT_OK(selector_->Observe("l0", Sample(0.4, 30)));
+  ASSERT_OK(Observe("l0", Sample(0.4, 30)));
   EXPECT_NEAR(Decide().scores["l0"].vulnerability, (0.1 * 2 + 0.4 * 3) / 5,
               1e-9);
   // The gain averages the probes in the window; NaN before any probe.
   EXPECT_TRUE(std::isnan(Decide().scores["l0"].gain));
-  ASSERT_OK(selector_->Observe("l0", Sample(0.4, 10, 2, 0.3)));
-  ASSERT_OK(selector_->Observe("l0", Sample(0.4, 10, 2, 0.5)));
+  ASSERT_OK(Observe("l0", Sample(0.4, 10, 2, 0.3)));
+  ASSERT_OK(Observe("l0", Sample(0.4, 10, 2, 0.5)));
   EXPECT_NEAR(Decide().scores["l0"].gain, 0.4, 1e-9);
 }
 
@@ -104,7 +94,7 @@ TEST_F(SelectorTest, WindowLengthChangeAppliesToHeldSamples) {
   p.window_steps = 100;
   Make(p, 1);
   for (int i = 0; i < 10; ++i) {
-    ASSERT_OK(selector_->Observe("l0", Sample(i < 8 ? 0.5 : 0.1, 10)));
+    ASSERT_OK(Observe("l0", Sample(i < 8 ? 0.5 : 0.1, 10)));
   }
   EXPECT_NEAR(Decide().scores["l0"].vulnerability, 0.42, 1e-9);
   p.window_steps = 20;
@@ -149,8 +139,8 @@ TEST_F(SelectorTest, LayersWithoutDataAreNeverAutoCandidates) {
   SelectorPolicy p = Classic();
   p.top_k = 4;
   Make(p, 3);
-  ASSERT_OK(selector_->Observe("l0", Sample(0.1, 50, 1, 0.5)));
-  ASSERT_OK(selector_->Observe("l1", Sample(0.0, 50, 1, 0.5)));
+  ASSERT_OK(Observe("l0", Sample(0.1, 50, 1, 0.5)));
+  ASSERT_OK(Observe("l1", Sample(0.0, 50, 1, 0.5)));
   SelectionDecision d = Decide();
   EXPECT_THAT(d.candidates, ElementsAre("l0"));
   EXPECT_THAT(d.scores["l1"].reason, HasSubstr("no boundary hits"));
@@ -289,7 +279,7 @@ TEST_F(SelectorTest, GainGuardEntersAndLeavesWithHysteresis) {
   p.min_gain = 0.05;
   p.hysteresis = 0.1;
   Make(p, 1);
-  ASSERT_OK(selector_->Observe("l0", Sample(0.2, 50)));
+  ASSERT_OK(Observe("l0", Sample(0.2, 50)));
   SelectionDecision d = Decide();
   EXPECT_THAT(d.candidates, ElementsAre("l0"));
   EXPECT_THAT(d.selected, IsEmpty());
@@ -345,8 +335,7 @@ TEST_F(SelectorTest, EarlyRefreshOncePerFactorVersion) {
   p.window_steps = 10;
   Make(p, 1);
   auto feed = [&](double gain, int64_t version) {
-    ASSERT_OK(selector_->Observe(
-        "l0", Sample(0.2, 10, kProbationProbes, gain, version)));
+    ASSERT_OK(Observe("l0", Sample(0.2, 10, kProbationProbes, gain, version)));
   };
   feed(0.4, 1);
   SelectionDecision d = Decide();
@@ -373,7 +362,7 @@ TEST_F(SelectorTest, EarlyRefreshOnTheNewestProbeStep) {
   p.window_steps = 50;
   Make(p, 1);
   auto feed = [&](double gain) {
-    EXPECT_OK(selector_->Observe("l0", Sample(0.2, 10, 1, gain, 1)));
+    EXPECT_OK(Observe("l0", Sample(0.2, 10, 1, gain, 1)));
     return Decide();
   };
   feed(0.3);
@@ -392,12 +381,10 @@ TEST_F(SelectorTest, NoEarlyRefreshWhileGainHolds) {
   SelectorPolicy p = Classic();
   p.window_steps = 10;
   Make(p, 1);
-  ASSERT_OK(
-      selector_->Observe("l0", Sample(0.2, 10, kProbationProbes, 0.4, 1)));
+  ASSERT_OK(Observe("l0", Sample(0.2, 10, kProbationProbes, 0.4, 1)));
   Decide();
   // Below half the best but above the guard's entry level.
-  ASSERT_OK(
-      selector_->Observe("l0", Sample(0.2, 10, kProbationProbes, 0.1, 1)));
+  ASSERT_OK(Observe("l0", Sample(0.2, 10, kProbationProbes, 0.1, 1)));
   SelectionDecision d = Decide();
   EXPECT_THAT(d.early_refresh, IsEmpty());
   EXPECT_THAT(d.selected, ElementsAre("l0"));
@@ -464,7 +451,7 @@ TEST_F(SelectorTest, ResumedLayersStaySelectedUntilAGainIsMeasured) {
   EXPECT_EQ(d.scores["l1"].reason,
             "selected: resumed from a checkpoint, no telemetry yet");
   // Telemetry without probes: still selected, now by the policy's cut.
-  ASSERT_OK(selector_->Observe("l1", Sample(0.2, 50)));
+  ASSERT_OK(Observe("l1", Sample(0.2, 50)));
   d = Decide();
   EXPECT_THAT(d.selected, ElementsAre("l1"));
   EXPECT_THAT(d.scores["l1"].reason,
@@ -475,7 +462,7 @@ TEST_F(SelectorTest, ResumedLayersStaySelectedUntilAGainIsMeasured) {
   d = Decide();
   EXPECT_THAT(d.selected, IsEmpty());
   EXPECT_THAT(d.candidates, ElementsAre("l1"));
-  ASSERT_OK(selector_->Observe("l1", Sample(0.2, 1000)));  // probes age out
+  ASSERT_OK(Observe("l1", Sample(0.2, 1000)));  // probes age out
   EXPECT_THAT(Decide().selected, IsEmpty());
 }
 
@@ -487,7 +474,7 @@ TEST_F(SelectorTest, BetaGridProbesAreWindowedAndChooseBetaNeedsAClearWin) {
   SelectorSample s = Sample(0.1, 10, 2, 0.5);  // probe GIFT RelL2 0.025
   s.beta_probes = 2;
   s.probe_beta_sum = {2 * 0.030, 2 * 0.025, 2 * 0.020};
-  ASSERT_OK(selector_->Observe("l0", s));
+  ASSERT_OK(Observe("l0", s));
   SelectionDecision d = selector_->Decide({});
   LayerScore sc = d.scores.at("l0");
   EXPECT_EQ(sc.beta_probes, 2);
@@ -497,12 +484,12 @@ TEST_F(SelectorTest, BetaGridProbesAreWindowedAndChooseBetaNeedsAClearWin) {
   EXPECT_NEAR(sc.beta_rel_l2[2], 0.020, 1e-12);
   // One or two probe steps are not enough evidence, however many ranks.
   EXPECT_EQ(ChooseBeta(sc, 1.0), 1.0);
-  ASSERT_OK(selector_->Observe("l0", s));
-  ASSERT_OK(selector_->Observe("l0", Sample(0.1, 10)));  // no probe
+  ASSERT_OK(Observe("l0", s));
+  ASSERT_OK(Observe("l0", Sample(0.1, 10)));  // no probe
   sc = selector_->Decide({}).scores.at("l0");
   EXPECT_EQ(sc.beta_probe_samples, 2);
   EXPECT_EQ(ChooseBeta(sc, 1.0), 1.0);
-  ASSERT_OK(selector_->Observe("l0", s));
+  ASSERT_OK(Observe("l0", s));
   sc = selector_->Decide({}).scores.at("l0");
   EXPECT_EQ(sc.beta_probes, 6);
   EXPECT_EQ(sc.beta_probe_samples, 3);

@@ -42,7 +42,7 @@ inline SelectorSample Sample(double v, int64_t steps = 10, int64_t probes = 0,
   s.probe_gift_sum = 0.05 * probes * (1 - gain);
   s.factor_version = version;
   s.probe_version = version;  // probes of the newest version
-  s.probe_steps = probes;     // by one rank
+  s.version_probes = probes;  // by one rank, all of them so far
   return s;
 }
 
@@ -56,11 +56,28 @@ inline SelectorPolicy Classic() {
   return p;
 }
 
+// One rank's count of each layer's probes by version, which samples carry
+// (SelectorSample::version_probes): Count(layer, s) is `s` as that rank
+// reports it when s.probes are its next probes.
+class RankProbeCounts {
+ public:
+  SelectorSample Count(const std::string& layer, SelectorSample s) {
+    if (s.probes > 0 && s.probe_version >= 0) {
+      s.version_probes = counts_[{layer, s.probe_version}] += s.probes;
+    }
+    return s;
+  }
+
+ private:
+  std::map<std::pair<std::string, int64_t>, int64_t> counts_;
+};
+
 class SelectorTest : public ::testing::Test {
  protected:
   // Layers "l0".."l{n-1}", 128 × 128.
   void Make(const SelectorPolicy& policy, int n) {
     selector_ = std::make_unique<LayerSelector>(policy);
+    probes_ = {};
     for (int i = 0; i < n; ++i) {
       ASSERT_OK(selector_->AddLayer({Name(i), 128, 128}));
     }
@@ -71,14 +88,18 @@ class SelectorTest : public ::testing::Test {
   void Feed(const std::vector<double>& scores, double gain = 0.5) {
     const int w = selector_->policy().window_steps;
     for (size_t i = 0; i < scores.size(); ++i) {
-      ASSERT_OK(selector_->Observe(Name(i),
-                                   Sample(scores[i], w, kJudgedProbes, gain)));
+      ASSERT_OK(Observe(Name(i), Sample(scores[i], w, kJudgedProbes, gain)));
     }
   }
   SelectionDecision Decide() { return selector_->Decide(settings_); }
+  // Feeds `s` to `layer` as one rank's probes reach the selector.
+  absl::Status Observe(const std::string& layer, const SelectorSample& s) {
+    return selector_->Observe(layer, probes_.Count(layer, s));
+  }
 
   std::unique_ptr<LayerSelector> selector_;
   std::map<std::string, SelectorSettings> settings_;
+  RankProbeCounts probes_;
 };
 
 // `s` with `ranks` ranks' audits of one step on `path`, each RelL2 `rel`.
@@ -106,7 +127,7 @@ class AuditTest : public SelectorTest {
                          int64_t version = 1) {
     SelectorSample s = Sample(0.2, 50, 5, gain, version);
     if (rel >= 0) s = WithAudit(s, gift, rel);
-    EXPECT_OK(selector_->Observe("l0", s));
+    EXPECT_OK(Observe("l0", s));
     return Decide();
   }
 };

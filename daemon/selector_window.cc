@@ -26,10 +26,10 @@ absl::Status ValidateProbes(const std::string& layer, const SelectorSample& s) {
                      s.steps, ", n ", s.n, ", upper ", s.upper, ", lower ",
                      s.lower, ", probes ", s.probes, ")"));
   }
-  if (s.probe_steps < 0 || s.probe_steps > s.probes) {
+  if (s.version_probes < 0 || (s.probes == 0 && s.version_probes > 0)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("selector: layer ", layer, " reports ", s.probe_steps,
-                     " probe steps in ", s.probes, " probes"));
+        absl::StrCat("selector: layer ", layer, " reports ", s.version_probes,
+                     " probe steps of its version in ", s.probes, " probes"));
   }
   if (s.probe_version < kMixedProbeVersion) {
     return absl::InvalidArgumentError(
@@ -99,7 +99,15 @@ void SampleWindow::Add(const SelectorSample& s, int window_steps) {
 void SampleWindow::Trim(int window_steps) {
   while (samples.size() > 1 &&
          sum.steps - samples.front().steps >= window_steps) {
-    Accumulate(samples.front(), -1);
+    const SelectorSample& s = samples.front();
+    if (s.probes > 0 && s.probe_version >= 0) {
+      dropped_version_probes =
+          s.probe_version == dropped_version
+              ? std::max(dropped_version_probes, s.version_probes)
+              : s.version_probes;
+      dropped_version = s.probe_version;
+    }
+    Accumulate(s, -1);
     samples.pop_front();
   }
 }
@@ -130,14 +138,14 @@ double SampleWindow::Gain() const {
 double SampleWindow::VersionGain(int64_t version, int64_t* probe_steps,
                                  double* lowest, double* latest) const {
   double euclid = 0, gift = 0;
-  *probe_steps = 0;
+  int64_t counted = 0;  // the most probe steps of `version` any sample counted
   int64_t probes = 0;
   if (lowest != nullptr) *lowest = kNaN;
   if (latest != nullptr) *latest = kNaN;
   for (const SelectorSample& s : samples) {
     if (s.probes <= 0 || s.probe_version != version) continue;
     probes += s.probes;
-    *probe_steps += s.probe_steps;
+    counted = std::max(counted, s.version_probes);
     euclid += s.probe_euclid_sum;
     gift += s.probe_gift_sum;
     if (s.probe_euclid_sum > 0) {
@@ -146,6 +154,9 @@ double SampleWindow::VersionGain(int64_t version, int64_t* probe_steps,
       if (latest != nullptr) *latest = g;
     }
   }
+  const int64_t before =
+      version == dropped_version ? dropped_version_probes : 0;
+  *probe_steps = counted >= before ? counted - before : counted;
   if (probes <= 0 || !(euclid > 0)) return kNaN;
   return 1.0 - gift / euclid;
 }

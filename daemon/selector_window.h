@@ -42,6 +42,11 @@ absl::Status ValidateSample(const std::string& layer, const SelectorSample& s);
 struct SampleWindow {
   std::deque<SelectorSample> samples;
   SelectorSample sum;  // Σ over `samples` (factor_version unused)
+  // The probe version of the newest sample with probes that left the window
+  // and the most probes of it any dropped sample counted (version_probes):
+  // the version's probe steps in the window are counted above it.
+  int64_t dropped_version = kMixedProbeVersion;
+  int64_t dropped_version_probes = 0;
 
   void Add(const SelectorSample& s, int window_steps);
   void Trim(int window_steps);
@@ -50,7 +55,11 @@ struct SampleWindow {
   // 1 − Σ gift / Σ euclid over the window's probes; NaN without probes.
   double Gain() const;
   // The same over the probes of samples whose probe_version is `version`;
-  // `probe_steps` gets their probe steps, and `lowest` (when given) the
+  // `probe_steps` gets the version's probe steps in the window (the most any
+  // sample counted, SelectorSample::version_probes, less those counted by
+  // the samples that left it; all of them when the count is below those: it
+  // restarted, as a rank's does when it attaches again), and `lowest` (when
+  // given) the
   // lowest gain of one such sample and `latest` that of the newest (NaN
   // without one). A sample is one observation of the ranks, in practice one
   // probe step.

@@ -284,6 +284,10 @@ std::vector<Field> Fields(Session& s) {
     entry(offsetof(LayerEntry, tele) + offsetof(LayerCounters, upper), 8);
     entry(offsetof(LayerEntry, tele) + offsetof(LayerCounters, err_sq), 8);
     entry(offsetof(LayerEntry, tele) + offsetof(LayerCounters, probes), 8);
+    entry(offsetof(LayerEntry, tele) + offsetof(LayerCounters, probe_version),
+          8);
+    entry(offsetof(LayerEntry, tele) + offsetof(LayerCounters, version_probes),
+          8);
     entry(offsetof(LayerEntry, tele) + offsetof(LayerCounters, factor_version),
           8);
     entry(offsetof(LayerEntry, full_region) + offsetof(RegionDesc, bytes), 8);

@@ -62,7 +62,7 @@ inline constexpr uint64_t kMagic = 0x3130'4D48'5354'4947ULL;  // "GIFTSHM01"
 // before Ω₀'s, PeerFactor.omega_cols, which a daemon of 8 would refuse; 10:
 // nor those that are U's, PeerFactor.omega_u_cols, which a daemon of 9 would
 // refuse on a length check).
-inline constexpr uint32_t kLayoutVersion = 10;
+inline constexpr uint32_t kLayoutVersion = 11;
 
 // Sketch oversampling p (DESIGN §2): a window sketches k = r + p columns.
 // giftd's sketch_oversample sets it (this default), at most kMaxOversample.
@@ -230,6 +230,11 @@ struct LayerCounters {
   // (rank_counters.h): kMixedProbeVersion when the probes in it may have
   // used more than one version.
   int64_t probe_version;
+  // Probes this rank made with probe_version, from its first probe of it (0:
+  // none yet). Not differenced: the daemon counts a version's probe steps by
+  // it, so a step whose probes reach the daemon in two polls (ranks or nodes
+  // polled on either side of it) counts once.
+  int64_t version_probes;
 };
 
 // LayerCounters::probe_version of a difference whose probes mixed versions.

@@ -116,6 +116,19 @@ absl::StatusOr<LayerCounters> CountersSince(const LayerCounters& was,
       d.probes > 0 && was.probes > 0 && was.probe_version != now.probe_version
           ? kMixedProbeVersion
           : now.probe_version;
+  // One per probe of probe_version, restarting with a new version.
+  const int64_t since = was.probe_version == now.probe_version
+                            ? now.version_probes - was.version_probes
+                            : now.version_probes;
+  if (now.version_probes < 0 || now.version_probes > now.probes ||
+      (now.version_probes > 0) != (now.probes > 0 && now.probe_version >= 0) ||
+      since < 0 || since > d.probes) {
+    return absl::DataLossError(
+        absl::StrCat("version_probes is ", now.version_probes, " (was ",
+                     was.version_probes, "; probe_version ", now.probe_version,
+                     ", ", d.probes, " new probes of ", now.probes, ")"));
+  }
+  d.version_probes = now.version_probes;
   return d;
 }
 

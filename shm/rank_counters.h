@@ -22,9 +22,10 @@
 
 namespace gift::shm {
 
-// now − was, field by field (factor_version: now's; probe_version: now's,
-// or kMixedProbeVersion when the difference has probes and the version
-// moved since `was` had probes: some of them may be of the older version).
+// now − was, field by field (factor_version and version_probes: now's;
+// probe_version: now's, or kMixedProbeVersion when the difference has probes
+// and the version moved since `was` had probes: some of them may be of the
+// older version).
 // DATA_LOSS naming the
 // first bad field when `now` is malformed or went below `was`. REQUIRES:
 // `was` was accepted before (or is all zero).

@@ -25,6 +25,8 @@ LayerCounters Layer(int64_t steps) {
   c.xhat_x = -1.0 * steps;  // may be negative
   c.cosine_sum = 0.5 * steps;
   c.factor_version = 3;
+  c.probe_version = c.probes > 0 ? 3 : -1;  // every probe of v3
+  c.version_probes = c.probes;
   return c;
 }
 
@@ -54,6 +56,21 @@ TEST(RankCountersTest, DifferencesOfGoodSamples) {
   ASSERT_OK(CountersSince(LayerCounters{}, Layer(0)));
 }
 
+// A version's probes are counted from its first, not differenced: a probe
+// step that two polls see on different ranks counts once (telemetry.cc).
+TEST(RankCountersTest, VersionProbesCountFromTheVersionsFirstProbe) {
+  LayerCounters was = Layer(8), now = Layer(16);  // 2, then 4 probes of v3
+  auto d = CountersSince(was, now);
+  ASSERT_OK(d);
+  EXPECT_EQ(d->probes, 2);
+  EXPECT_EQ(d->version_probes, 4);
+  now.probe_version = 4;  // the newer two probes: one of v4
+  now.version_probes = 1;
+  d = CountersSince(was, now);
+  ASSERT_OK(d);
+  EXPECT_EQ(d->version_probes, 1);
+}
+
 TEST(RankCountersTest, ProbesSinceTheVersionMovedMayMixVersions) {
   LayerCounters was = Layer(8), now = Layer(16);  // 2 probes each
   was.probe_version = now.probe_version = 4;
@@ -61,10 +78,13 @@ TEST(RankCountersTest, ProbesSinceTheVersionMovedMayMixVersions) {
   ASSERT_OK(d);
   EXPECT_EQ(d->probe_version, 4);
   now.probe_version = 5;  // some of the new probes may be of v4
+  now.version_probes = 1;
   d = CountersSince(was, now);
   ASSERT_OK(d);
   EXPECT_EQ(d->probe_version, kMixedProbeVersion);
-  was.probes = 0;  // no probe before: all of them are of v5
+  EXPECT_EQ(d->version_probes, 1);
+  was.probes = was.version_probes =
+      0;  // no probe before: all of them are of v5
   was.probe_version = -1;
   d = CountersSince(was, now);
   ASSERT_OK(d);
@@ -93,6 +113,17 @@ TEST(RankCountersTest, MalformedOrDecreasingSamplesAreDataLoss) {
   bad([](LayerCounters& c) { c.upper = c.n; }, "upper");  // upper + lower > n
   bad([](LayerCounters& c) { c.gift_steps = 100; }, "gift_steps");
   bad([](LayerCounters& c) { c.probes = 100; }, "probes");
+  // Layer(10) made 2 probes of v3, Layer(12) 3.
+  bad([](LayerCounters& c) { c.version_probes = 4; }, "version_probes");
+  bad([](LayerCounters& c) { c.version_probes = 1; }, "version_probes");
+  bad([](LayerCounters& c) { c.version_probes = -1; }, "version_probes");
+  bad(
+      [](LayerCounters& c) {
+        c.probe_version = 4;  // a new version: at most the new probe is of it
+        c.version_probes = 2;
+      },
+      "version_probes");
+  bad([](LayerCounters& c) { c.probe_version = -1; }, "version_probes");
 
   StepCounters now = Steps(12);
   now.duration_buckets[5] = 1;  // more durations than steps

@@ -318,6 +318,8 @@ TEST_F(DaemonControlTest, BetaAutoPicksTheNextFactorsBetaFromTheGridProbes) {
     c.probes += probes;
     c.probe_euclid_sum += 0.05 * probes;
     c.probe_gift_sum += 0.04 * probes;
+    c.probe_version = 1;
+    c.version_probes += probes;
     c.beta_probes += probes;
     c.probe_beta_sum[0] += 0.045 * probes;
     c.probe_beta_sum[1] += 0.04 * probes;
@@ -352,6 +354,54 @@ TEST_F(DaemonControlTest, BetaAutoPicksTheNextFactorsBetaFromTheGridProbes) {
   ASSERT_OK(layers);
   EXPECT_FALSE(layers->layers(1).settings().beta_auto());
   EXPECT_EQ(layers->layers(1).settings().beta(), 0.5);
+}
+
+// Probation counts a version's probe steps, not its reports: one probe step
+// whose two ranks' telemetry reaches giftd in two polls (one rank wrote it
+// before the poll, the other after) is one probe step, and the layer stays
+// on probation until the next (CI, 2026-12-07: a layer entered the GIFT
+// path on one probe step, counted once per rank).
+TEST_F(DaemonControlTest, AProbeStepPolledOnEitherSideCountsOnce) {
+  auto d = Daemon::Create(TestDaemonConfig("ctest2"), &registry_);
+  ASSERT_OK(d);
+  FakeRank ranks[2];
+  for (int r = 0; r < 2; ++r) {
+    auto resp = (*d)->Register(Request(r, /*world=*/2));
+    ASSERT_OK(resp);
+    ranks[r] = FakeRank::Map(*resp);
+  }
+  ASSERT_OK((*d)->OnFactor(GoodFactor(1)));
+  shm::LayerCounters c[2] = {};
+  // Rank `r`'s probe step `k` of fc2's v1, gaining 0.5, in 10 steps with
+  // boundary hits (so that fc2 is a candidate).
+  auto probe_step = [&](int r, int k) {
+    shm::LayerCounters& x = c[r];
+    x.steps = 10 * k;
+    x.n = 768 * 10 * k;
+    x.upper = 100 * k;
+    x.probes = x.version_probes = k;
+    x.probe_version = 1;
+    x.probe_euclid_sum = 0.05 * k;
+    x.probe_gift_sum = 0.025 * k;
+    x.factor_version = 1;
+    shm::WriteTelemetry(ranks[r].entry(1), x);
+  };
+  auto fc2 = [&] {
+    auto layers = (*d)->ListLayers({});
+    EXPECT_OK(layers);
+    return layers.ok() ? layers->layers(1) : v1::LayerStatus();
+  };
+  probe_step(0, 1);
+  (*d)->PollOnce();
+  probe_step(1, 1);
+  (*d)->PollOnce();
+  EXPECT_FALSE(fc2().selected());
+  EXPECT_THAT(fc2().reason(), HasSubstr("factor v1 on probation (1 of 2"));
+  probe_step(0, 2);
+  probe_step(1, 2);
+  (*d)->PollOnce();
+  EXPECT_TRUE(fc2().selected()) << fc2().reason();
+  EXPECT_THAT(fc2().reason(), HasSubstr("(2 probe steps"));
 }
 
 }  // namespace

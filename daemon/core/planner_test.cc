@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "common/status_matchers.h"
+#include "daemon/selector_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -45,7 +46,7 @@ SelectorSample Sample(double gain, int64_t version = -1) {
   s.upper = 50000;
   s.lower = 150000;
   const int probes = PolicyDefault<int>(policy_field::kEntryProbes);
-  s.probes = s.probe_steps = probes;
+  s.probes = probes;
   s.probe_euclid_sum = probes * 0.05;
   s.probe_gift_sum = probes * 0.05 * (1 - gain);
   s.factor_version = s.probe_version = version;
@@ -75,9 +76,14 @@ class PlannerTest : public ::testing::Test {
     for (const PlanLayer& l : layers_) out.push_back(&l);
     return out;
   }
+  // Feeds `s` to the selector's `layer` as one rank's probes reach it.
+  absl::Status Observe(const std::string& layer, const SelectorSample& s) {
+    return planner_.selector().Observe(layer, probes_.Count(layer, s));
+  }
 
   Planner planner_;
   std::vector<PlanLayer> layers_;
+  RankProbeCounts probes_;
 };
 
 // A follower node's planner and its own layers fc1, fc2, which apply the
@@ -294,7 +300,7 @@ TEST_F(PlannerTest, TheSelectorsDecisionSetsCandidateAndSelected) {
   EXPECT_FALSE(s.changed);
   EXPECT_THAT(s.moves, IsEmpty());
   // A layer the policy takes.
-  ASSERT_OK(planner_.selector().Observe("fc2", Sample(0.4, 1)));
+  ASSERT_OK(Observe("fc2", Sample(0.4, 1)));
   s = planner_.ApplySelection(Layers());
   EXPECT_TRUE(s.changed);
   EXPECT_THAT(s.moves, ElementsAre("fc2 selected"));
@@ -304,13 +310,13 @@ TEST_F(PlannerTest, TheSelectorsDecisionSetsCandidateAndSelected) {
 // Probation: the accepted version goes into the layer without a new epoch
 // (PeeredPlannerTest: with one, so that followers get it).
 TEST_F(PlannerTest, AnAcceptedVersionIsPublishedWithoutANewEpoch) {
-  ASSERT_OK(planner_.selector().Observe("fc1", Sample(0.4, 1)));
+  ASSERT_OK(Observe("fc1", Sample(0.4, 1)));
   Planner::Selection s = planner_.ApplySelection(Layers());
   EXPECT_TRUE(s.changed);
   EXPECT_TRUE(s.accepted_changed);
   EXPECT_EQ(layers_[0].accepted_version, 1);
   EXPECT_EQ(layers_[1].accepted_version, -1);
-  ASSERT_OK(planner_.selector().Observe("fc1", Sample(0.4, 2)));
+  ASSERT_OK(Observe("fc1", Sample(0.4, 2)));
   s = planner_.ApplySelection(Layers());
   EXPECT_FALSE(s.changed);
   EXPECT_TRUE(s.accepted_changed);
@@ -323,19 +329,19 @@ TEST_F(PlannerTest, AnAcceptedVersionIsPublishedWithoutANewEpoch) {
 }
 
 TEST_F(PlannerTest, EarlyRefreshBumpsRefreshSeq) {
-  ASSERT_OK(planner_.selector().Observe("fc1", Sample(0.4, 1)));
+  ASSERT_OK(Observe("fc1", Sample(0.4, 1)));
   Planner::Selection s = planner_.ApplySelection(Layers());
   ASSERT_TRUE(layers_[0].selected);
   EXPECT_EQ(layers_[0].refresh_seq, 0);
   // The gain decayed below half of 0.4 and below min_gain.
-  ASSERT_OK(planner_.selector().Observe("fc1", Sample(0.03, 1)));
+  ASSERT_OK(Observe("fc1", Sample(0.03, 1)));
   s = planner_.ApplySelection(Layers());
   EXPECT_TRUE(s.changed);
   EXPECT_THAT(s.moves, Contains("fc1 early refresh (gain decayed)"));
   EXPECT_EQ(layers_[0].refresh_seq, 1);
   EXPECT_EQ(layers_[1].refresh_seq, 0);
   // Once per factor version.
-  ASSERT_OK(planner_.selector().Observe("fc1", Sample(0.02, 1)));
+  ASSERT_OK(Observe("fc1", Sample(0.02, 1)));
   s = planner_.ApplySelection(Layers());
   EXPECT_EQ(layers_[0].refresh_seq, 1);
 }
@@ -346,8 +352,8 @@ TEST_F(PlannerTest, EarlyRefreshBumpsRefreshSeq) {
 // The plan carries the period and the stride (auto: 50 / 16 = 3) to the
 // followers.
 TEST_F(PlannerTest, SteadyFactorsOfGiftLayersLengthenTheSketchPeriod) {
-  ASSERT_OK(planner_.selector().Observe("fc1", Sample(0.4, 1)));
-  ASSERT_OK(planner_.selector().Observe("fc2", Sample(0.0, 1)));
+  ASSERT_OK(Observe("fc1", Sample(0.4, 1)));
+  ASSERT_OK(Observe("fc2", Sample(0.0, 1)));
   layers_[1].settings.set_pin(v1::PIN_IN);  // a candidate without a factor
   planner_.ApplySelection(Layers());
   ASSERT_TRUE(layers_[0].selected);
@@ -355,7 +361,7 @@ TEST_F(PlannerTest, SteadyFactorsOfGiftLayersLengthenTheSketchPeriod) {
   EXPECT_EQ(layers_[0].sketch.period(), 1);
   for (int64_t v : {2, 3, 4}) {
     layers_[0].sketch.NoteFactor(v, 0.99);
-    ASSERT_OK(planner_.selector().Observe("fc1", Sample(0.4, v)));
+    ASSERT_OK(Observe("fc1", Sample(0.4, v)));
     Planner::Selection s = planner_.ApplySelection(Layers());
     EXPECT_EQ(s.changed, v < 4) << v;
   }
@@ -377,7 +383,7 @@ TEST_F(PlannerTest, SteadyFactorsOfGiftLayersLengthenTheSketchPeriod) {
   EXPECT_EQ(follower.planner.sketch_stride(), 1);
   // The gain decayed: an early refresh (and off the GIFT path), every
   // window again.
-  ASSERT_OK(planner_.selector().Observe("fc1", Sample(0.03, 4)));
+  ASSERT_OK(Observe("fc1", Sample(0.03, 4)));
   Planner::Selection s = planner_.ApplySelection(Layers());
   EXPECT_THAT(s.moves, Contains("fc1 early refresh (gain decayed)"));
   EXPECT_THAT(s.moves, Contains(HasSubstr("fc1 candidate: its factors are "
@@ -395,7 +401,7 @@ SelectorSample BetaSample() {
   s.n = 100000;
   s.upper = 5000;
   s.lower = 15000;
-  s.probes = s.probe_steps = 2;
+  s.probes = 2;
   s.probe_euclid_sum = 2 * 0.05;
   s.probe_gift_sum = 2 * 0.025;
   s.beta_probes = 2;
@@ -408,14 +414,14 @@ TEST_F(PlannerTest, BetaAutoMovesBetaOnlyWithEnoughGridProbes) {
   layers_[1].settings.set_beta_auto(true);
   layers_[1].settings.set_transform(v1::TRANSFORM_FULL);  // never β auto
   for (int i = 0; i < kMinBetaProbes - 1; ++i) {
-    ASSERT_OK(planner_.selector().Observe("fc1", BetaSample()));
-    ASSERT_OK(planner_.selector().Observe("fc2", BetaSample()));
+    ASSERT_OK(Observe("fc1", BetaSample()));
+    ASSERT_OK(Observe("fc2", BetaSample()));
     Planner::Selection s = planner_.ApplySelection(Layers());
     EXPECT_THAT(s.beta_changes, IsEmpty());
     EXPECT_EQ(layers_[0].settings.beta(), 0);  // the default β
   }
-  ASSERT_OK(planner_.selector().Observe("fc1", BetaSample()));
-  ASSERT_OK(planner_.selector().Observe("fc2", BetaSample()));
+  ASSERT_OK(Observe("fc1", BetaSample()));
+  ASSERT_OK(Observe("fc2", BetaSample()));
   Planner::Selection s = planner_.ApplySelection(Layers());
   EXPECT_EQ(layers_[0].settings.beta(), 3.0);
   EXPECT_EQ(layers_[1].settings.beta(), 0);
@@ -425,7 +431,7 @@ TEST_F(PlannerTest, BetaAutoMovesBetaOnlyWithEnoughGridProbes) {
   EXPECT_FALSE(s.changed);
   EXPECT_THAT(s.moves, IsEmpty());
   // At β 3 already: no move.
-  ASSERT_OK(planner_.selector().Observe("fc1", BetaSample()));
+  ASSERT_OK(Observe("fc1", BetaSample()));
   s = planner_.ApplySelection(Layers());
   EXPECT_THAT(s.beta_changes, IsEmpty());
   EXPECT_EQ(layers_[0].settings.beta(), 3.0);
@@ -439,10 +445,10 @@ class PeeredPlannerTest : public PlannerTest {
 TEST_F(PeeredPlannerTest, BetaAutoChangesThePlanWithPeers) {
   layers_[0].settings.set_beta_auto(true);
   for (int i = 0; i < kMinBetaProbes - 1; ++i) {
-    ASSERT_OK(planner_.selector().Observe("fc1", BetaSample()));
+    ASSERT_OK(Observe("fc1", BetaSample()));
     planner_.ApplySelection(Layers());
   }
-  ASSERT_OK(planner_.selector().Observe("fc1", BetaSample()));
+  ASSERT_OK(Observe("fc1", BetaSample()));
   Planner::Selection s = planner_.ApplySelection(Layers());
   EXPECT_EQ(layers_[0].settings.beta(), 3.0);
   EXPECT_TRUE(s.changed);  // the other nodes' owners need it
@@ -451,9 +457,9 @@ TEST_F(PeeredPlannerTest, BetaAutoChangesThePlanWithPeers) {
 }
 
 TEST_F(PeeredPlannerTest, AnAcceptedVersionChangesThePlanWithPeers) {
-  ASSERT_OK(planner_.selector().Observe("fc1", Sample(0.4, 1)));
+  ASSERT_OK(Observe("fc1", Sample(0.4, 1)));
   planner_.ApplySelection(Layers());
-  ASSERT_OK(planner_.selector().Observe("fc1", Sample(0.4, 2)));
+  ASSERT_OK(Observe("fc1", Sample(0.4, 2)));
   Planner::Selection s = planner_.ApplySelection(Layers());
   EXPECT_TRUE(s.changed);  // the other nodes publish the leader's
   EXPECT_THAT(s.moves, ElementsAre("fc1 accepts factor v2"));

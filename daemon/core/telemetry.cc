@@ -50,8 +50,10 @@ void AddSample(const v1::LayerSample& s, SelectorSample* to, double* err_sq,
                                                       : kMixedProbeVersion);
   to->probes += s.probes();
   // The nodes' ranks probe the same steps.
-  to->probe_steps = std::max(
-      to->probe_steps, std::clamp<int64_t>(s.probe_steps(), 0, s.probes()));
+  if (s.probes() > 0) {
+    to->version_probes =
+        std::max(to->version_probes, std::max<int64_t>(s.version_probes(), 0));
+  }
   to->probe_euclid_sum += s.probe_euclid_sum();
   to->probe_gift_sum += s.probe_gift_sum();
   *err_sq += s.err_sq();
@@ -83,7 +85,7 @@ void MergeSample(const v1::LayerSample& s, v1::LayerSample* to) {
         s.has_probe_version() ? s.probe_version() : kMixedProbeVersion));
   }
   to->set_probes(to->probes() + s.probes());
-  to->set_probe_steps(std::max(to->probe_steps(), s.probe_steps()));
+  to->set_version_probes(std::max(to->version_probes(), s.version_probes()));
   to->set_probe_euclid_sum(to->probe_euclid_sum() + s.probe_euclid_sum());
   to->set_probe_gift_sum(to->probe_gift_sum() + s.probe_gift_sum());
   to->set_err_sq(to->err_sq() + s.err_sq());
@@ -197,7 +199,9 @@ void Telemetry::TakeLayerSample(RankSession& s, int i, SelectorSample* x,
       x->probes, x->probe_version, d->probes,
       d->probe_version < 0 ? kMixedProbeVersion : d->probe_version);
   AddSat(&x->probes, d->probes);
-  x->probe_steps = std::max(x->probe_steps, d->probes);  // one per step
+  if (d->probes > 0) {
+    x->version_probes = std::max(x->version_probes, d->version_probes);
+  }
   x->probe_euclid_sum += d->probe_euclid_sum;
   x->probe_gift_sum += d->probe_gift_sum;
   AddSat(&x->beta_probes, d->beta_probes);
@@ -341,7 +345,7 @@ void Telemetry::SendReport(const std::vector<SelectorSample>& samples,
     x->set_lower(s.lower);
     x->set_probes(s.probes);
     if (s.probes > 0) x->set_probe_version(s.probe_version);
-    x->set_probe_steps(s.probe_steps);
+    x->set_version_probes(s.version_probes);
     x->set_probe_euclid_sum(s.probe_euclid_sum);
     x->set_probe_gift_sum(s.probe_gift_sum);
     x->set_err_sq(err[i]);
