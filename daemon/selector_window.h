@@ -59,10 +59,9 @@ struct SampleWindow {
   // sample counted, SelectorSample::version_probes, less those counted by
   // the samples that left it; all of them when the count is below those: it
   // restarted, as a rank's does when it attaches again), and `lowest` (when
-  // given) the
-  // lowest gain of one such sample and `latest` that of the newest (NaN
-  // without one). A sample is one observation of the ranks, in practice one
-  // probe step.
+  // given) the lowest gain of one such sample and `latest` that of the newest
+  // (NaN without one). A sample is one observation of the ranks, in practice
+  // one probe step.
   double VersionGain(int64_t version, int64_t* probe_steps,
                      double* lowest = nullptr, double* latest = nullptr) const;
   // Mean Euclidean round-trip RelL2 of the probes (NaN without probes).

@@ -61,7 +61,7 @@ inline constexpr uint64_t kMagic = 0x3130'4D48'5354'4947ULL;  // "GIFTSHM01"
 // members[i % size] is refused; 9: a peer factor sends only Ω's columns
 // before Ω₀'s, PeerFactor.omega_cols, which a daemon of 8 would refuse; 10:
 // nor those that are U's, PeerFactor.omega_u_cols, which a daemon of 9 would
-// refuse on a length check).
+// refuse on a length check; 11: LayerCounters::version_probes).
 inline constexpr uint32_t kLayoutVersion = 11;
 
 // Sketch oversampling p (DESIGN §2): a window sketches k = r + p columns.

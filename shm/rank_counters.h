@@ -25,10 +25,9 @@ namespace gift::shm {
 // now − was, field by field (factor_version and version_probes: now's;
 // probe_version: now's, or kMixedProbeVersion when the difference has probes
 // and the version moved since `was` had probes: some of them may be of the
-// older version).
-// DATA_LOSS naming the
-// first bad field when `now` is malformed or went below `was`. REQUIRES:
-// `was` was accepted before (or is all zero).
+// older version). DATA_LOSS naming the first bad field when `now` is
+// malformed or went below `was`. REQUIRES: `was` was accepted before (or is
+// all zero).
 absl::StatusOr<LayerCounters> CountersSince(const LayerCounters& was,
                                             const LayerCounters& now);
 absl::StatusOr<StepCounters> CountersSince(const StepCounters& was,
