@@ -314,8 +314,6 @@ class ProbationTest : public SelectorTest {
     EXPECT_OK(SelectorTest::Observe("l0", s));
     return Decide();
   }
-  // A new selector with the same policy.
-  void Restart() { Make(selector_->policy(), 1); }
   // `d` keeps l0 off the GIFT path, with no accepted version, saying `why`.
   static void ExpectOff(SelectionDecision& d, const std::string& why) {
     EXPECT_THAT(d.selected, IsEmpty());
@@ -348,13 +346,13 @@ TEST_F(ProbationTest, OneProbeOfTheVersionDoesNotSelect) {
   EXPECT_THAT(d.selected, ElementsAre("l0"));
   EXPECT_EQ(d.scores["l0"].gain_probe_steps, 2);
   // Probes whose versions mixed count for no version.
-  Restart();
+  Make(selector_->policy(), 1);
   Observe(2, 1, 2, 0.5, 1);
   d = Observe(2, 3, kMixedProbeVersion, 0.5, 1);
   EXPECT_THAT(d.selected, IsEmpty());
   EXPECT_EQ(d.scores["l0"].gain_probe_steps, 1);
   // Many ranks' probes of one step are one probe step.
-  Restart();
+  Make(selector_->policy(), 1);
   s = Sample(0.2, 1, 4, 0.5, 2);
   s.version_probes = 1;
   ASSERT_OK(selector_->Observe("l0", s));
@@ -363,7 +361,7 @@ TEST_F(ProbationTest, OneProbeOfTheVersionDoesNotSelect) {
   EXPECT_EQ(d.scores["l0"].gain_probe_steps, 1);
   // So are one step's probes in two samples: ranks (or nodes) polled on
   // either side of the step; each says it is the version's first.
-  Restart();
+  Make(selector_->policy(), 1);
   s = Sample(0.2, 1, 1, 0.5, 2);
   ASSERT_OK(selector_->Observe("l0", s));
   Decide();
@@ -385,7 +383,7 @@ TEST_F(ProbationTest, TwoGainingProbesOfTheVersionSelectAndAcceptIt) {
       HasSubstr("selected: gain 0.4 >= 0.05 on factor v2 (2 probe steps, "
                 "lowest 0.3)"));
   // Two probes that do not gain: not selected.
-  Restart();
+  Make(selector_->policy(), 1);
   Observe(2, 1, 2, 0.5, 10);
   d = Observe(2, 1, 2, -0.6, 10);  // together: gain -0.05
   EXPECT_THAT(d.selected, IsEmpty());

@@ -32,40 +32,58 @@ TEST_F(SelectorTest, AddLayerRejectsBadInput) {
 
 TEST_F(SelectorTest, ObserveRejectsBadInput) {
   Make(Classic(), 1);
-  EXPECT_THAT(Observe("nope", Sample(0.1)),
+  EXPECT_THAT(selector_->Observe("nope", Sample(0.1)),
               StatusIs(absl::StatusCode::kNotFound));
   SelectorSample s = Sample(0.1);
   s.upper = -1;
-  EXPECT_THAT(Observe("l0", s), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(selector_->Observe("l0", s),
+              StatusIs(absl::StatusCode::kInvalidArgument));
   s = Sample(0.1);
   s.steps = -1;
-  EXPECT_THAT(Observe("l0", s), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(selector_->Observe("l0", s),
+              StatusIs(absl::StatusCode::kInvalidArgument));
   s = Sample(0.1);
   s.upper = s.n;  // more hits than elements
-  EXPECT_THAT(Observe("l0", s), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(selector_->Observe("l0", s),
+              StatusIs(absl::StatusCode::kInvalidArgument));
   s = Sample(0.1, 10, 1, 0.5);
   s.probe_gift_sum = NAN;
-  EXPECT_THAT(Observe("l0", s), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(selector_->Observe("l0", s),
+              StatusIs(absl::StatusCode::kInvalidArgument));
   s = Sample(0.1);
   s.audits_gift = -1;
-  EXPECT_THAT(Observe("l0", s), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(selector_->Observe("l0", s),
+              StatusIs(absl::StatusCode::kInvalidArgument));
   s = Sample(0.1);
   s.audits_euclid = 1;
   s.audit_euclid_rel_l2_sum = INFINITY;
-  EXPECT_THAT(Observe("l0", s), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(selector_->Observe("l0", s),
+              StatusIs(absl::StatusCode::kInvalidArgument));
   s = Sample(0.1);
   s.audit_gift_rel_l2_sum = 0.1;  // a sum without audits
-  EXPECT_THAT(Observe("l0", s), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(selector_->Observe("l0", s),
+              StatusIs(absl::StatusCode::kInvalidArgument));
   s = Sample(0.1, 10, 1, 0.5);
   s.beta_probes = 2;  // more grid probes than probes
-  EXPECT_THAT(Observe("l0", s), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(selector_->Observe("l0", s),
+              StatusIs(absl::StatusCode::kInvalidArgument));
   s = Sample(0.1, 10, 1, 0.5);
   s.beta_probes = 1;
   s.probe_beta_sum = {0.01, NAN, 0.02};
-  EXPECT_THAT(Observe("l0", s), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(selector_->Observe("l0", s),
+              StatusIs(absl::StatusCode::kInvalidArgument));
   s = Sample(0.1, 10, 1, 0.5);
   s.probe_beta_sum = {0.01, 0, 0};  // a sum without grid probes
-  EXPECT_THAT(Observe("l0", s), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(selector_->Observe("l0", s),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  s = Sample(0.1, 10, 1, 0.5, 1);
+  s.version_probes = -1;
+  EXPECT_THAT(selector_->Observe("l0", s),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  s = Sample(0.1);
+  s.version_probes = 1;  // a version's probe count without probes
+  EXPECT_THAT(selector_->Observe("l0", s),
+              StatusIs(absl::StatusCode::kInvalidArgument));
   // Nothing was recorded.
   EXPECT_EQ(Decide().scores["l0"].vulnerability, 0);
 }
