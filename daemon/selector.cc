@@ -120,7 +120,7 @@ void ScoreRow(const LayerState& st, LayerScore& sc) {
                                   &sc.gain_lowest, &sc.gain_latest);
   sc.probe_gift_rel_l2 = st.window.ProbeGift();
   sc.beta_probes = st.window.sum.beta_probes;
-  sc.beta_probe_samples = st.window.BetaProbeSamples();
+  sc.beta_probe_steps = st.window.BetaProbeSteps();
   for (int b = 0; b < kBetaGrid; ++b) {
     sc.beta_rel_l2[b] = st.window.ProbeBeta(b);
   }
@@ -264,7 +264,7 @@ int BetaIndex(double beta) {
 }
 
 double ChooseBeta(const LayerScore& score, double current, double margin) {
-  if (score.beta_probe_samples < kMinBetaProbes ||
+  if (score.beta_probe_steps < kMinBetaProbes ||
       !(score.probe_gift_rel_l2 > 0)) {
     return current;
   }

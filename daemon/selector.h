@@ -284,16 +284,17 @@ struct LayerScore {
   // grid probes; beta_probes counts them).
   double probe_gift_rel_l2 = std::numeric_limits<double>::quiet_NaN();
   int64_t beta_probes = 0;
-  // Observations in the window that brought grid probes (about one per
-  // probe step: the ranks' reports of one step are summed into one).
-  int64_t beta_probe_samples = 0;
+  // Probe steps in the window that tried the β grid, each counted once
+  // however many ranks, nodes and polls reported it
+  // (SampleWindow::BetaProbeSteps).
+  int64_t beta_probe_steps = 0;
   std::array<double, kBetaGrid> beta_rel_l2{
       std::numeric_limits<double>::quiet_NaN(),
       std::numeric_limits<double>::quiet_NaN(),
       std::numeric_limits<double>::quiet_NaN()};
 };
 
-// Observations with grid probes (LayerScore::beta_probe_samples) ChooseBeta
+// Probe steps with grid probes (LayerScore::beta_probe_steps) ChooseBeta
 // needs in the window before it moves β: one probe step's figures are too
 // noisy (the demo model flipped β back and forth on them).
 inline constexpr int64_t kMinBetaProbes = 3;
@@ -302,7 +303,7 @@ inline constexpr int64_t kMinBetaProbes = 3;
 // whose windowed probe RelL2 is lowest when it beats the probes of the
 // factors in use (built with `current`) by more than `margin` (relative),
 // else `current`: a small, noisy difference never moves β. `current` also
-// while the window holds fewer than kMinBetaProbes observations with grid
+// while the window holds fewer than kMinBetaProbes probe steps with grid
 // probes.
 double ChooseBeta(const LayerScore& score, double current,
                   double margin = 0.05);

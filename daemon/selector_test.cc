@@ -487,30 +487,38 @@ TEST_F(SelectorTest, ResumedLayersStaySelectedUntilAGainIsMeasured) {
 // β auto: the window's grid probes are averaged into the score, and
 // ChooseBeta moves β only to a grid value that clearly beats the factors in
 // use, with enough probes.
+// `ranks` ranks' reports of probe step `step` of factor v1 with grid probes
+// whose β = 3 beats the factors in use (probe GIFT RelL2 0.025 against
+// 0.020), as one sample.
+SelectorSample BetaProbeStep(int64_t step, int ranks = 2) {
+  SelectorSample s = Sample(0.1, 10, ranks, 0.5, /*version=*/1);
+  s.version_probes = step;
+  s.beta_probes = ranks;
+  s.probe_beta_sum = {ranks * 0.030, ranks * 0.025, ranks * 0.020};
+  return s;
+}
+
 TEST_F(SelectorTest, BetaGridProbesAreWindowedAndChooseBetaNeedsAClearWin) {
   Make(Classic(), 1);
-  SelectorSample s = Sample(0.1, 10, 2, 0.5);  // probe GIFT RelL2 0.025
-  s.beta_probes = 2;
-  s.probe_beta_sum = {2 * 0.030, 2 * 0.025, 2 * 0.020};
-  ASSERT_OK(Observe("l0", s));
+  ASSERT_OK(selector_->Observe("l0", BetaProbeStep(1)));
   SelectionDecision d = selector_->Decide({});
   LayerScore sc = d.scores.at("l0");
   EXPECT_EQ(sc.beta_probes, 2);
-  EXPECT_EQ(sc.beta_probe_samples, 1);
+  EXPECT_EQ(sc.beta_probe_steps, 1);
   EXPECT_NEAR(sc.probe_gift_rel_l2, 0.025, 1e-12);
   EXPECT_NEAR(sc.beta_rel_l2[0], 0.030, 1e-12);
   EXPECT_NEAR(sc.beta_rel_l2[2], 0.020, 1e-12);
   // One or two probe steps are not enough evidence, however many ranks.
   EXPECT_EQ(ChooseBeta(sc, 1.0), 1.0);
-  ASSERT_OK(Observe("l0", s));
-  ASSERT_OK(Observe("l0", Sample(0.1, 10)));  // no probe
+  ASSERT_OK(selector_->Observe("l0", BetaProbeStep(2)));
+  ASSERT_OK(selector_->Observe("l0", Sample(0.1, 10)));  // no probe
   sc = selector_->Decide({}).scores.at("l0");
-  EXPECT_EQ(sc.beta_probe_samples, 2);
+  EXPECT_EQ(sc.beta_probe_steps, 2);
   EXPECT_EQ(ChooseBeta(sc, 1.0), 1.0);
-  ASSERT_OK(Observe("l0", s));
+  ASSERT_OK(selector_->Observe("l0", BetaProbeStep(3)));
   sc = selector_->Decide({}).scores.at("l0");
   EXPECT_EQ(sc.beta_probes, 6);
-  EXPECT_EQ(sc.beta_probe_samples, 3);
+  EXPECT_EQ(sc.beta_probe_steps, 3);
   EXPECT_EQ(ChooseBeta(sc, 1.0), 3.0);  // 0.020 < 0.95 · 0.025
   EXPECT_EQ(ChooseBeta(sc, 3.0), 3.0);
   // Within the margin: no move.
@@ -518,6 +526,62 @@ TEST_F(SelectorTest, BetaGridProbesAreWindowedAndChooseBetaNeedsAClearWin) {
   // Without grid probes (a fixed-β layer): the current β.
   LayerScore none;
   EXPECT_EQ(ChooseBeta(none, 0.7), 0.7);
+}
+
+// A probe step whose ranks are polled on either side of it reaches the
+// selector in two samples: it counts once towards kMinBetaProbes.
+TEST_F(SelectorTest, ABetaProbeStepPolledOnEitherSideCountsOnce) {
+  Make(Classic(), 1);
+  for (int64_t step = 1; step <= 2; ++step) {  // rank 0's report, then 1's
+    ASSERT_OK(selector_->Observe("l0", BetaProbeStep(step, 1)));
+    ASSERT_OK(selector_->Observe("l0", BetaProbeStep(step, 1)));
+  }
+  LayerScore sc = selector_->Decide({}).scores.at("l0");
+  EXPECT_EQ(sc.beta_probes, 4);
+  EXPECT_EQ(sc.beta_probe_steps, 2);
+  EXPECT_EQ(ChooseBeta(sc, 1.0), 1.0);
+  // Rank 0 reports steps 3 and 4 in one sample: two steps.
+  ASSERT_OK(selector_->Observe("l0", BetaProbeStep(4, 2)));
+  sc = selector_->Decide({}).scores.at("l0");
+  EXPECT_EQ(sc.beta_probe_steps, 4);
+  EXPECT_EQ(ChooseBeta(sc, 1.0), 3.0);
+  // Samples leave the 50-step window: step 1 (its first report gone, its
+  // second counted nothing), then step 2 with both reports.
+  ASSERT_OK(selector_->Observe("l0", Sample(0.1, 10)));
+  EXPECT_EQ(selector_->Decide({}).scores.at("l0").beta_probe_steps, 3);
+  ASSERT_OK(selector_->Observe("l0", Sample(0.1, 10)));
+  ASSERT_OK(selector_->Observe("l0", Sample(0.1, 10)));
+  EXPECT_EQ(selector_->Decide({}).scores.at("l0").beta_probe_steps, 2);
+}
+
+// The steps counted per version: a new version's count starts from its
+// first probe; a sample of mixed versions is one step; a count that fell
+// (a rank attached again) counts from zero; a probe step without grid
+// probes (β auto turned on within the version) is not counted.
+TEST_F(SelectorTest, BetaProbeStepsAcrossVersions) {
+  SelectorPolicy p = Classic();
+  p.window_steps = 1000;  // no sample leaves the window
+  Make(p, 1);
+  ASSERT_OK(selector_->Observe("l0", BetaProbeStep(1)));
+  SelectorSample v2 = BetaProbeStep(1);
+  v2.probe_version = v2.factor_version = 2;
+  ASSERT_OK(selector_->Observe("l0", v2));
+  SelectorSample mixed = BetaProbeStep(0);
+  mixed.probe_version = kMixedProbeVersion;
+  ASSERT_OK(selector_->Observe("l0", mixed));
+  EXPECT_EQ(selector_->Decide({}).scores.at("l0").beta_probe_steps, 3);
+  SelectorSample plain = Sample(0.1, 10, 1, 0.5, /*version=*/3);
+  plain.version_probes = 5;  // five probe steps of v3 without grid probes
+  ASSERT_OK(selector_->Observe("l0", plain));
+  SelectorSample v3 = BetaProbeStep(6, 1);
+  v3.probe_version = v3.factor_version = 3;
+  ASSERT_OK(selector_->Observe("l0", v3));
+  EXPECT_EQ(selector_->Decide({}).scores.at("l0").beta_probe_steps, 4);
+  ASSERT_OK(selector_->Observe("l0", v2));  // v2's step 1 again: nothing new
+  EXPECT_EQ(selector_->Decide({}).scores.at("l0").beta_probe_steps, 4);
+  v3.version_probes = 2;  // below 6: the count restarted
+  ASSERT_OK(selector_->Observe("l0", v3));
+  EXPECT_EQ(selector_->Decide({}).scores.at("l0").beta_probe_steps, 5);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -169,9 +170,34 @@ double SampleWindow::ProbeGift() const {
   return sum.probes > 0 ? sum.probe_gift_sum / sum.probes : kNaN;
 }
 
-int64_t SampleWindow::BetaProbeSamples() const {
+int64_t SampleWindow::BetaProbeSteps() const {
+  // Per probe version, the most probe steps a sample counted so far (the
+  // dropped samples' count for dropped_version): a sample brings the steps
+  // above it.
+  std::vector<std::pair<int64_t, int64_t>> seen;  // {version, count}
+  if (dropped_version >= 0) {
+    seen.emplace_back(dropped_version, dropped_version_probes);
+  }
   int64_t n = 0;
-  for (const SelectorSample& s : samples) n += s.beta_probes > 0;
+  for (const SelectorSample& s : samples) {
+    if (s.probes <= 0) continue;
+    if (s.probe_version < 0) {  // no single version: one step
+      n += s.beta_probes > 0;
+      continue;
+    }
+    auto it = std::find_if(seen.begin(), seen.end(), [&](const auto& v) {
+      return v.first == s.probe_version;
+    });
+    if (it == seen.end()) it = seen.insert(seen.end(), {s.probe_version, 0});
+    // A count below the last restarted (a rank attached again): all new.
+    const int64_t before = s.version_probes >= it->second ? it->second : 0;
+    if (s.beta_probes > 0) {
+      // At most one step per grid probe (β auto turned on within the
+      // version: its earlier probe steps had none).
+      n += std::min(s.beta_probes, s.version_probes - before);
+    }
+    it->second = std::max(before, s.version_probes);
+  }
   return n;
 }
 

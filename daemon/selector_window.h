@@ -68,7 +68,11 @@ struct SampleWindow {
   double ProbeEuclid() const;
   // The same of the GIFT path, and of each β of the grid.
   double ProbeGift() const;
-  int64_t BetaProbeSamples() const;
+  // Probe steps in the window that tried the β grid (beta_probes): for each
+  // probe version, the steps its samples' version_probes add, so a step
+  // whose reports reach the selector in two samples counts once; a sample
+  // of mixed versions counts as one step.
+  int64_t BetaProbeSteps() const;
   double ProbeBeta(int b) const;
 };
 

@@ -96,11 +96,11 @@ Planner::Selection Planner::ApplySelection(
         l.settings.set_beta(next);
         const std::string why = absl::StrFormat(
             "%s beta %g -> %g for its next factor (probe RelL2 %.4g with the "
-            "factors in use, %.4g with beta %g, over %d grid probes in %d "
-            "reports)",
+            "factors in use, %.4g with beta %g, over %d grid probes on %d "
+            "probe steps)",
             l.name, now, next, l.score.probe_gift_rel_l2,
             l.score.beta_rel_l2[BetaIndex(next)], next, l.score.beta_probes,
-            l.score.beta_probe_samples);
+            l.score.beta_probe_steps);
         out.beta_changes.push_back(why);
         // Followers learn it from the plan; ranks from the factor.
         if (peered_) {

@@ -394,18 +394,18 @@ TEST_F(PlannerTest, SteadyFactorsOfGiftLayersLengthenTheSketchPeriod) {
 
 // Grid probes whose β = 3 clearly beats the factors in use (probe GIFT
 // RelL2 0.025 against 0.020).
-// One step each: the 10-step window holds several.
+// One probe step each (one rank's): the 10-step window holds several.
 SelectorSample BetaSample() {
   SelectorSample s = Sample(0.5, 1);
   s.steps = 1;
   s.n = 100000;
   s.upper = 5000;
   s.lower = 15000;
-  s.probes = 2;
-  s.probe_euclid_sum = 2 * 0.05;
-  s.probe_gift_sum = 2 * 0.025;
-  s.beta_probes = 2;
-  s.probe_beta_sum = {2 * 0.030, 2 * 0.025, 2 * 0.020};
+  s.probes = 1;
+  s.probe_euclid_sum = 0.05;
+  s.probe_gift_sum = 0.025;
+  s.beta_probes = 1;
+  s.probe_beta_sum = {0.030, 0.025, 0.020};
   return s;
 }
 
