@@ -554,10 +554,12 @@ TEST_F(SelectorTest, ABetaProbeStepPolledOnEitherSideCountsOnce) {
   EXPECT_EQ(selector_->Decide({}).scores.at("l0").beta_probe_steps, 2);
 }
 
-// The steps counted per version: a new version's count starts from its
-// first probe; a sample of mixed versions is one step; a count that fell
-// (a rank attached again) counts from zero; a probe step without grid
-// probes (β auto turned on within the version) is not counted.
+// The steps counted per version: a version's first sample is one step
+// (whatever its count: a rank may have probed the version ahead of the
+// others), and so is a sample of mixed versions; a later one adds the steps
+// above the version's count so far; a count that fell (a rank attached
+// again) adds nothing until it passes the old one; a probe step without
+// grid probes (β auto turned on within the version) is not counted.
 TEST_F(SelectorTest, BetaProbeStepsAcrossVersions) {
   SelectorPolicy p = Classic();
   p.window_steps = 1000;  // no sample leaves the window
@@ -581,7 +583,14 @@ TEST_F(SelectorTest, BetaProbeStepsAcrossVersions) {
   EXPECT_EQ(selector_->Decide({}).scores.at("l0").beta_probe_steps, 4);
   v3.version_probes = 2;  // below 6: the count restarted
   ASSERT_OK(selector_->Observe("l0", v3));
+  EXPECT_EQ(selector_->Decide({}).scores.at("l0").beta_probe_steps, 4);
+  v3.version_probes = 7;
+  ASSERT_OK(selector_->Observe("l0", v3));
   EXPECT_EQ(selector_->Decide({}).scores.at("l0").beta_probe_steps, 5);
+  SelectorSample v4 = BetaProbeStep(3);  // v4's first sample: one step
+  v4.probe_version = v4.factor_version = 4;
+  ASSERT_OK(selector_->Observe("l0", v4));
+  EXPECT_EQ(selector_->Decide({}).scores.at("l0").beta_probe_steps, 6);
 }
 
 }  // namespace

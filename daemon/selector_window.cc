@@ -171,9 +171,8 @@ double SampleWindow::ProbeGift() const {
 }
 
 int64_t SampleWindow::BetaProbeSteps() const {
-  // Per probe version, the most probe steps a sample counted so far (the
-  // dropped samples' count for dropped_version): a sample brings the steps
-  // above it.
+  // Per probe version, the most probe steps a sample of it counted so far
+  // (for dropped_version, the dropped samples' most).
   std::vector<std::pair<int64_t, int64_t>> seen;  // {version, count}
   if (dropped_version >= 0) {
     seen.emplace_back(dropped_version, dropped_version_probes);
@@ -181,22 +180,27 @@ int64_t SampleWindow::BetaProbeSteps() const {
   int64_t n = 0;
   for (const SelectorSample& s : samples) {
     if (s.probes <= 0) continue;
-    if (s.probe_version < 0) {  // no single version: one step
-      n += s.beta_probes > 0;
-      continue;
-    }
     auto it = std::find_if(seen.begin(), seen.end(), [&](const auto& v) {
       return v.first == s.probe_version;
     });
-    if (it == seen.end()) it = seen.insert(seen.end(), {s.probe_version, 0});
-    // A count below the last restarted (a rank attached again): all new.
-    const int64_t before = s.version_probes >= it->second ? it->second : 0;
-    if (s.beta_probes > 0) {
+    if (s.probe_version < 0 || it == seen.end()) {
+      // Mixed versions, or the version's first sample here: one step (its
+      // count may hold steps a rank probed it ahead of the others, which
+      // came as mixed samples or as another version's).
+      n += s.beta_probes > 0;
+      if (s.probe_version >= 0)
+        seen.emplace_back(s.probe_version, s.version_probes);
+      continue;
+    }
+    // The steps above the version's count so far: none for the rest of a
+    // step's reports (ranks polled on either side of it, a rank one probe
+    // behind), none after a count restarted until it passes the old one.
+    if (s.beta_probes > 0 && s.version_probes > it->second) {
       // At most one step per grid probe (β auto turned on within the
       // version: its earlier probe steps had none).
-      n += std::min(s.beta_probes, s.version_probes - before);
+      n += std::min(s.beta_probes, s.version_probes - it->second);
     }
-    it->second = std::max(before, s.version_probes);
+    it->second = std::max(it->second, s.version_probes);
   }
   return n;
 }

@@ -68,10 +68,11 @@ struct SampleWindow {
   double ProbeEuclid() const;
   // The same of the GIFT path, and of each β of the grid.
   double ProbeGift() const;
-  // Probe steps in the window that tried the β grid (beta_probes): for each
-  // probe version, the steps its samples' version_probes add, so a step
-  // whose reports reach the selector in two samples counts once; a sample
-  // of mixed versions counts as one step.
+  // Probe steps in the window that tried the β grid (beta_probes): a
+  // version's first sample and a sample of mixed versions count one step,
+  // a later sample the steps its version_probes adds to the version's most
+  // so far, so a step whose reports reach the selector in two samples
+  // counts once.
   int64_t BetaProbeSteps() const;
   double ProbeBeta(int b) const;
 };
