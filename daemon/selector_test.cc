@@ -484,9 +484,6 @@ TEST_F(SelectorTest, ResumedLayersStaySelectedUntilAGainIsMeasured) {
   EXPECT_THAT(Decide().selected, IsEmpty());
 }
 
-// β auto: the window's grid probes are averaged into the score, and
-// ChooseBeta moves β only to a grid value that clearly beats the factors in
-// use, with enough probes.
 // `ranks` ranks' reports of probe step `step` of factor v1 with grid probes
 // whose β = 3 beats the factors in use (probe GIFT RelL2 0.025 against
 // 0.020), as one sample.
@@ -498,6 +495,9 @@ SelectorSample BetaProbeStep(int64_t step, int ranks = 2) {
   return s;
 }
 
+// β auto: the window's grid probes are averaged into the score, and
+// ChooseBeta moves β only to a grid value that clearly beats the factors in
+// use, with enough probes.
 TEST_F(SelectorTest, BetaGridProbesAreWindowedAndChooseBetaNeedsAClearWin) {
   Make(Classic(), 1);
   ASSERT_OK(selector_->Observe("l0", BetaProbeStep(1)));

@@ -188,8 +188,9 @@ int64_t SampleWindow::BetaProbeSteps() const {
       // count may hold steps a rank probed it ahead of the others, which
       // came as mixed samples or as another version's).
       n += s.beta_probes > 0;
-      if (s.probe_version >= 0)
+      if (s.probe_version >= 0) {
         seen.emplace_back(s.probe_version, s.version_probes);
+      }
       continue;
     }
     // The steps above the version's count so far: none for the rest of a
