@@ -180,17 +180,19 @@ int64_t SampleWindow::BetaProbeSteps() const {
   int64_t n = 0;
   for (const SelectorSample& s : samples) {
     if (s.probes <= 0) continue;
+    if (s.probe_version < 0) {  // no single version known: one step
+      n += s.beta_probes > 0;
+      continue;
+    }
     auto it = std::find_if(seen.begin(), seen.end(), [&](const auto& v) {
       return v.first == s.probe_version;
     });
-    if (s.probe_version < 0 || it == seen.end()) {
-      // Mixed versions, or the version's first sample here: one step (its
-      // count may hold steps a rank probed it ahead of the others, which
-      // came as mixed samples or as another version's).
+    if (it == seen.end()) {
+      // The version's first sample here: one step (its count may hold
+      // steps a rank probed it ahead of the others, which came as mixed
+      // samples or as another version's).
       n += s.beta_probes > 0;
-      if (s.probe_version >= 0) {
-        seen.emplace_back(s.probe_version, s.version_probes);
-      }
+      seen.emplace_back(s.probe_version, s.version_probes);
       continue;
     }
     // The steps above the version's count so far: none for the rest of a
