@@ -107,6 +107,10 @@ def parse_args():
                    "(default 10: 24 audits in 250 steps)")
     p.add_argument("--window", type=int, default=50,
                    help="drift window, steps (default 50)")
+    p.add_argument("--giftd-flag", action="append", default=[],
+                   metavar="FLAG",
+                   help="a flag for the GIFT run's giftd, repeatable "
+                   "(e.g. --giftd-flag=--max-sketch-period=1)")
     p.add_argument("--fresh-reference", action="store_true",
                    help="rerun the FP32 and Euclidean runs even when cached")
     p.add_argument("--report-only", action="store_true",
@@ -798,7 +802,8 @@ def print_summary(args, runs, plain8, rows, model, rm, cost, daemon, head,
     print(f"  giftd: refresh interval K = {daemon['refresh_interval']} steps, "
           f"rank r = {daemon['rank']}, audit interval "
           f"{daemon['audit_interval']}; {daemon['refreshes']} factor "
-          f"refreshes, plan epoch {daemon['plan_epoch']}")
+          f"refreshes, plan epoch {daemon['plan_epoch']}"
+          + (f"; flags {' '.join(daemon['flags'])}" if daemon["flags"] else ""))
     print()
     w = args.window
     print(f"  Audited error of the {len(rows)} layers GIFT protected (on the "
@@ -1032,12 +1037,12 @@ def train_all(args, env, pkg):
             return ref, e8, eu
         daemon = Giftd(args.giftd_path, args.ctl, run_dir,
                        [f"--audit-interval={args.audit_interval}",
-                        "--beta=auto"])
+                        "--beta=auto", *args.giftd_flag])
         moved = (f" (default {' and '.join(daemon.moved)} busy: moved)"
                  if daemon.moved else "")
         print(f"demo: [4/4] GIFT {args.format} run beside giftd (default "
               f"configuration, audit interval {args.audit_interval}, beta "
-              f"auto): control "
+              f"auto{''.join(', ' + f for f in args.giftd_flag)}): control "
               f"{daemon.control}, metrics http://{daemon.metrics}/metrics"
               f"{moved}", flush=True)
         poller = LayerPoller(daemon)
@@ -1048,6 +1053,7 @@ def train_all(args, env, pkg):
                                   "--label", run_labels(args.format)["gift"][1]])
         poller.stop()
         state = {"control": daemon.control, "metrics": daemon.metrics,
+                 "flags": list(args.giftd_flag),
                  "status": daemon.giftctl("status"),
                  "layers": daemon.giftctl("layers").get("layers", []),
                  "scraped": sum(1 for line in daemon.scrape().splitlines()
@@ -1113,7 +1119,8 @@ def main():
                    "refresh_interval": status.get("refresh_interval", 0),
                    "rank": status.get("rank", 0),
                    "audit_interval": status.get("audit_interval",
-                                                args.audit_interval)}
+                                                args.audit_interval),
+                   "flags": state.get("flags", [])}
     every = {"ddp": runs[0], "euclid8": plain8, "euclid": runs[1],
              "gift": runs[2]}
     head = headline(args, every)
