@@ -79,7 +79,9 @@ void Compare(gpu::Context& ctx, const std::vector<float>& x, Fp4Format f,
   for (int64_t b = 0; b < nb; ++b) {
     ASSERT_EQ(got_s[b], scales[b]) << "scale " << b;
   }
-  if (tensor_slot) EXPECT_TRUE(SameBits(ToHost(dt, 1)[0], s_t));
+  if (tensor_slot) {
+    EXPECT_TRUE(SameBits(ToHost(dt, 1)[0], s_t));
+  }
   if (mode != Residual::kNone) {
     const auto got_r =
         ToHost(mode == Residual::kSeparate ? dr : dx, static_cast<size_t>(n));
