@@ -7,6 +7,8 @@
 #include "client/allreduce_engine.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/ascii.h"
@@ -19,9 +21,14 @@ namespace {
 
 // Fingerprint of the options every rank must share.
 uint64_t OptionsFingerprint(const AllReduceEngineOptions& o) {
-  const int64_t v[5] = {static_cast<int64_t>(o.mode), o.piece_bytes,
-                        o.error_feedback ? 1 : 0, o.audit_drift ? 1 : 0,
-                        static_cast<int64_t>(o.euclid_error_feedback)};
+  uint32_t cap_bits;
+  std::memcpy(&cap_bits, &o.owner_release_cap, sizeof(cap_bits));
+  const int64_t v[6] = {static_cast<int64_t>(o.mode),
+                        o.piece_bytes,
+                        o.error_feedback ? 1 : 0,
+                        o.audit_drift ? 1 : 0,
+                        static_cast<int64_t>(o.euclid_error_feedback),
+                        cap_bits};
   return Fnv1a64(v, sizeof(v));
 }
 
@@ -37,7 +44,7 @@ absl::Status CheckOptionsAcrossRanks(Transport& comm,
       AllReduceModeName(o.mode), ", piece_bytes ", o.piece_bytes,
       ", error_feedback ", o.error_feedback, ", audit_drift ", o.audit_drift,
       ", euclid_error_feedback ", EuclidFeedbackName(o.euclid_error_feedback),
-      ")"));
+      ", owner_release_cap ", o.owner_release_cap, ")"));
 }
 
 }  // namespace
@@ -100,9 +107,9 @@ AllReduceEngine::AllReduceEngine(Transport* comm, EpochPlan plan,
       probe_interval_(options.probe_interval),
       audit_interval_(options.audit_interval) {
   plans_.emplace(plan.epoch(), std::move(plan));
-  round_ =
-      std::make_unique<Fp8Round>(comm_, &backend_->memory(), &backend_->codec(),
-                                 &backend_->math(), &backend_->transforms());
+  round_ = std::make_unique<Fp8Round>(
+      comm_, &backend_->memory(), &backend_->codec(), &backend_->math(),
+      &backend_->transforms(), options.owner_release_cap);
   bf16_ = backend_->memory().NewBuffer();
   audit_ = backend_->memory().NewBuffer();
 }
@@ -122,6 +129,13 @@ absl::StatusOr<std::unique_ptr<AllReduceEngine>> AllReduceEngine::Create(
   if (static_cast<int>(options.euclid_error_feedback) > 2) {
     return absl::InvalidArgumentError(
         "AllReduceEngine: unknown euclid_error_feedback value");
+  }
+  if (!(options.owner_release_cap >= 0) ||
+      !std::isfinite(options.owner_release_cap)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("AllReduceEngine: owner_release_cap must be finite and "
+                     ">= 0 (0 = no cap), is ",
+                     options.owner_release_cap));
   }
   if (options.mode == AllReduceMode::kNcclFp8 &&
       comm->backend_name() != "nccl") {

@@ -174,6 +174,17 @@ struct AllReduceEngineOptions {
   // (nvfp4, mxfp4), off for FP8 layers, so FP8 results are those without
   // it. Default: kAuto. Must be the same on every rank.
   EuclidFeedback euclid_error_feedback = EuclidFeedback::kAuto;
+  // Owner error feedback with a capped release (either path): an owner
+  // adds at most owner_release_cap × ‖the segment's sum‖ of its residual
+  // (L2, per segment of its chunk) to a step's sum and keeps the rest for
+  // later steps, so nothing is dropped. Without the cap, a step after an
+  // energetic batch releases that batch's whole quantization error at once:
+  // the demo's step-200 audit and its 50-step-window misses (README).
+  // 0 = no cap (textbook error feedback). Default: 0.25 (the owner residual
+  // is about 0.1 of the sum at NVFP4, 0.03 at E4M3, so the cap acts only
+  // after energetic batches). REQUIRES: finite, >= 0. Must be the same on
+  // every rank.
+  float owner_release_cap = 0.25f;
 };
 
 // Everything a AllReduceEngine carries from one step to the next, as

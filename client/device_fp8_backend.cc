@@ -202,10 +202,17 @@ class DeviceFp8Codec : public Fp8Codec {
 
 class DeviceVectorMath : public VectorMath {
  public:
-  explicit DeviceVectorMath(gpu::Context* ctx) : ctx_(ctx) {}
+  DeviceVectorMath(gpu::Context* ctx, BackendMemory* memory)
+      : ctx_(ctx), sums_(memory->NewBuffer()) {}
 
   absl::Status AddInPlace(float* acc, const float* x, int64_t n) override {
     return device::AddInPlace(*ctx_, acc, x, n);
+  }
+  absl::Status AddCapped(float* acc, const float* res, int64_t n, float cap,
+                         float* keep) override {
+    RETURN_IF_ERROR(sums_->Grow(4 * sizeof(double)));
+    return device::AddCapped(*ctx_, acc, res, n, cap,
+                             static_cast<double*>(sums_->data()), keep);
   }
   absl::Status Divide(float* x, int64_t n, float w) override {
     return device::Divide(*ctx_, x, n, w);
@@ -222,6 +229,7 @@ class DeviceVectorMath : public VectorMath {
 
  private:
   gpu::Context* const ctx_;
+  std::unique_ptr<Fp8Buffer> sums_;  // AddCapped's 4 doubles
 };
 
 // 3 doubles per comparison slot on the device, read back at EndCompare.
@@ -282,7 +290,7 @@ class DeviceFp8Backend : public Fp8Backend {
         control_(comm, ctx_->stream()),
         memory_(stream_),
         codec_(ctx_.get(), &memory_),
-        math_(ctx_.get()),
+        math_(ctx_.get(), &memory_),
         transforms_(ctx_.get(), &memory_),
         probe_(ctx_.get(), &memory_, &transforms_),
         compare_(ctx_.get(), &memory_) {}

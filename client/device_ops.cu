@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "client/device_ops.h"
+#include "client/fp8_backend_math.h"
 #include "common/cuda_check.h"
 #include "kernels/fp8_device.cuh"
 #include "kernels/wire_format.h"
@@ -106,6 +107,17 @@ __global__ void SquaredErrorKernel(const float* x, const float* xhat, int64_t n,
   }
 }
 
+// f from sums[1] = Σacc², sums[3] = Σres² (AddSquaredError's second slots).
+__global__ void CappedAddKernel(float* acc, const float* res, int64_t n,
+                                float cap, const double* sums, float* keep) {
+  const float f = ReleaseFactor(sums[1], sums[3], cap);
+  GIFT_GRID_STRIDE(i, n) {
+    const float r = __fmul_rn(f, res[i]);
+    acc[i] = __fadd_rn(acc[i], r);
+    keep[i] = __fsub_rn(res[i], r);
+  }
+}
+
 __global__ void AbsMaxKernel(const float* x, int64_t n, float* amax) {
   __shared__ float m[kThreads];
   float a = 0.0f;
@@ -191,6 +203,24 @@ absl::Status AddInPlace(gpu::Context& ctx, float* acc, const float* x,
   if (absl::Status s = CheckN(n, acc, "AddInPlace"); !s.ok()) return s;
   if (absl::Status s = CheckN(n, x, "AddInPlace"); !s.ok()) return s;
   GIFT_LAUNCH(AddKernel, ctx, n, acc, x, n);
+}
+
+absl::Status AddCapped(gpu::Context& ctx, float* acc, const float* res,
+                       int64_t n, float cap, double* sums, float* keep) {
+  if (absl::Status s = CheckN(n, acc, "AddCapped"); !s.ok()) return s;
+  if (absl::Status s = CheckN(n, res, "AddCapped"); !s.ok()) return s;
+  if (absl::Status s = CheckN(n, keep, "AddCapped"); !s.ok()) return s;
+  if (sums == nullptr) return absl::InvalidArgumentError("null sums");
+  if (n == 0) return absl::OkStatus();
+  GIFT_CUDA_RETURN_IF_ERROR(
+      cudaMemsetAsync(sums, 0, 4 * sizeof(double), StreamOf(ctx)));
+  if (absl::Status s = AddSquaredError(ctx, acc, acc, n, sums); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = AddSquaredError(ctx, res, res, n, sums + 2); !s.ok()) {
+    return s;
+  }
+  GIFT_LAUNCH(CappedAddKernel, ctx, n, acc, res, n, cap, sums, keep);
 }
 
 absl::Status FlagNonFinite(gpu::Context& ctx, const float* x, int64_t n,

@@ -25,6 +25,9 @@ absl::Status Divide(gpu::Context& ctx, float* x, int64_t n, float w);
 // acc[i] = acc[i] + x[i].
 absl::Status AddInPlace(gpu::Context& ctx, float* acc, const float* x,
                         int64_t n);
+// VectorMath::AddCapped (fp8_backend_math.h); sums: 4 doubles of scratch.
+absl::Status AddCapped(gpu::Context& ctx, float* acc, const float* res,
+                       int64_t n, float cap, double* sums, float* keep);
 // *flag = 1 when any x[0, n) is NaN or infinite (never cleared here).
 absl::Status FlagNonFinite(gpu::Context& ctx, const float* x, int64_t n,
                            uint8_t* flag);

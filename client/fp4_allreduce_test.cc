@@ -131,14 +131,32 @@ class Reference {
       for (int64_t i = 0; i < count; ++i) acc[i] = acc[i] + deq[i];
     }
     float* res = nullptr;
+    // The owner adds at most cap_ · ‖acc‖ of its residual and keeps the
+    // rest (AllReduceEngineOptions::owner_release_cap).
+    std::vector<float> keep(count, 0.0f);
     if (ef_[l]) {
       std::vector<float>& o = owner_[key];
       o.resize(count, 0.0f);
-      for (int64_t i = 0; i < count; ++i) acc[i] = acc[i] + o[i];
+      double sa = 0, sr = 0;
+      for (int64_t i = 0; i < count; ++i) {
+        sa += static_cast<double>(acc[i]) * acc[i];
+        sr += static_cast<double>(o[i]) * o[i];
+      }
+      const double c = cap_;
+      const float f =
+          sr > c * c * sa ? static_cast<float>(c * std::sqrt(sa / sr)) : 1.0f;
+      for (int64_t i = 0; i < count; ++i) {
+        const float r = f * o[i];
+        acc[i] = acc[i] + r;
+        keep[i] = o[i] - r;
+      }
       res = o.data();
     }
     QuantizeRoundTrip(layer.format, layer.block_size, acc.data(), count, res,
                       deq.data());
+    if (res != nullptr) {
+      for (int64_t i = 0; i < count; ++i) res[i] = res[i] + keep[i];
+    }
     for (int64_t i = 0; i < count; ++i) {
       (*out)[layer.offset + begin + i] = deq[i] / static_cast<float>(w_);
     }
@@ -148,6 +166,7 @@ class Reference {
   const int w_;
   const int64_t piece_;
   const std::vector<bool> ef_;
+  const float cap_ = AllReduceEngineOptions().owner_release_cap;
   std::vector<std::vector<std::vector<float>>> worker_;  // [rank][layer]
   std::map<std::tuple<int, int, size_t>, std::vector<float>> owner_;
 };

@@ -28,7 +28,8 @@ void RoundOutcome::Reset(size_t layers) {
 }
 
 Fp8Round::Fp8Round(Transport* comm, BackendMemory* memory, Fp8Codec* codec,
-                   VectorMath* math, GiftTransforms* transforms)
+                   VectorMath* math, GiftTransforms* transforms,
+                   float owner_release_cap)
     : comm_(comm),
       memory_(memory),
       codec_(codec),
@@ -39,7 +40,9 @@ Fp8Round::Fp8Round(Transport* comm, BackendMemory* memory, Fp8Codec* codec,
       gather_send_(memory->NewBuffer()),
       gather_recv_(memory->NewBuffer()),
       acc_(memory->NewBuffer()),
-      carry_(memory->NewBuffer()) {}
+      carry_(memory->NewBuffer()),
+      keep_(memory->NewBuffer()),
+      owner_release_cap_(owner_release_cap) {}
 
 absl::Status Fp8Round::Pack(const EpochPlan& plan, const PieceLayout& piece,
                             const std::vector<LayerIo>& io) {
@@ -72,22 +75,34 @@ absl::Status Fp8Round::Reduce(const EpochPlan& plan, const ChunkLayout& mine,
                               float* owner_residual) {
   const size_t bytes = mine.wire_bytes();
   RETURN_IF_ERROR(acc_->Resize(mine.packed.size() * sizeof(float)));
+  const bool capped = owner_release_cap_ > 0 && owner_residual != nullptr;
+  if (capped) {
+    RETURN_IF_ERROR(keep_->Resize(mine.packed.size() * sizeof(float)));
+  }
   RETURN_IF_ERROR(gather_send_->Resize(bytes));
   RETURN_IF_ERROR(gather_send_->Zero());
   for (const Segment& s : mine.segments) {
     const BucketLayer& l = plan.layers()[s.layer];
     float* acc = acc_->floats() + s.elem_offset;
     RETURN_IF_ERROR(AccumulateSegment(l, mine, s, acc));
-    float* res = nullptr;
+    float *res = nullptr, *keep = nullptr;
     if (io[s.layer].owner_feedback && owner_residual != nullptr) {
       res = owner_residual + s.elem_offset;
       if (io[s.layer].reset_owner_residual) {
         RETURN_IF_ERROR(ResetOwnerResidual(l, s, io[s.layer], res));
       }
-      RETURN_IF_ERROR(math_->AddInPlace(acc, res, s.count));
+      if (capped) {
+        // What the cap holds back stays in the residual (below).
+        keep = keep_->floats() + s.elem_offset;
+        RETURN_IF_ERROR(
+            math_->AddCapped(acc, res, s.count, owner_release_cap_, keep));
+      } else {
+        RETURN_IF_ERROR(math_->AddInPlace(acc, res, s.count));
+      }
     }
     RETURN_IF_ERROR(QuantizeSegment(
         l, acc, s.count, WireOf(gather_send_->u8(), mine, s), res, -1));
+    if (keep != nullptr) RETURN_IF_ERROR(math_->AddInPlace(res, keep, s.count));
   }
   return absl::OkStatus();
 }

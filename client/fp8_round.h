@@ -12,7 +12,8 @@
 // Phase 2: as owner of chunk `rank`, it dequantizes the W incoming copies and
 // sums them in FP32 in rank order (DequantizeAccumulate: bit-reproducible),
 // adds its owner residual on segments with owner feedback (carried into the
-// step's coordinates at a factor or path change: LayerIo::owner_carry),
+// step's coordinates at a factor or path change: LayerIo::owner_carry; with
+// a release cap, only up to cap × the sum's norm, the rest kept for later),
 // re-quantizes with fresh scales (updating that residual) and all-gathers
 // the FP8 chunk with its scales (one AllGatherV). Every rank then
 // dequantizes every chunk and divides by W once, in FP32, into the layers'
@@ -89,9 +90,12 @@ struct RoundOutcome {
 class Fp8Round {
  public:
   // REQUIRES: no argument null, all outlive this; the parts are one
-  // backend's, whose memory kind is comm's.
+  // backend's, whose memory kind is comm's. owner_release_cap
+  // (AllReduceEngineOptions): > 0 caps what an owner residual releases
+  // into a step (VectorMath::AddCapped, the rest stays in it); 0 = no cap.
   Fp8Round(Transport* comm, BackendMemory* memory, Fp8Codec* codec,
-           VectorMath* math, GiftTransforms* transforms);
+           VectorMath* math, GiftTransforms* transforms,
+           float owner_release_cap);
 
   // Runs the round over `piece`. io has one entry per plan layer; every
   // pointer is of the backend's memory kind.
@@ -129,7 +133,8 @@ class Fp8Round {
   VectorMath* const math_;
   GiftTransforms* const transforms_;
   std::unique_ptr<Fp8Buffer> send_, recv_, gather_send_, gather_recv_, acc_,
-      carry_;
+      carry_, keep_;
+  const float owner_release_cap_;
   std::vector<size_t> offsets_;
 };
 

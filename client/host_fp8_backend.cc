@@ -152,6 +152,22 @@ absl::Status HostVectorMath::AddInPlace(float* acc, const float* x, int64_t n) {
   return absl::OkStatus();
 }
 
+absl::Status HostVectorMath::AddCapped(float* acc, const float* res, int64_t n,
+                                       float cap, float* keep) {
+  double sa = 0, sr = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    sa += static_cast<double>(acc[i]) * acc[i];
+    sr += static_cast<double>(res[i]) * res[i];
+  }
+  const float f = ReleaseFactor(sa, sr, cap);
+  for (int64_t i = 0; i < n; ++i) {
+    const float r = f * res[i];
+    acc[i] = acc[i] + r;
+    keep[i] = res[i] - r;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status HostVectorMath::Divide(float* x, int64_t n, float w) {
   for (int64_t i = 0; i < n; ++i) x[i] = x[i] / w;
   return absl::OkStatus();

@@ -66,6 +66,8 @@ class HostFp8Codec : public Fp8Codec {
 class HostVectorMath : public VectorMath {
  public:
   absl::Status AddInPlace(float* acc, const float* x, int64_t n) override;
+  absl::Status AddCapped(float* acc, const float* res, int64_t n, float cap,
+                         float* keep) override;
   absl::Status Divide(float* x, int64_t n, float w) override;
   absl::Status FillNaN(float* x, int64_t n) override;
   absl::Status ToBf16(const float* x, int64_t n, uint16_t* out) override;

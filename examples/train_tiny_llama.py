@@ -105,6 +105,9 @@ def parse_args(argv=None):
                    choices=("auto", "on", "off"),
                    help="Euclidean error feedback of modes euclid and gift "
                    "(gift.init error_feedback=: auto = on for 4-bit)")
+    p.add_argument("--owner-release-cap", type=float, default=None,
+                   help="modes euclid and gift: gift.init "
+                   "owner_release_cap= (default gift's, 0.25; 0 = no cap)")
     p.add_argument("--eval-every", type=int, default=50)
     p.add_argument("--eval-rows", type=int, default=32,
                    help="rows of the fixed held-out set the loss is "
@@ -261,9 +264,12 @@ def format_options(args):
     """gift.init's format and error_feedback (modes euclid and gift)."""
     if args.mode not in ("euclid", "gift"):
         return {}
-    return {"format": args.format,
-            "error_feedback": {"auto": None, "on": True,
-                               "off": False}[args.error_feedback]}
+    out = {"format": args.format,
+           "error_feedback": {"auto": None, "on": True,
+                              "off": False}[args.error_feedback]}
+    if args.owner_release_cap is not None:
+        out["owner_release_cap"] = args.owner_release_cap
+    return out
 
 
 def lr_at(args, step):
@@ -482,6 +488,7 @@ def run(rank, world, args):
         summary = {"mode": args.mode, "world_size": world,
                    "format": args.format,
                    "error_feedback": args.error_feedback,
+                   "owner_release_cap": args.owner_release_cap,
                    "eval_rows": args.eval_rows,
                    "steps": tr.step, "config": vars(model_config(args)),
                    "parameters": sum(p.numel()
@@ -512,9 +519,10 @@ def main(argv=None):
     if (args.resume or args.checkpoint_at >= 0) and not args.checkpoint:
         sys.exit("--resume and --checkpoint-at need --checkpoint")
     if args.mode not in ("euclid", "gift") and (
-            args.format != "e4m3" or args.error_feedback != "auto"):
-        sys.exit("--format and --error-feedback are for modes euclid and "
-                 "gift")
+            args.format != "e4m3" or args.error_feedback != "auto"
+            or args.owner_release_cap is not None):
+        sys.exit("--format, --error-feedback and --owner-release-cap are "
+                 "for modes euclid and gift")
     if args.eval_rows < 1:
         sys.exit("--eval-rows must be >= 1")
     if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # torchrun

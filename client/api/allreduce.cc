@@ -4,6 +4,7 @@
 // does, client/python/native_rank.cc).
 #include "gift/allreduce.h"
 
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -107,6 +108,12 @@ Status CheckOptions(const AllReduceOptions& o) {
     return api::InvalidArgument(absl::StrCat(
         "QuantizedAllReduce: unknown euclid_error_feedback ", euclid));
   }
+  if (!(o.owner_release_cap >= 0) || !std::isfinite(o.owner_release_cap)) {
+    return api::InvalidArgument(absl::StrCat(
+        "QuantizedAllReduce: owner_release_cap must be finite and >= 0 (0 = "
+        "no cap), is ",
+        o.owner_release_cap));
+  }
   if (o.piece_bytes < 4 || o.probe_interval < 0 || o.audit_interval < 0) {
     return api::InvalidArgument(
         absl::StrCat("QuantizedAllReduce: piece_bytes must be >= 4 (is ",
@@ -177,6 +184,7 @@ Status QuantizedAllReduce::Create(std::shared_ptr<Communicator> comm,
   o.audit_drift = options.audit_drift;
   o.euclid_error_feedback =
       static_cast<client::EuclidFeedback>(options.euclid_error_feedback);
+  o.owner_release_cap = options.owner_release_cap;
   absl::StatusOr<std::unique_ptr<client::AllReduceEngine>> ar =
       client::AllReduceEngine::Create(comm->rep_->comm.get(), plan.rep_->plan,
                                       o);

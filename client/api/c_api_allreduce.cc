@@ -1,6 +1,7 @@
 // The C ABI of libgift (include/gift/c_api.h): allreduce options and
 // quantized allreduces, over gift::QuantizedAllReduce
 // (include/gift/allreduce.h).
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <limits>
@@ -113,6 +114,19 @@ gift_status_t gift_allreduce_options_set_euclid_error_feedback(
       return Invalid("unknown Euclidean error feedback " + std::to_string(f));
     }
     options->o.euclid_error_feedback = static_cast<gift::EuclidFeedback>(f);
+    return Status();
+  });
+}
+
+gift_status_t gift_allreduce_options_set_owner_release_cap(
+    gift_allreduce_options_t* options, float cap) {
+  return Guard(__func__, [&] {
+    if (options == nullptr) return Null("options");
+    if (!(cap >= 0) || !std::isfinite(cap)) {
+      return Invalid("owner release cap must be finite and >= 0, is " +
+                     std::to_string(cap));
+    }
+    options->o.owner_release_cap = cap;
     return Status();
   });
 }

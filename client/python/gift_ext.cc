@@ -107,6 +107,7 @@ std::unique_ptr<NativeRank> CreateNativeRank(const py::dict& o,
   str("socket_ifname", &s.socket_ifname);
   str("format", &s.format);
   str("error_feedback", &s.error_feedback);
+  num("owner_release_cap", &s.owner_release_cap);
   if (o.contains("store") && !o["store"].is_none()) {
     s.store = std::make_shared<PyStore>(o["store"]);
   }

@@ -136,6 +136,7 @@ absl::Status NativeRank::Connect() {
   a.audit_interval = o.audit_interval;
   a.audit_drift = o.audit_drift;
   a.euclid_error_feedback = *ParseEuclidFeedback(o.error_feedback);
+  a.owner_release_cap = o.owner_release_cap;
   if (o.mode == "fp32") a.mode = AllReduceMode::kFp32;
   if (o.mode == "bf16") a.mode = AllReduceMode::kBf16;
   ASSIGN_OR_RETURN(allreduce_, AllReduceEngine::Create(comm_.get(), base_, a));

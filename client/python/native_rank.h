@@ -110,6 +110,9 @@ struct NativeRankOptions {
   // euclid_error_feedback): "auto" (on for 4-bit layers, off for FP8),
   // "on" or "off". Modes fp32 and bf16: must be auto. Default: auto.
   std::string error_feedback = "auto";
+  // Modes euclid and gift: AllReduceEngineOptions::owner_release_cap
+  // (0 = no cap). Default: 0.25.
+  float owner_release_cap = 0.25f;
 };
 
 // One layer's element format on the wire in a step, and the bytes of its

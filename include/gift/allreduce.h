@@ -104,6 +104,14 @@ struct AllReduceOptions {
   // memory per element of such layers). kAuto: on for 4-bit layers, off
   // for FP8 ones. Default: kAuto. The same on every rank.
   EuclidFeedback euclid_error_feedback = EuclidFeedback::kAuto;
+  // Error feedback with a capped release (either path): a chunk owner adds
+  // at most owner_release_cap × the norm of the step's sum of its residual
+  // and keeps the rest for later steps (nothing is dropped), so a step
+  // after an energetic batch does not release that batch's whole
+  // quantization error at once. 0 = no cap. Default: 0.25 (the residual is
+  // about 0.1 of the sum at 4 bits, so the cap acts only after such
+  // batches). Finite, >= 0; the same on every rank.
+  float owner_release_cap = 0.25f;
 };
 
 // One version of the whitening transform of a GIFT layer, FP32 row-major.

@@ -356,6 +356,12 @@ GIFT_EXPORT gift_status_t gift_allreduce_options_set_audit_drift(
  * off for FP8 ones). The same on every rank. */
 GIFT_EXPORT gift_status_t gift_allreduce_options_set_euclid_error_feedback(
     gift_allreduce_options_t* options, gift_euclid_feedback_t feedback);
+/* Error feedback with a capped release (either path): a chunk owner adds at
+ * most cap × the norm of the step's sum of its residual and keeps the rest
+ * for later steps. 0 = no cap. Default 0.25. GIFT_INVALID_ARGUMENT unless
+ * finite and >= 0. The same on every rank. */
+GIFT_EXPORT gift_status_t gift_allreduce_options_set_owner_release_cap(
+    gift_allreduce_options_t* options, float cap);
 
 /* Collective: checks the plan's fingerprint across the ranks
  * (GIFT_FAILED_PRECONDITION "bucket plan mismatch across ranks" on every

@@ -220,6 +220,24 @@ TEST(CApiTest, EuclidErrorFeedbackOption) {
   gift_allreduce_options_destroy(a);
 }
 
+TEST(CApiTest, OwnerReleaseCapOption) {
+  gift_allreduce_options_t* a = gift_allreduce_options_create();
+  for (float cap : {-1.0f, std::numeric_limits<float>::quiet_NaN(),
+                    std::numeric_limits<float>::infinity()}) {
+    EXPECT_GIFT_ERROR(gift_allreduce_options_set_owner_release_cap(a, cap),
+                      GIFT_INVALID_ARGUMENT,
+                      "gift_allreduce_options_set_owner_release_cap",
+                      "owner release cap must be finite and >= 0");
+  }
+  EXPECT_GIFT_ERROR(gift_allreduce_options_set_owner_release_cap(nullptr, 0),
+                    GIFT_INVALID_ARGUMENT,
+                    "gift_allreduce_options_set_owner_release_cap",
+                    "options is NULL");
+  EXPECT_EQ(gift_allreduce_options_set_owner_release_cap(a, 0.0f), GIFT_OK);
+  EXPECT_EQ(gift_allreduce_options_set_owner_release_cap(a, 0.5f), GIFT_OK);
+  gift_allreduce_options_destroy(a);
+}
+
 TEST(CApiTest, CommunicatorOptionsAreCheckedAtCreate) {
   TempDir dir("gift_api_test");
   struct Case {

@@ -177,6 +177,31 @@ TEST_F(DeviceBackendTest, ElementwiseOpsMatchHostBitwise) {
   EXPECT_EQ(BitDiffs(Download<float>(*dn, kN), hn), 0) << "fill NaN";
 }
 
+// The capped owner release: integer-valued data keep both sums exact in
+// double whatever their order, so f and every result bit agree; one case
+// binds the cap (f < 1), one does not (AddInPlace's bits, keep = 0).
+TEST_F(DeviceBackendTest, AddCappedMatchesHostBitwise) {
+  constexpr int64_t kN = 100003;
+  for (float scale : {8.0f, 0.01f}) {
+    std::vector<float> acc(kN), res(kN);
+    for (int64_t i = 0; i < kN; ++i) {
+      acc[i] = static_cast<float>(static_cast<int>(i % 17) - 8);
+      res[i] = scale * static_cast<float>(static_cast<int>(i % 13) - 6);
+    }
+    auto da = dev_->memory().NewBuffer(), dr = dev_->memory().NewBuffer();
+    Upload(*da, acc);
+    Upload(*dr, res);
+    auto dk = Sentinel(kN * 4, 0xA5);
+    std::vector<float> hk(kN);
+    ASSERT_OK(
+        host_.math().AddCapped(acc.data(), res.data(), kN, 0.25f, hk.data()));
+    ASSERT_OK(dev_->math().AddCapped(da->floats(), dr->floats(), kN, 0.25f,
+                                     dk->floats()));
+    EXPECT_EQ(BitDiffs(Download<float>(*da, kN), acc), 0) << scale;
+    EXPECT_EQ(BitDiffs(Download<float>(*dk, kN), hk), 0) << scale;
+  }
+}
+
 // Audit steps: the comparison slots of the device agree with the host's
 // (the sums in double; only their order differs), and slots are separate.
 TEST_F(DeviceBackendTest, CompareSlotsMatchHost) {

@@ -141,6 +141,20 @@ def test_unknown_format_or_error_feedback_is_a_value_error(tmp_path):
         assert e.value.code == "INVALID_ARGUMENT"
 
 
+def test_owner_release_cap_is_checked(tmp_path):
+    assert gift.Options().owner_release_cap == 0.25
+    assert gift.Options(owner_release_cap=0).owner_release_cap == 0
+    for bad in (-0.1, float("nan"), float("inf"), "0.25", True):
+        with pytest.raises(ValueError, match=r"owner_release_cap"):
+            gift.Options(owner_release_cap=bad)
+    # libgift checks it too (a caller of the extension itself).
+    opts = {"mode": "euclid", "rank": 0, "world_size": 1,
+            "store_dir": str(tmp_path), "owner_release_cap": -1.0}
+    with pytest.raises(gift.GiftError, match=r"owner_release_cap") as e:
+        _gift.NativeRank(opts, [("0", [8, 4], 0)], 32)
+    assert e.value.code == "INVALID_ARGUMENT"
+
+
 def test_layers_that_cannot_take_the_format_keep_e4m3(tmp_path):
     torch.manual_seed(0)
     # d_in 24: no whole 16- or 32-element blocks along a row; 1-D biases and

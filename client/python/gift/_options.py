@@ -6,6 +6,7 @@ Thread safety: immutable.
 """
 
 import dataclasses
+import math
 from typing import Optional
 
 MODES = ("fp32", "bf16", "euclid", "gift")
@@ -70,6 +71,13 @@ class Options:
     None (default) = on for the 4-bit formats, off for FP8; True / False
     force it. The GIFT path always has its own error feedback. Modes fp32
     and bf16 take neither (ValueError unless left at the defaults).
+    owner_release_cap (modes euclid and gift, either path): a chunk owner
+    adds at most this fraction of the norm of the step's sum of its error
+    feedback residual and keeps the rest for later steps (nothing is
+    dropped), so the step after an energetic batch does not release that
+    batch's whole quantization error at once. Default 0.25 (the residual
+    is about 0.1 of the sum at 4 bits: the cap acts only after such
+    batches); 0 = no cap. The same on every rank.
     """
 
     mode: str = "gift"
@@ -86,6 +94,7 @@ class Options:
     piece_mb: float = 4.0
     format: Optional[str] = None
     error_feedback: Optional[bool] = None
+    owner_release_cap: float = 0.25
 
     def __post_init__(self):
         if self.backend not in BACKENDS:
@@ -106,6 +115,11 @@ class Options:
                 self.format is not None or self.error_feedback is not None):
             raise ValueError(f"gift: format and error_feedback are for modes "
                              f"euclid and gift, not {self.mode}")
+        cap = self.owner_release_cap
+        if (isinstance(cap, bool) or not isinstance(cap, (int, float))
+                or not math.isfinite(cap) or cap < 0):
+            raise ValueError(f"gift: owner_release_cap {cap!r} (a finite "
+                             "number >= 0; 0 = no cap)")
         piece_mb = float(self.piece_mb)
         if not 0 <= piece_mb < 2**30:
             raise ValueError(f"gift: piece_mb {piece_mb} (MB of FP32 gradient "

@@ -128,4 +128,5 @@ def session_options(r: Rendezvous, options: Options, rank: int,
         "socket_ifname": options.socket_ifname,
         "format": options.format or "",
         "error_feedback": options.error_feedback_name,
+        "owner_release_cap": float(options.owner_release_cap),
     }

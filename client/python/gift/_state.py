@@ -327,8 +327,9 @@ def init(model: nn.Module, process_group: Any = None,
     store_dir, timeout_seconds, backend ("gloo"), socket_ifname,
     audit_interval (100), audit_drift (False), piece_mb (4.0), format
     ("e4m3"; "e5m2", "nvfp4", "mxfp4": the wire format of every layer that
-    can take it, the job's default in mode gift) and error_feedback (None
-    = auto, on for the 4-bit formats; True / False force it); their
+    can take it, the job's default in mode gift), error_feedback (None
+    = auto, on for the 4-bit formats; True / False force it) and
+    owner_release_cap (0.25; 0 = no cap); their
     meaning is in Options' docstring. ValueError for a wrong value,
     TypeError for an unknown name or a parameter gift cannot reduce.
     """
