@@ -175,6 +175,7 @@ def _fp4_worker(rank):
             st["bytes_fp32_equivalent"]
         assert 0.13 < ratio <= bound, f"{fmt}: {ratio:.4f} of the FP32 bytes"
         assert st["format"] == fmt and st["error_feedback"] == "auto"
+        assert st["owner_release_cap"] == 0.25
         assert st["format_fallbacks"] == ()
         for layer in st["last"]["layers"]:
             assert layer["format"] == fmt, layer

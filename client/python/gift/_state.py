@@ -247,7 +247,8 @@ class GiftState:
         this rank sent), bytes_fp32_equivalent (what a ring allreduce in
         FP32 sends for the same steps: 2 (W - 1) / W of the payload) and
         bytes_vs_fp32 (their ratio; None before the first step). Then
-        format and error_feedback (the options: "auto", "on", "off"),
+        format, error_feedback (the options: "auto", "on", "off") and
+        owner_release_cap,
         format_fallbacks (the layers that kept e4m3: their shape cannot
         take the format) and layer_wire: per layer the format of the last
         step's plan and wire_bytes, its codes and scales (a rank sends about
@@ -264,6 +265,7 @@ class GiftState:
             "attachment": session.attachment_stats(),
             "format": self._options.format,
             "error_feedback": self._options.error_feedback_name,
+            "owner_release_cap": float(self._options.owner_release_cap),
             "format_fallbacks": self._format_fallbacks,
             "layer_wire": self._layer_wire(session)})
 
