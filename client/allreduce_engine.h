@@ -180,10 +180,10 @@ struct AllReduceEngineOptions {
   // later steps, so nothing is dropped. Without the cap, a step after an
   // energetic batch releases that batch's whole quantization error at once:
   // the demo's step-200 audit and its 50-step-window misses (README).
-  // 0 = no cap (textbook error feedback). Default: 0.25 (the owner residual
-  // is about 0.1 of the sum at NVFP4, 0.03 at E4M3, so the cap acts only
-  // after energetic batches). REQUIRES: finite, >= 0. Must be the same on
-  // every rank.
+  // 0 = no cap (textbook error feedback). Default: 0.25 (in the demo at
+  // NVFP4 the owner residual is about 0.1 of the sum, so the cap acts on
+  // about 1.5% of the additions, after energetic batches). REQUIRES:
+  // finite, >= 0. Must be the same on every rank.
   float owner_release_cap = 0.25f;
 };
 
