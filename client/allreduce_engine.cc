@@ -21,8 +21,10 @@ namespace {
 
 // Fingerprint of the options every rank must share.
 uint64_t OptionsFingerprint(const AllReduceEngineOptions& o) {
+  // -0.0 and 0.0 are the same setting (no cap): one fingerprint.
+  const float cap = o.owner_release_cap == 0.0f ? 0.0f : o.owner_release_cap;
   uint32_t cap_bits;
-  std::memcpy(&cap_bits, &o.owner_release_cap, sizeof(cap_bits));
+  std::memcpy(&cap_bits, &cap, sizeof(cap_bits));
   const int64_t v[6] = {static_cast<int64_t>(o.mode),
                         o.piece_bytes,
                         o.error_feedback ? 1 : 0,

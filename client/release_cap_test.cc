@@ -161,6 +161,16 @@ TEST(ReleaseCapOptionsTest, RanksWithDifferentCapsAreRefused) {
   });
 }
 
+TEST(ReleaseCapOptionsTest, MinusZeroAndZeroAreTheSameSetting) {
+  // Both mean "no cap" and pass the check (>= 0): ranks that spell it
+  // differently are not a mismatch.
+  RunThreadRanks(kWorld, [&](Transport& comm) {
+    AllReduceEngineOptions o;
+    o.owner_release_cap = comm.rank() % 2 == 0 ? -0.0f : 0.0f;
+    EXPECT_OK(AllReduceEngine::Create(&comm, OneLayer(LayerPath::kGift), o));
+  });
+}
+
 TEST(HostAddCappedTest, ReleasesUpToTheCapAndKeepsTheRest) {
   HostVectorMath math;
   // ‖acc‖ = 5, ‖res‖ = 10: f = 0.5 · 5 / 10 = 0.25.
