@@ -46,6 +46,7 @@ import hashlib
 import json
 import math
 import os
+import platform
 import re
 import shutil
 import signal
@@ -265,12 +266,42 @@ def read_log(path):
         return [json.loads(line) for line in f if line.strip()]
 
 
+# The CPU extensions PyTorch picks its kernels by (and so the rounding of a
+# run's sums): a build directory moved or shared between machines must not
+# serve one machine's cached runs to another.
+KERNEL_FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw",
+                "avx512vl", "avx512_vnni", "avx512_bf16", "amx_tile",
+                "asimd", "sve")
+
+
+def platform_key():
+    """[machine, the CPU extensions above it has, the torch version]."""
+    flags = set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    flags = set(line.split(":", 1)[1].split())
+                    break
+    except OSError:
+        pass
+    try:
+        import torch  # noqa: PLC0415 -- Debian's has no distribution metadata
+        torch_version = torch.__version__
+    except ImportError:
+        torch_version = "unknown"
+    return [platform.machine(), sorted(flags.intersection(KERNEL_FLAGS)),
+            torch_version]
+
+
 def run_key(args, mode, extra, package=None):
-    """What a giftd-free run depends on: its settings, the example's code
-    and (FP8 modes) the built gift package."""
+    """What a giftd-free run depends on: its settings, the machine
+    (platform_key), the example's code and (FP8 modes) the built gift
+    package."""
     h = hashlib.sha256()
     h.update(json.dumps([args.nproc, args.steps]).encode())
-    if mode != "ddp":  # the reference's key as before: [nproc, steps] + code
+    h.update(json.dumps(platform_key()).encode())
+    if mode != "ddp":
         h.update(json.dumps([mode, list(extra)]).encode())
     for name in ("train_tiny_llama.py", "tiny_llama.py"):
         h.update(open(os.path.join(HERE, name), "rb").read())
