@@ -42,6 +42,7 @@ on Ctrl-C or an error.
 
 import argparse
 import bisect
+import functools
 import hashlib
 import json
 import math
@@ -274,8 +275,10 @@ KERNEL_FLAGS = ("sse4_2", "avx", "avx2", "fma", "avx512f", "avx512bw",
                 "asimd", "sve")
 
 
+@functools.lru_cache(maxsize=None)
 def platform_key():
-    """[machine, the CPU extensions above it has, the torch version]."""
+    """(machine, the CPU extensions above it has, the torch version); read
+    once per process (format_study.py keys every run with it)."""
     flags = set()
     try:
         with open("/proc/cpuinfo") as f:
@@ -290,8 +293,8 @@ def platform_key():
         torch_version = torch.__version__
     except ImportError:
         torch_version = "unknown"
-    return [platform.machine(), sorted(flags.intersection(KERNEL_FLAGS)),
-            torch_version]
+    return (platform.machine(), tuple(sorted(flags & set(KERNEL_FLAGS))),
+            torch_version)
 
 
 def run_key(args, mode, extra, package=None):
